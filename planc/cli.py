@@ -1,0 +1,82 @@
+"""The ``planc`` command line: one sub-command per module in :mod:`planc.commands`.
+
+Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
+``run(args) -> int``, and imports only the light half of planc at module level (torch is
+imported inside ``run`` by the commands that need it), so ``planc --help``, ``check`` and
+``explain`` start fast.
+
+Every :class:`~planc.errors.PlanError` is printed as a message and exits 1 — a user never sees
+a traceback for bad input. Anything else is a bug in planc: it is reported as an internal error
+(exit 2) with the traceback shown only when ``PLANC_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+
+from planc import __version__
+from planc.errors import PlanError
+
+#: Sub-command name -> module. Order is the order `planc --help` lists them.
+COMMANDS: dict[str, str] = {
+    "check": "planc.commands.check",
+    "fmt": "planc.commands.fmt",
+    "explain": "planc.commands.explain",
+    "compile": "planc.commands.compile",
+    "run": "planc.commands.run",
+    "plugins": "planc.commands.plugins",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="planc",
+        description="planc — compile a declarative .plan into a distributed LLM training program.",
+        epilog="Run `planc COMMAND --help` for a command's options. Docs: docs/language.md.",
+    )
+    parser.add_argument("--version", action="version", version=f"planc {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # a command not built yet
+        command = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP))
+        module.add_arguments(command)
+        command.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args._run(args) or 0)
+    except PlanError as error:
+        print(str(error), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("planc: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug in planc, not in the user's input
+        if os.environ.get("PLANC_DEBUG") == "1":
+            traceback.print_exc()
+        print(f"planc: internal error: {type(exc).__name__}: {exc}\n"
+              "This is a bug in planc; set PLANC_DEBUG=1 to see the traceback and please report it.",
+              file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,114 @@
+"""Errors a user can act on.
+
+Every error planc shows a user is a :class:`PlanError`: a message, where it happened
+(``file:line:col`` when the input has a location), the offending source line with a caret,
+and a hint that says what to do. The CLI prints ``str(error)`` and exits 1; it never shows
+a Python traceback for bad input.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Iterable
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A 1-based position in a source file; ``end_col`` (exclusive) widens the caret."""
+
+    file: str
+    line: int
+    col: int
+    end_col: int | None = None
+
+
+class PlanError(Exception):
+    """A user-facing error, with an optional location and hint.
+
+    ``source`` is the whole text of the file the location points into; when given, the
+    rendered message quotes the line and underlines the span.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        location: SourceLocation | None = None,
+        hint: str | None = None,
+        source: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.location = location
+        self.hint = hint
+        self.source = source
+
+    def __str__(self) -> str:
+        return render_error(self.message, self.location, self.hint, self.source)
+
+
+class PlanErrors(PlanError):
+    """Several independent errors found in one pass, reported together."""
+
+    def __init__(self, errors: list[PlanError]) -> None:
+        if not errors:
+            raise ValueError("PlanErrors needs at least one error")
+        first = errors[0]
+        super().__init__(first.message, location=first.location, hint=first.hint, source=first.source)
+        self.errors = list(errors)
+
+    def __str__(self) -> str:
+        return "\n\n".join(str(e) for e in self.errors)
+
+
+def render_error(
+    message: str,
+    location: SourceLocation | None,
+    hint: str | None,
+    source: str | None,
+) -> str:
+    """Render ``file:line:col: error: message``, the source line, a caret, and the hint."""
+    if location is None:
+        lines = [f"error: {message}"]
+    else:
+        lines = [f"{location.file}:{location.line}:{location.col}: error: {message}"]
+        quoted = _source_line(source, location.line)
+        if quoted is not None:
+            gutter = f"{location.line:>5} | "
+            width = max(1, (location.end_col or location.col + 1) - location.col)
+            # Keep the caret under the right character even when the line has tabs.
+            prefix = "".join("\t" if ch == "\t" else " " for ch in quoted[: location.col - 1])
+            lines.append(gutter + quoted)
+            lines.append(" " * (len(gutter) - 2) + "| " + prefix + "^" * min(width, max(1, len(quoted) - location.col + 1)))
+    if hint:
+        lines.append(f"  hint: {hint}")
+    return "\n".join(lines)
+
+
+def _source_line(source: str | None, line: int, max_width: int = 200) -> str | None:
+    if source is None or line < 1:
+        return None
+    all_lines = source.splitlines()
+    if line > len(all_lines):
+        return None
+    text = all_lines[line - 1]
+    # A printable, bounded excerpt: binary junk or a 10 MB single line must not flood the terminal.
+    text = "".join(ch if ch.isprintable() or ch == "\t" else "?" for ch in text[:max_width])
+    return text
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
+    """Return ``"did you mean 'x'?"`` for the closest candidate, or None if none is close."""
+    candidates = list(candidates)
+    matches = difflib.get_close_matches(str(word), candidates, n=1, cutoff=0.6)
+    if not matches:
+        lowered = {c.lower(): c for c in candidates}
+        if str(word).lower() in lowered:
+            matches = [lowered[str(word).lower()]]
+    return f"did you mean '{matches[0]}'?" if matches else None
+
+
+def one_of(candidates: Iterable[str]) -> str:
+    """``"one of: a, b, c"`` — for hints that list the valid choices."""
+    return "one of: " + ", ".join(str(c) for c in candidates)

@@ -1,0 +1,317 @@
+"""Build a validated :class:`Plan` from the plain data a ``.plan`` file holds.
+
+``raw`` is what the DSL layer hands over — plain dicts of plain values, unit literals as
+:class:`~planc.units.Quantity`, and the keyword ``auto`` as the string ``"auto"``::
+
+    {"model": {"preset": "llama3-8b", "seq_len": 4096},      # or {"from": "config.json"}, or keys
+     "hardware": {"device": "H100-SXM", "nodes": 8},
+     "train": {"global_batch": 512},
+     "layout": {"tp": 8},                                      # optional
+     "checkpoint": {"every": 100},                             # optional
+     "uses": [{"name": "powersgd", "options": {"rank": 4}}]}   # optional
+
+It runs a fixed sequence of passes — block names, unit kinds, model source (preset or config
+file), field validation, cross-field checks — and collects every problem as a
+:class:`SpecIssue` addressed by key path, so the caller can point at the source.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path as FsPath
+from typing import Any, Collection
+
+from pydantic import BaseModel, ValidationError
+
+from planc.errors import did_you_mean, one_of
+from planc.spec.checkpoint import CheckpointSpec
+from planc.spec.checks import run_checks
+from planc.spec.fields import unit_kind_of
+from planc.spec.hardware import CUSTOM_DEVICE_REQUIRED, HardwareSpec
+from planc.spec.hf_config import HFConfigError, read_hf_config
+from planc.spec.issues import SpecError, SpecIssue
+from planc.spec.layout import LayoutSpec
+from planc.spec.model import ModelSpec
+from planc.spec.plan import Plan, PluginUse
+from planc.spec.presets import HARDWARE_PRESETS, MODEL_PRESETS
+from planc.spec.train import TrainSpec
+from planc.units import KIND_DESCRIPTIONS, Quantity
+
+#: Block name -> the section model that validates it.
+BLOCKS: dict[str, type[BaseModel]] = {
+    "model": ModelSpec,
+    "hardware": HardwareSpec,
+    "train": TrainSpec,
+    "layout": LayoutSpec,
+    "checkpoint": CheckpointSpec,
+}
+REQUIRED_BLOCKS = ("model", "hardware", "train")
+#: Keys of the model block that say where the architecture comes from, not what it is.
+MODEL_SOURCE_KEYS = ("from", "preset")
+#: Computed fields: reported, never written.
+DERIVED_KEYS = {"model": {"head_dim", "padded_vocab", "params", "params_per_layer", "params_embedding"},
+                "hardware": {"world_size"}}
+
+
+def block_keys(block: str) -> list[str]:
+    """Every key a block accepts (what the language reference documents)."""
+    keys = list(BLOCKS[block].model_fields)
+    return keys + list(MODEL_SOURCE_KEYS) if block == "model" else keys
+
+
+def build_plan(
+    raw: dict[str, Any],
+    *,
+    source: str | None = None,
+    base_dir: FsPath | None = None,
+    known_strategies: Collection[str] | None = None,
+) -> Plan:
+    """Validate ``raw`` into a Plan, or raise :class:`SpecError` listing every problem found.
+
+    ``base_dir`` resolves relative paths (``model from``, ``train.data``); ``known_strategies``
+    (when given) are the names ``use`` may refer to.
+    """
+    base_dir = base_dir or FsPath.cwd()
+    issues: list[SpecIssue] = []
+    notes: list[str] = []
+    aliases: dict[tuple, tuple] = {}
+
+    for block in raw:
+        if block not in BLOCKS and block != "uses":
+            issues.append(SpecIssue((block,), f"unknown block '{block}'",
+                                    did_you_mean(block, [*BLOCKS, "use"]) or one_of([*BLOCKS, "use"])))
+    for block in REQUIRED_BLOCKS:
+        if block not in raw:
+            issues.append(SpecIssue((), f"the plan has no {block} block", _MISSING_BLOCK_HINTS[block]))
+
+    sections: dict[str, Any] = {}
+    for block, model_cls in BLOCKS.items():
+        if block not in raw:
+            continue
+        values = dict(raw[block])
+        if block == "model":
+            values = _resolve_model_source(values, base_dir, issues, notes, aliases)
+            if values is None:
+                continue
+        if block == "train":
+            values = _resolve_data_path(values, base_dir, issues)
+        block_issues = _check_keys_and_units(block, values, model_cls)
+        if block == "hardware":
+            block_issues += _check_device(values)
+        issues += block_issues
+        # Validate the rest of the block too, so one run reports every mistake.
+        bad_keys = {i.path[1] for i in block_issues if len(i.path) == 2}
+        values = {k: v for k, v in values.items() if k not in bad_keys}
+        if block == "hardware" and "device" in bad_keys:
+            continue  # without a known device every preset-filled key would be reported missing
+        try:
+            section = model_cls.model_validate(values)
+        except ValidationError as exc:
+            issues += [i for i in _translate(block, values, model_cls, exc) if not _about_dropped(i, bad_keys)]
+        else:
+            if not block_issues:
+                sections[block] = section
+
+    uses = _build_uses(raw.get("uses", []), known_strategies, issues)
+
+    if issues:
+        raise SpecError(_apply_aliases(issues, aliases))
+    plan = Plan(**sections, uses=tuple(uses), source=source, notes=tuple(notes))
+    check_issues = run_checks(plan)
+    if check_issues:
+        raise SpecError(_apply_aliases(check_issues, aliases))
+    return plan
+
+
+_MISSING_BLOCK_HINTS = {
+    "model": 'add a model block, e.g. model { preset = "gpt2" } or model from "config.json"',
+    "hardware": 'add a hardware block, e.g. hardware { device = "A100-80GB"  nodes = 1  per_node = 8 }',
+    "train": "add a train block with at least global_batch, e.g. train { global_batch = 512 }",
+}
+
+
+def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | None:
+    """Expand ``preset = ...`` or ``from "config.json"`` into model keys; plan keys override."""
+    if "from" in values and "preset" in values:
+        issues.append(SpecIssue(("model", "preset"), "a model block takes either 'from' or 'preset', not both",
+                                "keep one source of the architecture and override keys after it"))
+        return None
+    base: dict[str, Any] = {}
+    if "preset" in values:
+        name = values.pop("preset")
+        if name not in MODEL_PRESETS:
+            issues.append(SpecIssue(("model", "preset"), f"unknown model preset {name!r}",
+                                    did_you_mean(name, MODEL_PRESETS) or one_of(MODEL_PRESETS)))
+            return None
+        base = dict(MODEL_PRESETS[name], name=name)
+        origin = ("model", "preset")
+    elif "from" in values:
+        path_text = values.pop("from")
+        path = FsPath(path_text)
+        path = path if path.is_absolute() else base_dir / path
+        try:
+            base, hf_notes = read_hf_config(path)
+        except HFConfigError as exc:
+            issues.append(SpecIssue(("model", "from"), str(exc),
+                                    "give the path of a Hugging Face config.json, relative to the .plan file"))
+            return None
+        notes.extend(hf_notes)
+        origin = ("model", "from")
+    else:
+        return values
+    for key in base:
+        if key not in values:
+            aliases[("model", key)] = origin
+    return {**base, **values}
+
+
+def _resolve_data_path(values: dict, base_dir: FsPath, issues: list[SpecIssue]) -> dict:
+    data = values.get("data")
+    if not isinstance(data, str) or data == "synthetic":
+        return values
+    path = FsPath(data)
+    path = path if path.is_absolute() else (base_dir / path)
+    if not path.is_file():
+        issues.append(SpecIssue(("train", "data"), f"data file not found: {path}",
+                                'give a text file (path relative to the .plan file) or data = "synthetic"'))
+        return values
+    return {**values, "data": str(path.resolve())}
+
+
+def _check_keys_and_units(block: str, values: dict, model_cls: type[BaseModel]) -> list[SpecIssue]:
+    issues = []
+    fields = model_cls.model_fields
+    for key, value in values.items():
+        if key in DERIVED_KEYS.get(block, ()):
+            issues.append(SpecIssue((block, key), f"'{key}' is derived by planc and cannot be set",
+                                    "remove it; `planc check --json` shows the derived value"))
+            continue
+        if key not in fields:
+            issues.append(SpecIssue((block, key), f"unknown key '{key}' in the {block} block",
+                                    did_you_mean(key, block_keys(block)) or one_of(block_keys(block))))
+            continue
+        kind = unit_kind_of(fields[key])
+        if kind and not isinstance(value, Quantity):
+            issues.append(SpecIssue((block, key), f"{key} needs a unit: {KIND_DESCRIPTIONS[kind]}",
+                                    f"write the unit after the number, e.g. {_unit_example(kind)}"))
+        elif kind and value.kind != kind:
+            issues.append(SpecIssue((block, key), f"{key} is {KIND_DESCRIPTIONS[kind].split(',')[0]}, "
+                                    f"but {value.text} is {KIND_DESCRIPTIONS[value.kind].split(',')[0]}",
+                                    f"use a unit like {_unit_example(kind)}"))
+        elif not kind and isinstance(value, Quantity):
+            issues.append(SpecIssue((block, key), f"{key} takes a plain value, not a quantity ({value.text})",
+                                    "drop the unit"))
+    return issues
+
+
+def _unit_example(kind: str) -> str:
+    return {"bytes": "80 GiB", "bandwidth": "300 GB/s", "compute": "312 TFLOPS", "time": "500 ms"}[kind]
+
+
+def _check_device(values: dict) -> list[SpecIssue]:
+    device = values.get("device")
+    if not isinstance(device, str) or device in HARDWARE_PRESETS:
+        return []
+    missing = [k for k in CUSTOM_DEVICE_REQUIRED if k not in values]
+    if not missing:
+        return []  # a custom device that states its own numbers
+    hint = did_you_mean(device, HARDWARE_PRESETS)
+    hint = (hint + " " if hint else "use one of " + ", ".join(HARDWARE_PRESETS) + "; ") + \
+        "or describe a custom device with " + ", ".join(missing)
+    return [SpecIssue(("hardware", "device"), f"unknown device preset {device!r}", hint)]
+
+
+def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
+    uses = []
+    seen: set[str] = set()
+    for index, item in enumerate(raw_uses):
+        name = item.get("name")
+        if known_strategies is not None and name not in known_strategies:
+            issues.append(SpecIssue(("uses", index, "name"), f"unknown strategy plugin '{name}'",
+                                    (did_you_mean(name, known_strategies) or "")
+                                    + " (run `planc plugins` to list installed strategies; "
+                                    "a third-party strategy must be pip-installed)"))
+            continue
+        if name in seen:
+            issues.append(SpecIssue(("uses", index, "name"), f"strategy '{name}' is used twice",
+                                    "merge the options into one use block"))
+            continue
+        seen.add(name)
+        options = {k: (v.value if isinstance(v, Quantity) else v) for k, v in item.get("options", {}).items()}
+        uses.append(PluginUse(name=name, options=options))
+    return uses
+
+
+def _about_dropped(issue: SpecIssue, dropped: set) -> bool:
+    return any(f"'{key}'" in issue.message for key in dropped) and "missing" in issue.message
+
+
+def _translate(block: str, values: dict, model_cls: type[BaseModel], exc: ValidationError) -> list[SpecIssue]:
+    """Turn pydantic's errors into one readable issue per offending key."""
+    by_key: dict[str, list[dict]] = {}
+    for err in exc.errors():
+        key = str(err["loc"][0]) if err["loc"] else ""
+        by_key.setdefault(key, []).append(err)
+    issues = []
+    for key, errors in by_key.items():
+        if not key:
+            issues.append(SpecIssue((block,), "; ".join(e["msg"] for e in errors)))
+            continue
+        field = model_cls.model_fields.get(key)
+        if any(e["type"] == "missing" for e in errors):
+            doc = (field.description or "") if field else ""
+            issues.append(SpecIssue((block,), f"the {block} block is missing '{key}'",
+                                    f"add {key} = ...  ({doc.splitlines()[0] if doc else 'required'})"))
+            continue
+        value = values.get(key)
+        issues.append(SpecIssue((block, key), _describe_invalid(key, value, errors, field), _hint_for(value, errors)))
+    return issues
+
+
+def _describe_invalid(key: str, value: Any, errors: list[dict], field) -> str:
+    shown = value.text if isinstance(value, Quantity) else _show(value)
+    # For "int | auto" unions pydantic reports one error per branch; the non-auto one says more.
+    informative = [e for e in errors if "literal_error" != e["type"] or "'auto'" not in e["msg"]] or errors
+    err = informative[0]
+    kind = err["type"]
+    accepts_auto = any("'auto'" in e["msg"] for e in errors if e["type"] == "literal_error")
+    suffix = " (or auto)" if accepts_auto else ""
+    if kind == "literal_error":
+        return f"{key} = {shown} is not a valid choice: expected {err['ctx']['expected']}{suffix}"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        (op, bound), = ((k, v) for k, v in err["ctx"].items())
+        words = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}[op]
+        return f"{key} must be {words} {bound}{suffix}, got {shown}"
+    if kind in ("int_type", "int_from_float", "int_parsing"):
+        return f"{key} must be a whole number{suffix}, got {shown}"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"{key} must be true or false{suffix}, got {shown}"
+    if kind in ("float_type", "float_parsing"):
+        return f"{key} must be a number, got {shown}"
+    if kind in ("string_type",):
+        return f'{key} must be a string in quotes, e.g. "...", got {shown}'
+    if kind == "value_error":
+        return f"{key}: {err['msg'].removeprefix('Value error, ')}"
+    return f"{key} = {shown} is not valid: {err['msg']}"
+
+
+def _hint_for(value: Any, errors: list[dict]) -> str | None:
+    if not isinstance(value, str):
+        return None
+    for err in errors:
+        if err["type"] == "literal_error":
+            choices = [c.strip().strip("'") for c in err["ctx"]["expected"].replace(" or ", ", ").split(",")]
+            return did_you_mean(str(value), choices) or one_of(choices)
+    return None
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"' if value != "auto" else "auto"
+    return repr(value) if not isinstance(value, (int, float)) else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _apply_aliases(issues: list[SpecIssue], aliases: dict[tuple, tuple]) -> list[SpecIssue]:
+    """Point issues about preset-provided keys at the ``preset``/``from`` line that brought them."""
+    return [SpecIssue(aliases.get(i.path, i.path), i.message, i.hint) for i in issues]

@@ -1,0 +1,83 @@
+"""The ``hardware`` block: which devices, how many, and how they are connected."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, computed_field, model_validator
+
+from planc.spec.fields import Bandwidth, Bytes, Compute, PositiveInt, Seconds, SpecModel
+from planc.spec.presets.hardware import (
+    DEFAULT_INTER_NODE_LATENCY,
+    DEFAULT_INTRA_NODE_LATENCY,
+    HARDWARE_PRESETS,
+)
+
+#: Keys a custom (non-preset) device must give itself.
+CUSTOM_DEVICE_REQUIRED = ("memory", "peak", "intra_node_bw", "inter_node_bw")
+
+
+class HardwareSpec(SpecModel):
+    """The cluster: ``nodes`` machines of ``per_node`` identical devices (one process each)."""
+
+    device: str
+    """Device preset (A100-80GB, H100-SXM, ..., or "cpu" for CPU processes over gloo)."""
+    nodes: PositiveInt = 1
+    """Number of machines."""
+    per_node: PositiveInt
+    """Devices (= processes) per machine (default: the preset's, 8 for GPU servers)."""
+    memory: Bytes
+    """Memory per device (default: the preset's), e.g. 80 GiB."""
+    peak: Compute
+    """Dense bf16 peak per device (default: the preset's), e.g. 312 TFLOPS."""
+    peak_fp32: Compute
+    """Dense fp32 peak per device, used by fp32 plans (default: the preset's)."""
+    hbm_bw: Bandwidth
+    """Device memory bandwidth (default: the preset's), e.g. 2039 GB/s."""
+    intra_node_bw: Bandwidth
+    """Bandwidth per device, one direction, between devices of one node (NVLink)."""
+    inter_node_bw: Bandwidth
+    """Network bandwidth per device, one direction, between nodes (200 Gb/s IB = 25 GB/s)."""
+    intra_node_latency: Seconds
+    """Start-up cost (alpha) of one message inside a node."""
+    inter_node_latency: Seconds
+    """Start-up cost (alpha) of one message across nodes."""
+    efficiency: float = Field(gt=0, le=1)
+    """Fraction of peak the transformer's large GEMMs sustain (kernel efficiency, not MFU)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_preset(cls, data: Any) -> Any:
+        """Take every key the plan leaves out from the device preset; plan keys win."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        data.pop("world_size", None)  # computed; present in plan.json
+        preset = HARDWARE_PRESETS.get(data.get("device"), {})
+        if preset and "peak_fp32" not in data and "peak" in data:
+            # A plan that overrides the bf16 peak but not fp32 keeps the preset's ratio.
+            data["peak_fp32"] = preset["peak_fp32"] * _as_number(data["peak"]) / preset["peak"]
+        for key, value in preset.items():
+            data.setdefault(key, value)
+        if not preset and "peak" in data:
+            data.setdefault("peak_fp32", _as_number(data["peak"]) / 16)  # tensor-core vs fp32 ratio of A100
+        data.setdefault("per_node", 8)
+        data.setdefault("intra_node_latency", DEFAULT_INTRA_NODE_LATENCY)
+        data.setdefault("inter_node_latency", DEFAULT_INTER_NODE_LATENCY)
+        data.setdefault("hbm_bw", 2000e9)
+        data.setdefault("efficiency", 0.7)
+        return data
+
+    @computed_field
+    @property
+    def world_size(self) -> int:
+        """Total devices = processes: nodes x per_node."""
+        return self.nodes * self.per_node
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device == "cpu"
+
+
+def _as_number(value: Any) -> float:
+    return float(getattr(value, "value", value))

@@ -1,0 +1,128 @@
+"""``model from "config.json"``: read a Hugging Face ``config.json`` into model keys.
+
+Supported ``model_type`` values: llama, mistral (and qwen2, which shares their layout), gpt2,
+gpt_neox. Features planc's reference transformer does not build are approximated and listed in
+the returned notes, so `planc check` can tell the user (e.g. GPT-NeoX's parallel residual).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+class HFConfigError(ValueError):
+    """A config.json planc cannot read; the message says what is wrong and what to do."""
+
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox")
+
+
+def read_hf_config(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """Return (model keys, notes) for the Hugging Face config at ``path``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise HFConfigError(f"config file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HFConfigError(f"cannot read {path}: {exc}") from None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HFConfigError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    if not isinstance(config, dict):
+        raise HFConfigError(f"{path} must hold a JSON object, as a Hugging Face config.json does")
+    model_type = config.get("model_type")
+    reader = _READERS.get(model_type)
+    if reader is None:
+        raise HFConfigError(
+            f"{path}: model_type {model_type!r} is not supported; planc reads "
+            + ", ".join(SUPPORTED_MODEL_TYPES)
+            + " (write the model block by hand for other architectures)"
+        )
+    notes: list[str] = []
+    try:
+        keys = reader(config, notes)
+    except KeyError as exc:
+        raise HFConfigError(f"{path}: a {model_type} config needs the key {exc.args[0]!r}") from None
+    keys = {k: v for k, v in keys.items() if v is not None}
+    for key, value in keys.items():
+        if isinstance(value, float) and key not in ("rope_theta", "norm_eps") and value.is_integer():
+            keys[key] = int(value)
+    name = config.get("_name_or_path") or path.parent.name or path.stem
+    keys.setdefault("name", str(name))
+    return keys, [f"{path.name}: {note}" for note in notes]
+
+
+def _llama(config: dict, notes: list[str]) -> dict:
+    act = config.get("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        notes.append(f"hidden_act {act!r} is built as SwiGLU (silu)")
+    if config.get("sliding_window"):
+        notes.append(f"sliding-window attention ({config['sliding_window']} tokens) is built as full causal attention")
+    if config.get("rope_scaling"):
+        notes.append("rope_scaling is ignored (plain RoPE)")
+    bias = bool(config.get("attention_bias", False) or config.get("mlp_bias", False))
+    if config.get("model_type") == "qwen2":
+        bias = False
+        notes.append("Qwen2's QKV-only biases are not built (no biases)")
+    return dict(
+        layers=config["num_hidden_layers"],
+        hidden=config["hidden_size"],
+        heads=config["num_attention_heads"],
+        kv_heads=config.get("num_key_value_heads") or config["num_attention_heads"],
+        ffn=config["intermediate_size"],
+        vocab=config["vocab_size"],
+        seq_len=config.get("max_position_embeddings", 4096),
+        mlp="swiglu",
+        norm="rmsnorm",
+        position="rope",
+        tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+        bias=bias,
+        rope_theta=float(config.get("rope_theta", 10000.0)),
+        norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+    )
+
+
+def _gpt2(config: dict, notes: list[str]) -> dict:
+    hidden = config["n_embd"]
+    return dict(
+        layers=config["n_layer"],
+        hidden=hidden,
+        heads=config["n_head"],
+        ffn=config.get("n_inner") or 4 * hidden,
+        vocab=config["vocab_size"],
+        seq_len=config.get("n_positions", config.get("n_ctx", 1024)),
+        mlp="gelu",
+        norm="layernorm",
+        position="learned",
+        tie_embeddings=bool(config.get("tie_word_embeddings", True)),
+        bias=True,
+        norm_eps=float(config.get("layer_norm_epsilon", 1e-5)),
+    )
+
+
+def _gpt_neox(config: dict, notes: list[str]) -> dict:
+    if config.get("use_parallel_residual", True):
+        notes.append("GPT-NeoX's parallel residual is built as a sequential pre-norm block (same parameters and FLOPs)")
+    if config.get("rotary_pct", 1.0) != 1.0:
+        notes.append(f"rotary_pct {config['rotary_pct']} is built as full-width RoPE")
+    return dict(
+        layers=config["num_hidden_layers"],
+        hidden=config["hidden_size"],
+        heads=config["num_attention_heads"],
+        ffn=config.get("intermediate_size") or 4 * config["hidden_size"],
+        vocab=config["vocab_size"],
+        seq_len=config.get("max_position_embeddings", 2048),
+        mlp="gelu",
+        norm="layernorm",
+        position="rope",
+        tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+        bias=bool(config.get("attention_bias", True)),
+        rope_theta=float(config.get("rotary_emb_base", config.get("rope_theta", 10000.0))),
+        norm_eps=float(config.get("layer_norm_eps", 1e-5)),
+    )
+
+
+_READERS = {"llama": _llama, "mistral": _llama, "qwen2": _llama, "gpt2": _gpt2, "gpt_neox": _gpt_neox}

@@ -1,0 +1,98 @@
+"""The ``layout`` block: the requested parallel layout; every key may be ``auto``.
+
+A fixed key is obeyed, never changed; the planner fills in the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Union
+
+from pydantic import Field, model_validator
+
+from planc.spec.fields import Auto, PositiveInt, PositiveIntOrAuto, SpecModel
+
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["gpipe", "1f1b", "interleaved", "zero-bubble"]
+ZeroStage = Literal[0, 1, 2, 3]
+
+
+class LayoutSpec(SpecModel):
+    """Tensor x pipeline x data parallel degrees and the memory-saving techniques."""
+
+    tp: PositiveIntOrAuto = "auto"
+    """Tensor-parallel degree (inside a node; must divide heads and kv_heads)."""
+    pp: PositiveIntOrAuto = "auto"
+    """Pipeline-parallel degree (number of stages; at most layers)."""
+    dp: PositiveIntOrAuto = "auto"
+    """Data-parallel degree; tp x pp x dp = nodes x per_node."""
+    zero: Union[ZeroStage, Auto] = "auto"
+    """ZeRO stage of data parallelism: 0 = DDP, 1 = sharded optimizer, 2 = + sharded gradients,
+    3 = + sharded parameters (FSDP)."""
+    recompute: Union[Recompute, Auto] = "auto"
+    """Activation recomputation: none, selective (recompute cheap ops), or full (per block)."""
+    schedule: Union[Schedule, Auto] = "auto"
+    """Pipeline schedule: gpipe, 1f1b, interleaved (1F1B with virtual stages), zero-bubble."""
+    virtual_stages: PositiveIntOrAuto = "auto"
+    """Model chunks per pipeline rank for the interleaved schedule (v); 1 otherwise."""
+    sequence_parallel: Union[bool, Auto] = "auto"
+    """Shard norms and dropout along the sequence over the tensor-parallel group."""
+    tolerance: float = Field(default=0.05, ge=0, lt=1)
+    """The planner picks the simplest layout within this fraction of the best throughput."""
+
+
+class Layout(SpecModel):
+    """A concrete layout: every ``auto`` resolved. The planner produces it; codegen consumes it."""
+
+    tp: PositiveInt
+    """Tensor-parallel degree."""
+    pp: PositiveInt
+    """Pipeline-parallel degree."""
+    dp: PositiveInt
+    """Data-parallel degree."""
+    zero: ZeroStage
+    """ZeRO stage (0 = DDP when dp > 1)."""
+    recompute: Recompute
+    """Activation recomputation."""
+    schedule: Schedule | None
+    """Pipeline schedule, None when pp == 1."""
+    micro_batch: PositiveInt
+    """Sequences per micro-batch per data-parallel rank."""
+    virtual_stages: PositiveInt = 1
+    """Model chunks per pipeline rank (> 1 only for the interleaved schedule)."""
+    sequence_parallel: bool = False
+    """Sequence parallelism over the TP group (only when tp > 1)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Layout":
+        if (self.pp > 1) != (self.schedule is not None):
+            raise ValueError("schedule must be set exactly when pp > 1")
+        if self.virtual_stages > 1 and self.schedule not in ("interleaved", "zero-bubble"):
+            raise ValueError("virtual_stages > 1 needs the interleaved or zero-bubble schedule")
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel needs tp > 1")
+        return self
+
+    @property
+    def dims(self):
+        """The :class:`~planc.spec.parallel_dims.ParallelDims` of this layout."""
+        from planc.spec.parallel_dims import ParallelDims
+
+        return ParallelDims(tp=self.tp, pp=self.pp, dp=self.dp, world_size=self.tp * self.pp * self.dp)
+
+    def grad_accumulation(self, global_batch: int) -> int:
+        """Micro-batches per optimizer step on one data-parallel rank."""
+        return global_batch // (self.dp * self.micro_batch)
+
+    def describe(self) -> str:
+        """One line, e.g. ``TP 8 x PP 8 x DP 16 · ZeRO-1 · interleaved (v=4) · mb 1 · full recompute``."""
+        parts = [f"TP {self.tp} × PP {self.pp} × DP {self.dp}"]
+        if self.dp > 1:
+            parts.append({0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3/FSDP"}[self.zero])
+        if self.pp > 1 and self.schedule is not None:
+            parts.append(self.schedule + (f" (v={self.virtual_stages})" if self.virtual_stages > 1 else ""))
+        parts.append(f"micro-batch {self.micro_batch}")
+        if self.recompute != "none":
+            parts.append(f"{self.recompute} recompute")
+        if self.sequence_parallel:
+            parts.append("sequence parallel")
+        return " · ".join(parts)

@@ -1,0 +1,71 @@
+"""The validated ``Plan``: everything the planner, code generator and runtime consume."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, computed_field, model_validator
+
+from planc.spec.checkpoint import CheckpointSpec
+from planc.spec.fields import SpecModel
+from planc.spec.hardware import HardwareSpec
+from planc.spec.layout import LayoutSpec
+from planc.spec.model import ModelSpec
+from planc.spec.train import TrainSpec
+
+
+class PluginUse(SpecModel):
+    """A ``use NAME { ... }`` block: a strategy plugin by its registered name, with options."""
+
+    name: str
+    """Registered strategy name (see `planc plugins`)."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Options as written; the strategy's own Options model validates them. Unit literals
+    arrive as numbers in base units (bytes, B/s, FLOP/s, s)."""
+
+
+class Plan(SpecModel):
+    """A validated ``.plan``: model, hardware, training, requested layout, checkpoints, plugins."""
+
+    model: ModelSpec
+    """The transformer to train."""
+    hardware: HardwareSpec
+    """The devices and their links."""
+    train: TrainSpec
+    """Batch, precision, optimizer, schedule and data."""
+    layout: LayoutSpec = LayoutSpec()
+    """The requested parallel layout (auto keys are planned)."""
+    checkpoint: CheckpointSpec | None = None
+    """Distributed checkpointing, if any."""
+    uses: tuple[PluginUse, ...] = ()
+    """Strategy plugins named with `use`, in the order written."""
+    source: str | None = None
+    """The file the plan was read from, if any."""
+    notes: tuple[str, ...] = ()
+    """Approximations made while reading the plan (e.g. an HF config feature planc does not model)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_computed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "tokens_per_step" in data:
+            data = {k: v for k, v in data.items() if k != "tokens_per_step"}
+        return data
+
+    @computed_field
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens per optimizer step: global_batch x seq_len."""
+        return self.train.global_batch * self.model.seq_len
+
+    @property
+    def world_size(self) -> int:
+        return self.hardware.world_size
+
+    def to_json(self) -> str:
+        """The plan as JSON (what `planc check --json` prints and a run directory stores)."""
+        return self.model_dump_json(indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        """Read a plan written by :meth:`to_json` (derived fields are recomputed, not trusted)."""
+        return cls.model_validate_json(text)

@@ -1,0 +1,44 @@
+"""The ``train`` block: batch, precision, optimizer, schedule and data."""
+
+from __future__ import annotations
+
+from typing import Literal, Union
+
+from pydantic import Field
+
+from planc.spec.fields import Auto, NonNegativeInt, PositiveInt, SpecModel
+
+
+class TrainSpec(SpecModel):
+    """How to train: global batch, micro-batch, precision, optimizer and learning-rate schedule."""
+
+    global_batch: PositiveInt
+    """Sequences per optimizer step, summed over all data-parallel ranks and micro-batches."""
+    micro_batch: Union[PositiveInt, Auto] = "auto"
+    """Sequences per forward/backward on one data-parallel rank (auto: the planner picks)."""
+    precision: Literal["fp32", "bf16"] = "bf16"
+    """Compute precision: fp32, or bf16 with fp32 master weights and optimizer states."""
+    optimizer: Literal["adamw", "adam", "sgd"] = "adamw"
+    """Optimizer: adamw (decoupled weight decay), adam, or sgd with momentum 0.9."""
+    lr: float = Field(default=3e-4, gt=0)
+    """Peak learning rate, reached after warmup."""
+    min_lr: float = Field(default=0.0, ge=0)
+    """Learning rate at the end of the cosine decay."""
+    warmup_steps: NonNegativeInt = 0
+    """Steps of linear warmup from 0 to lr."""
+    steps: PositiveInt = 1000
+    """Optimizer steps to train (planc run --steps overrides)."""
+    weight_decay: float = Field(default=0.1, ge=0)
+    """Weight decay (decoupled for adamw; L2 for adam and sgd)."""
+    beta1: float = Field(default=0.9, ge=0, lt=1)
+    """Adam's first-moment decay (sgd: momentum)."""
+    beta2: float = Field(default=0.95, ge=0, lt=1)
+    """Adam's second-moment decay."""
+    grad_clip: float = Field(default=1.0, ge=0)
+    """Clip the global gradient norm to this value; 0 turns clipping off."""
+    data: str = "synthetic"
+    """Training data: "synthetic" (deterministic learnable token stream) or a text file path."""
+    seed: NonNegativeInt = 0
+    """Seed of the weight initialisation and the synthetic data; identical across layouts."""
+    log_every: PositiveInt = 1
+    """Print progress every this many steps (metrics.jsonl gets every step)."""

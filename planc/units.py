@@ -1,0 +1,82 @@
+"""Unit literals of the ``.plan`` language and the quantities they denote.
+
+A literal such as ``80 GiB`` or ``200 Gb/s`` becomes a :class:`Quantity` holding its value in
+base units (bytes, bytes per second, FLOP per second, seconds), its kind, and the text as
+written (so ``planc fmt`` keeps ``80 GiB`` rather than ``85899345920``).
+
+Decimal prefixes are powers of 1000 and binary prefixes powers of 1024, as in IEC 80000-13;
+``b`` is a bit and ``B`` a byte, so ``200 Gb/s`` = 25 GB/s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+QuantityKind = Literal["bytes", "bandwidth", "compute", "time"]
+
+#: What each kind measures, for error messages ("memory needs bytes, e.g. 80 GiB").
+KIND_DESCRIPTIONS: dict[str, str] = {
+    "bytes": "a size in bytes, e.g. 80 GiB or 40 GB",
+    "bandwidth": "a bandwidth, e.g. 300 GB/s or 200 Gb/s",
+    "compute": "a compute rate, e.g. 312 TFLOPS",
+    "time": "a time, e.g. 500 ms or 2 h",
+}
+
+_DECIMAL = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+
+
+def _build_units() -> dict[str, tuple[QuantityKind, float]]:
+    units: dict[str, tuple[QuantityKind, float]] = {}
+    for prefix, scale in {**_DECIMAL, **_BINARY}.items():
+        units[f"{prefix}B"] = ("bytes", scale)
+        units[f"{prefix}B/s"] = ("bandwidth", scale)
+    for prefix, scale in _DECIMAL.items():
+        if prefix:
+            units[f"{prefix}b/s"] = ("bandwidth", scale / 8.0)  # bits per second
+    for prefix, scale in {"G": 1e9, "T": 1e12, "P": 1e15}.items():
+        units[f"{prefix}FLOPS"] = ("compute", scale)
+    units.update({"us": ("time", 1e-6), "ms": ("time", 1e-3), "s": ("time", 1.0),
+                  "min": ("time", 60.0), "h": ("time", 3600.0)})
+    return units
+
+
+#: Every unit the language accepts: name -> (kind, size of one unit in base units).
+UNITS: dict[str, tuple[QuantityKind, float]] = _build_units()
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A number with a unit, in base units (bytes, B/s, FLOP/s, s)."""
+
+    value: float
+    kind: QuantityKind
+    text: str = ""
+
+    @classmethod
+    def of(cls, number: float, unit: str) -> "Quantity":
+        """``Quantity.of(80, "GiB")``; raises KeyError for an unknown unit."""
+        kind, scale = UNITS[unit]
+        text = f"{_format_number(number)} {unit}"
+        return cls(value=number * scale, kind=kind, text=text)
+
+    def __str__(self) -> str:
+        return self.text or f"{self.value:g} ({self.kind})"
+
+
+def _format_number(number: float) -> str:
+    if float(number).is_integer() and abs(number) < 1e15:
+        return str(int(number))
+    return repr(float(number))
+
+
+def format_bytes(n: float, binary: bool = True) -> str:
+    """``85899345920 -> '80.0 GiB'``: a short human size for reports."""
+    step, units = (1024.0, ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]) if binary else (1000.0, ["B", "KB", "MB", "GB", "TB", "PB"])
+    value = float(n)
+    for unit in units:
+        if abs(value) < step or unit == units[-1]:
+            return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
+        value /= step
+    raise AssertionError("unreachable")

@@ -1,0 +1,12 @@
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PLANS = ROOT / "plans"
+
+
+@pytest.fixture
+def root() -> Path:
+    return ROOT
