@@ -44,9 +44,9 @@ from planc.spec import ModelSpec
 #: Standard deviation of the normal init of matrices and embeddings (GPT-2; Radford et al. 2019).
 INIT_STD = 0.02
 
-#: Prefixes that wrappers insert into parameter names (DDP, torch.compile, activation checkpointing).
-#: :func:`canonical_name` strips them so a wrapped model initialises like a bare one.
-WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module.")
+#: Name segments that wrappers insert into parameter names (DDP, torch.compile, activation
+#: checkpointing, FSDP1). :func:`canonical_name` drops them so a wrapped model initialises like a bare one.
+WRAPPER_SEGMENTS = frozenset({"module", "_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module"})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -220,8 +220,7 @@ def count_parameters(model: nn.Module) -> int:
 
 def canonical_name(fqn: str, spec: ModelSpec) -> str:
     """The parameter's name in the bare, full model: wrapper prefixes dropped; a tied output is the embedding."""
-    for prefix in WRAPPER_PREFIXES:
-        fqn = fqn.replace(prefix, "")
+    fqn = ".".join(part for part in fqn.split(".") if part not in WRAPPER_SEGMENTS)
     if spec.tie_embeddings and fqn == "output.weight":
         return "tok_embeddings.weight"
     return fqn
