@@ -149,6 +149,10 @@ class TransformerBlock(nn.Module):
 class Transformer(nn.Module):
     """The decoder-only language model of a :class:`ModelSpec`; any part may be None (a pipeline stage)."""
 
+    #: Set by tensor parallelism with sequence parallelism on a stage without the embedding: the hidden
+    #: states it receives are split along the sequence into this many shards (RoPE needs the full length).
+    sequence_shards: int = 1
+
     def __init__(self, spec: ModelSpec):
         super().__init__()
         self.spec = spec
@@ -179,7 +183,8 @@ class Transformer(nn.Module):
         On a pipeline stage without ``tok_embeddings`` the input is hidden states ``[batch, seq, hidden]``;
         without ``output`` the hidden states are returned.
         """
-        seq = tokens.shape[1]
+        # A later pipeline stage under sequence parallelism receives 1/sequence_shards of the sequence.
+        seq = tokens.shape[1] * (self.sequence_shards if self.tok_embeddings is None else 1)
         h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         if self.pos_embeddings is not None:
             # positions [1, seq]: the sum keeps the sequence on dim 1, as sequence parallelism shards it.

@@ -1,0 +1,270 @@
+"""The run-time ``Job``: everything one process needs to train one plan under one layout.
+
+A job is built in three phases, and the emitted program reads as exactly that list::
+
+    job = Job.create(plan, layout)          # 1. process group, device mesh, full model on "meta"
+    pipeline.apply(job, ...)                # 2. each active strategy, in composition order,
+    tensor_parallel.apply(job, ...)         #    rewrites the (still empty) model parts
+    fsdp.apply(job, ...)
+    job.init_weights()                      # 3. allocate local shards, initialise them identically
+    job.build_optimizer()                   #    for every layout, finish wrapping, build the schedule
+    train(job, ...)
+
+Strategies work on the *meta* model, so no process ever holds more than its shard (torchtitan's
+order). Some wrappers need real tensors -- DistributedDataParallel broadcasts and buckets them, a
+DDP communication hook needs the DDP module -- so they register ``job.after_init(fn)``; those
+callbacks run inside :meth:`Job.init_weights`, in the order they were registered (= composition order).
+
+Fields the strategies read and write are documented where they are declared below.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from planc.runtime.model import build_model, init_weights
+from planc.spec import Layout, ParallelDims, Plan
+from planc.spec.parallel_dims import MESH_DIM_NAMES
+
+#: ``sync_control(sync) -> context manager``: entered around one micro-batch's forward and backward;
+#: ``sync`` is False for every micro-batch but the last of an optimizer step.
+SyncControl = Callable[[bool], ContextManager]
+
+
+@dataclass
+class TiedWeight:
+    """A weight shared by two pipeline stages (tied embeddings): each holds a copy, their gradients are summed.
+
+    Megatron's scheme (Shoeybi et al. 2019, §3): the first stage owns the embedding, the last
+    stage a copy for the output projection; after backward the two gradients are all-reduced over
+    ``group`` (the ranks of both stages that share the other coordinates), so both copies take the
+    same optimizer step and stay equal. ``counted`` is False on the copy so the gradient norm
+    counts the weight once.
+    """
+
+    param: nn.Parameter
+    group: Any
+    counted: bool
+
+
+@dataclass
+class Job:
+    """One process's share of a training run: plan, layout, mesh, model parts, optimizer and hooks."""
+
+    plan: Plan
+    layout: Layout
+    dims: ParallelDims
+    device: torch.device
+    mesh: Any  # torch.distributed.device_mesh.DeviceMesh with dims ("pp", "dp", "tp")
+
+    model_parts: list[nn.Module] = field(default_factory=list)
+    """The local model chunks: one without pipelining, ``virtual_stages`` with it (a strategy may
+    replace an entry with its wrapper, e.g. DistributedDataParallel)."""
+    stage_indices: list[int] = field(default_factory=lambda: [0])
+    """Pipeline stage index of each entry of ``model_parts``."""
+    num_stages: int = 1
+    """Pipeline stages in total (pp x virtual_stages)."""
+
+    schedule_builder: Callable[["Job"], Any] | None = None
+    """Set by ``pipeline``: builds the pipelining schedule from the final model parts."""
+    schedule: Any = None
+    """The ``torch.distributed.pipelining`` schedule (None without pipelining)."""
+    stages: list[Any] = field(default_factory=list)
+    """The ``PipelineStage`` of each local model part."""
+
+    mp_policy: Any = None
+    """Set by ``bf16``: the FSDP2 ``MixedPrecisionPolicy`` (bf16 params, fp32 gradient reduction)."""
+    autocast_dtype: torch.dtype | None = None
+    """Set by ``bf16``, cleared by ``fsdp`` when it takes ``mp_policy``: autocast the forward to this dtype."""
+    loss_parallel: bool = False
+    """Set by ``tensor_parallel``: logits stay vocabulary-sharded and the loss runs under ``loss_parallel()``."""
+    sync_controls: list[SyncControl] = field(default_factory=list)
+    """Gradient-synchronisation switches for gradient accumulation (DDP ``no_sync``, FSDP
+    ``set_requires_gradient_sync``), combined by :meth:`gradient_sync`."""
+    tied_weights: list[TiedWeight] = field(default_factory=list)
+    """Weights shared between pipeline stages, summed after backward (see :class:`TiedWeight`)."""
+    local_shard_specs: dict[nn.Parameter, Any] = field(default_factory=dict)
+    """Parameters that hold a tensor-parallel shard as a plain tensor (for DDP and ZeRO-1, which
+    cannot take DTensors) -> their DTensor spec, so norms and checkpoints still see the whole."""
+    optimizer_factory: Callable[[list, type, dict], Any] | None = None
+    """Set by ``zero1``: ``(param_groups, optimizer_class, defaults) -> optimizer``; None builds the
+    optimizer class directly."""
+    optimizer: Any = None
+    lr_scheduler: Any = None
+
+    _after_init: list[Callable[["Job"], None]] = field(default_factory=list, repr=False)
+    _initialised: bool = field(default=False, repr=False)
+
+    # -- phase 1 --------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, plan: Plan, layout: Layout, *, device: str | torch.device | None = None) -> "Job":
+        """Join (or start) the process group, build the ("pp", "dp", "tp") mesh and the full model on meta.
+
+        ``device`` defaults to this process's CUDA device under torchrun when CUDA is available and
+        the plan is not for ``cpu``, else the CPU (gloo).
+        """
+        from torch.distributed.device_mesh import init_device_mesh
+
+        device = torch.device(device) if device is not None else default_device(plan)
+        init_process_group(device)
+        dims = layout.dims
+        world = dist.get_world_size()
+        if dims.world_size != world:
+            raise RuntimeError(
+                f"the layout needs tp x pp x dp = {layout.tp} x {layout.pp} x {layout.dp} = {dims.world_size} "
+                f"processes, but this run has {world}; launch with torchrun --nproc-per-node {dims.world_size}"
+            )
+        mesh = init_device_mesh(device.type, dims.mesh_shape, mesh_dim_names=MESH_DIM_NAMES)
+        model = build_model(plan.model, device="meta")
+        return cls(plan=plan, layout=layout, dims=dims, device=device, mesh=mesh, model_parts=[model])
+
+    # -- what strategies use ---------------------------------------------------------------------
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank()
+
+    @property
+    def coordinates(self) -> dict[str, int]:
+        """This process's ``{"pp": i, "dp": j, "tp": k}`` on the mesh."""
+        return {name: self.mesh.get_local_rank(name) for name in MESH_DIM_NAMES}
+
+    def group(self, dim: str):
+        """The process group of mesh dimension ``dim`` ("pp", "dp" or "tp") that contains this rank."""
+        return self.mesh.get_group(dim)
+
+    @property
+    def is_first_stage(self) -> bool:
+        return 0 in self.stage_indices
+
+    @property
+    def is_last_stage(self) -> bool:
+        return self.num_stages - 1 in self.stage_indices
+
+    @property
+    def local_parameters(self) -> list[nn.Parameter]:
+        """Every distinct parameter of the local model parts."""
+        seen: dict[int, nn.Parameter] = {}
+        for part in self.model_parts:
+            for param in part.parameters():
+                seen.setdefault(id(param), param)
+        return list(seen.values())
+
+    def unwrapped_parts(self) -> list[nn.Module]:
+        """The model parts without a DistributedDataParallel wrapper (FQNs as in the bare model)."""
+        return [getattr(part, "module", part) if _is_ddp(part) else part for part in self.model_parts]
+
+    def after_init(self, callback: Callable[["Job"], None]) -> None:
+        """Run ``callback(job)`` inside :meth:`init_weights`, once the weights are real and initialised.
+
+        For wrappers that need real tensors (DistributedDataParallel, its communication hooks).
+        Runs immediately when the weights are already initialised.
+        """
+        if self._initialised:
+            callback(self)
+        else:
+            self._after_init.append(callback)
+
+    def take_mixed_precision(self) -> Any:
+        """Hand the ``bf16`` policy to a strategy that applies it itself (FSDP2); the forward is then not autocast."""
+        policy, self.autocast_dtype = self.mp_policy, None
+        return policy
+
+    # -- phase 3 ---------------------------------------------------------------------------------
+
+    def init_weights(self) -> None:
+        """Allocate every local shard on the device and give it its layout-independent initial value.
+
+        Then run the ``after_init`` callbacks (e.g. DDP wrapping), autocast the forward when
+        ``bf16`` asked for it and no strategy took its policy, and build the pipeline schedule.
+        """
+        if self._initialised:
+            raise RuntimeError("init_weights() was already called for this job")
+        seed = self.plan.train.seed
+        for part in self.unwrapped_parts():
+            part.to_empty(device=self.device)
+            init_weights(part, seed, self.plan.model)
+        self._initialised = True
+        callbacks, self._after_init = self._after_init, []
+        for callback in callbacks:
+            callback(self)
+        if self.autocast_dtype is not None:
+            for part in self.unwrapped_parts():
+                _autocast_forward(part, self.device.type, self.autocast_dtype)
+        if self.schedule_builder is not None:
+            self.schedule = self.schedule_builder(self)
+
+    def build_optimizer(self) -> None:
+        """The plan's optimizer over the local parameters (through ``optimizer_factory`` if a strategy set one)
+        and its learning-rate schedule."""
+        from planc.runtime.optim import build_lr_scheduler, optimizer_spec
+
+        if not self._initialised:
+            raise RuntimeError("call job.init_weights() before job.build_optimizer()")
+        named = [(name, p) for part in self.unwrapped_parts() for name, p in part.named_parameters()]
+        optimizer_class, param_groups, defaults = optimizer_spec(named, self.plan.train)
+        if self.optimizer_factory is not None:
+            self.optimizer = self.optimizer_factory(param_groups, optimizer_class, defaults)
+        else:
+            self.optimizer = optimizer_class(param_groups, **defaults)
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, self.plan.train)
+
+    # -- what a training step uses -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def gradient_sync(self, sync: bool) -> Iterator[None]:
+        """Enter every registered sync control: gradients are reduced across data parallel only when ``sync``."""
+        with contextlib.ExitStack() as stack:
+            for control in self.sync_controls:
+                stack.enter_context(control(sync))
+            yield
+
+    def loss_context(self) -> ContextManager:
+        """``loss_parallel()`` when the logits are vocabulary-sharded, else nothing."""
+        if self.loss_parallel:
+            from torch.distributed.tensor.parallel import loss_parallel
+
+            return loss_parallel()
+        return contextlib.nullcontext()
+
+
+def default_device(plan: Plan) -> torch.device:
+    if not plan.hardware.is_cpu and torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device("cpu")
+
+
+def init_process_group(device: torch.device) -> None:
+    """Join the torchrun process group (gloo on CPU, nccl on CUDA); a lone process gets a group of one."""
+    if dist.is_initialized():
+        return
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        dist.init_process_group(backend)
+    else:  # not under torchrun: a single process with an in-memory store
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+
+
+def _is_ddp(module: nn.Module) -> bool:
+    from torch.nn.parallel import DistributedDataParallel
+
+    return isinstance(module, DistributedDataParallel)
+
+
+def _autocast_forward(module: nn.Module, device_type: str, dtype: torch.dtype) -> None:
+    """Run ``module``'s forward under ``torch.autocast`` (an instance attribute: names and wrappers unchanged).
+
+    Only the forward is autocast, as PyTorch recommends; backward ops run in the dtypes the forward
+    chose, and activation recomputation restores the autocast state it saw.
+    """
+    module.forward = torch.autocast(device_type=device_type, dtype=dtype)(module.forward)

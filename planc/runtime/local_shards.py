@@ -1,0 +1,112 @@
+"""DistributedDataParallel (and ZeroRedundancyOptimizer) over tensor-parallel shards.
+
+DDP and ZeroRedundancyOptimizer move plain tensors with c10d collectives; they cannot take the
+DTensor parameters that ``parallelize_module`` creates (DDP's own 2-D workaround,
+``torch.distributed.tensor.parallel.ddp._pre_dp_module_transform``, re-registers a DTensor as a
+non-parameter attribute in its pre-forward hook, so the module loses its parameters after the
+first forward in torch 2.13). Megatron-LM's arrangement is the working one: a TP rank's
+parameters *are* its local shards. So, before DDP wraps a model part:
+
+* every DTensor parameter is replaced by a plain ``nn.Parameter`` holding its local shard
+  (same storage, same name), and its DTensor spec is remembered in ``job.local_shard_specs``;
+* a forward pre-hook puts a DTensor view of the shard (``DTensor.from_local``, no copy, no
+  communication) in front of the parameter for the duration of the module's forward, so the
+  tensor-parallel layers still compute with DTensors; autograd carries the gradient back to the
+  plain parameter, where DDP's hooks see it.
+
+Gradient norms and checkpoints rebuild the DTensor from the spec (:func:`as_dtensor`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def localize_dtensor_parameters(module: nn.Module, specs: dict) -> int:
+    """Swap every DTensor parameter under ``module`` for its local shard; return how many were swapped."""
+    from torch.distributed.tensor import DTensor
+
+    replaced: dict[int, nn.Parameter] = {}  # a tied parameter stays one parameter
+    count = 0
+    for sub in module.modules():
+        local_specs = {}
+        for name, param in list(sub.named_parameters(recurse=False)):
+            if not isinstance(param, DTensor):
+                continue
+            local = replaced.get(id(param))
+            if local is None:
+                local = nn.Parameter(param.to_local().detach(), requires_grad=param.requires_grad)
+                replaced[id(param)] = local
+                specs[local] = param._spec
+                count += 1
+            sub._parameters[name] = local
+            local_specs[name] = param._spec
+        if local_specs:
+            sub.register_forward_pre_hook(_show_dtensors(local_specs))
+            sub.register_forward_hook(_hide_dtensors(tuple(local_specs)))
+    return count
+
+
+def _show_dtensors(specs: dict[str, Any]):
+    def hook(module: nn.Module, args) -> None:
+        from torch.distributed.tensor import DTensor
+
+        for name, spec in specs.items():
+            # An instance attribute shadows the registered parameter for attribute access only:
+            # named_parameters(), DDP and the optimizer keep seeing the plain local shard.
+            module.__dict__[name] = DTensor.from_local(module._parameters[name], spec.mesh, spec.placements,
+                                                       run_check=False, shape=spec.shape, stride=spec.stride)
+
+    return hook
+
+
+def _hide_dtensors(names: tuple[str, ...]):
+    def hook(module: nn.Module, args, output) -> None:
+        for name in names:
+            module.__dict__.pop(name, None)
+
+    return hook
+
+
+def as_dtensor(tensor: torch.Tensor, spec) -> torch.Tensor:
+    """The DTensor whose local shard is ``tensor`` (shares storage; for norms and checkpoints)."""
+    from torch.distributed.tensor import DTensor
+
+    return DTensor.from_local(tensor, spec.mesh, spec.placements, run_check=False, shape=spec.shape,
+                              stride=spec.stride)
+
+
+def wrap_ddp(job, *, bucket_bytes: float) -> None:
+    """Wrap each local model part in DistributedDataParallel over the "dp" group (after weights are real).
+
+    Registers ``no_sync`` as the job's gradient-accumulation switch. The bucket size is given in
+    bytes; DDP's ``bucket_cap_mb`` counts MiB.
+    """
+    import contextlib
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    group = job.group("dp")
+    wrapped = []
+    for part in job.model_parts:
+        localize_dtensor_parameters(part, job.local_shard_specs)
+        wrapped.append(DistributedDataParallel(
+            part,
+            process_group=group,
+            bucket_cap_mb=bucket_bytes / 2**20,
+            device_ids=[job.device.index] if job.device.type == "cuda" else None,
+        ))
+    job.model_parts = wrapped
+
+    def no_sync(sync: bool):
+        if sync:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        for ddp in wrapped:
+            stack.enter_context(ddp.no_sync())
+        return stack
+
+    job.sync_controls.append(no_sync)

@@ -1,0 +1,148 @@
+"""One optimizer step, for any composition of strategies.
+
+The bar: for every layout the loss and the gradients equal those of a single process over the
+same global batch. Each micro-batch loss is a mean over its tokens and every micro-batch has the
+same number of tokens, so
+
+    global mean = mean over dp ranks of (mean over that rank's micro-batches of micro-batch means).
+
+* without pipelining, each micro-batch's loss is divided by the number of micro-batches before
+  backward (gradient accumulation; reduction only on the last, see ``Job.gradient_sync``) and
+  DDP/FSDP average over the data-parallel ranks;
+* with pipelining, the schedule runs the micro-batches and divides the gradients by their number
+  (``scale_grads``), and the stage's DDP/FSDP averages over data parallelism.
+
+The logged loss is the same mean, made known to every rank with one all-reduce.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+
+from planc.runtime.local_shards import as_dtensor
+from planc.runtime.model import loss_fn
+
+
+def train_step(job, batch: torch.Tensor) -> dict[str, float]:
+    """Forward, backward, clip and update on this rank's share of one global ``batch`` ``[G, seq+1]``.
+
+    Returns ``{"loss": ..., "grad_norm": ..., "lr": ...}`` (the same numbers on every rank).
+    """
+    coords = job.coordinates
+    rows = batch.shape[0] // job.layout.dp
+    local = batch[coords["dp"] * rows:(coords["dp"] + 1) * rows].to(job.device)
+    inputs, targets = local[:, :-1], local[:, 1:]
+
+    job.optimizer.zero_grad(set_to_none=True)
+    if job.schedule is not None:
+        local_loss = _pipeline_forward_backward(job, inputs, targets)
+    else:
+        local_loss = _accumulate(job, inputs, targets)
+    _sum_tied_gradients(job)
+    loss = _global_mean_loss(job, local_loss)
+    lr = job.optimizer.param_groups[0]["lr"]
+    grad_norm = clip_grad_norm(job, job.plan.train.grad_clip)
+    job.optimizer.step()
+    job.lr_scheduler.step()
+    return {"loss": loss, "grad_norm": grad_norm, "lr": lr}
+
+
+def _accumulate(job, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+    """Micro-batches through the single model part; gradients reduced only on the last."""
+    (model,) = job.model_parts
+    micro = job.layout.micro_batch
+    count = inputs.shape[0] // micro
+    total = torch.zeros((), device=job.device)
+    for index in range(count):
+        rows = slice(index * micro, (index + 1) * micro)
+        with job.gradient_sync(index == count - 1), job.loss_context():
+            loss = loss_fn(model(inputs[rows]), targets[rows]) / count
+            loss.backward()
+        total += _plain(loss.detach())
+    return total
+
+
+def _pipeline_forward_backward(job, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+    """The schedule splits the rank's rows into micro-batches; the last stage returns their losses."""
+    losses: list[torch.Tensor] = []
+    kwargs = {}
+    if job.is_first_stage:
+        kwargs["args"] = (inputs,)
+    if job.is_last_stage:
+        kwargs.update(target=targets, losses=losses)
+    with job.loss_context():
+        job.schedule.step(*kwargs.pop("args", ()), **kwargs)
+    if not job.is_last_stage:
+        return None
+    return torch.stack([_plain(loss.detach()) for loss in losses]).mean()
+
+
+def _plain(value: torch.Tensor) -> torch.Tensor:
+    """A DTensor loss (under loss parallel it is replicated) as a plain tensor."""
+    return value.full_tensor() if hasattr(value, "full_tensor") else value
+
+
+def _global_mean_loss(job, local_loss: torch.Tensor | None) -> float:
+    """The global-batch mean loss on every rank: one all-reduce of each dp rank's mean, counted once.
+
+    The loss is replicated over tensor parallelism and only the last pipeline stage has it, so
+    exactly one rank per data-parallel rank contributes (tp rank 0 of the last stage).
+    """
+    coords = job.coordinates
+    counts = local_loss is not None and coords["tp"] == 0
+    value = (local_loss.float() / job.layout.dp) if counts else torch.zeros((), device=job.device)
+    value = value.reshape(1).clone()
+    dist.all_reduce(value)
+    return float(value.item())
+
+
+def _sum_tied_gradients(job) -> None:
+    """All-reduce the gradients of weights shared between the first and the last pipeline stage."""
+    for tied in job.tied_weights:
+        grad = tied.param.grad
+        if grad is None:
+            raise RuntimeError("a tied embedding has no gradient after backward")
+        local = grad.to_local() if hasattr(grad, "to_local") else grad
+        dist.all_reduce(local, group=tied.group)
+
+
+def clip_grad_norm(job, max_norm: float) -> float:
+    """Clip the global gradient norm (over every parameter of every rank, each counted once) to ``max_norm``.
+
+    The norm of DTensor gradients (TP / FSDP shards) is reduced over their mesh by DTensor itself;
+    local tensor-parallel shards under DDP are viewed as the DTensors they are; the per-stage
+    squares are summed over the pipeline group; the tied embedding copy is not counted twice.
+    Returns the norm before clipping.
+    """
+    uncounted = {id(t.param) for t in job.tied_weights if not t.counted}
+    params = [p for p in job.local_parameters if p.grad is not None]
+    grads = []
+    for p in params:
+        if id(p) in uncounted:
+            continue
+        spec = job.local_shard_specs.get(p)
+        grads.append(as_dtensor(p.grad, spec) if spec is not None else p.grad)
+    squared = torch.zeros((), device=job.device, dtype=torch.float32)
+    for group in _by_mesh(grads):
+        norm = torch.nn.utils.get_total_norm(group, norm_type=2.0, foreach=None)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        squared += norm.float() ** 2
+    if job.layout.pp > 1:
+        dist.all_reduce(squared, group=job.group("pp"))
+    total = squared.sqrt()
+    if max_norm > 0:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=None)
+    value = float(total.item())
+    return value if math.isfinite(value) else float("nan")
+
+
+def _by_mesh(grads: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """Group gradients by DTensor mesh (plain tensors together): a foreach norm needs one mesh."""
+    groups: dict[object, list[torch.Tensor]] = {}
+    for grad in grads:
+        key = (grad.device_mesh, grad.placements) if hasattr(grad, "device_mesh") else None
+        groups.setdefault(key, []).append(grad)
+    return list(groups.values())

@@ -1,0 +1,56 @@
+"""``bf16``: bf16 compute with fp32 master weights and optimizer states.
+
+* With FSDP (ZeRO-2/3): sets ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``
+  on the job; ``fsdp`` passes it to ``fully_shard``, which all-gathers bf16 copies of the fp32
+  sharded parameters and reduce-scatters gradients in fp32.
+* Otherwise: each model part's forward runs under ``torch.autocast(dtype=bfloat16)`` (matmuls in
+  bf16, reductions such as norms and the loss in fp32); parameters, gradients and optimizer
+  states stay fp32.
+
+It is applied *before* the data-parallel strategies (unlike the "precision last" of the
+composition diagram) because FSDP2 takes its MixedPrecisionPolicy only at wrap time.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from planc.strategies._builtin import StrategyOptions, after, builtin_cost
+
+NAME = "bf16"
+API_VERSION = 1
+DESCRIPTION = "bf16 compute, fp32 master weights: FSDP2 MixedPrecisionPolicy, else torch.autocast"
+AFTER = after(NAME)
+
+
+class Options(StrategyOptions):
+    """Options of ``use bf16 { ... }``."""
+
+    reduce_dtype: Literal["fp32", "bf16"] = "fp32"
+    """Precision of FSDP's gradient reduce-scatter (fp32 is exact; bf16 halves its traffic)."""
+
+
+def enabled(plan, layout) -> bool:
+    """The plan trains in bf16."""
+    return plan.train.precision == "bf16"
+
+
+def check(plan, layout, options: Options) -> str | None:
+    if plan.train.precision != "bf16":
+        return "bf16 needs train { precision = bf16 }"
+    return None
+
+
+def cost(ctx, estimate, options: Options):
+    """2-byte weights/activations for compute, fp32 master copy (planc.cost.builtin.bf16)."""
+    return builtin_cost(NAME, ctx, estimate, options)
+
+
+def apply(job, options: Options) -> None:
+    """Put the bf16 policy on the job: FSDP takes it at wrap time, or the forward is autocast."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    reduce_dtype = torch.float32 if options.reduce_dtype == "fp32" else torch.bfloat16
+    job.mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
+    job.autocast_dtype = torch.bfloat16

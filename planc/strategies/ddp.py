@@ -1,0 +1,53 @@
+"""``ddp``: data parallelism with ``torch.nn.parallel.DistributedDataParallel`` (ZeRO stage 0).
+
+Every data-parallel rank holds the whole model (or its tensor/pipeline shard) and all-reduces
+gradients in buckets that overlap with backward. Gradient accumulation runs the micro-batches
+but the last under ``no_sync()``, so the all-reduce happens once per optimizer step.
+
+With tensor parallelism, DDP -- which cannot take DTensor parameters -- gets the local shards
+as plain parameters (see :mod:`planc.runtime.local_shards`).
+"""
+
+from __future__ import annotations
+
+from planc.spec.fields import Bytes
+from planc.strategies._builtin import StrategyOptions, after, builtin_cost
+
+NAME = "ddp"
+API_VERSION = 1
+DESCRIPTION = "Data parallelism: DistributedDataParallel, bucketed gradient all-reduce (ZeRO-0)"
+AFTER = after(NAME)
+
+
+class Options(StrategyOptions):
+    """Options of ``use ddp { ... }``."""
+
+    bucket: Bytes = 25e6
+    """Gradient bucket size: gradients are all-reduced in buckets of about this many bytes (25 MB)."""
+
+
+def enabled(plan, layout) -> bool:
+    """More than one data-parallel rank, no ZeRO sharding."""
+    return layout.dp > 1 and layout.zero == 0
+
+
+def check(plan, layout, options: Options) -> str | None:
+    if layout.dp < 2:
+        return "needs more than one data-parallel rank (layout dp > 1)"
+    return None
+
+
+def cost(ctx, estimate, options: Options):
+    """Gradient all-reduce over the data-parallel group (planc.cost.builtin.ddp)."""
+    return builtin_cost(NAME, ctx, estimate, options)
+
+
+def apply(job, options: Options) -> None:
+    """Wrap each local model part in DistributedDataParallel over the "dp" mesh dimension.
+
+    DDP needs real tensors (it broadcasts and buckets them), so the wrapping runs once the weights
+    are initialised (``job.after_init``).
+    """
+    from planc.runtime.local_shards import wrap_ddp
+
+    job.after_init(lambda job: wrap_ddp(job, bucket_bytes=options.bucket))

@@ -1,0 +1,87 @@
+"""``fsdp``: ZeRO stages 2 and 3 with FSDP2 (``torch.distributed.fsdp.fully_shard``).
+
+Each transformer block, and then the root of each model part, is ``fully_shard``-ed over the
+"dp" mesh dimension: parameters, gradients and optimizer state are sharded 1/dp per rank
+(parameters as DTensors; with tensor parallelism, 2-D DTensors over ("dp", "tp")).
+
+* ZeRO-3 (``reshard_after_forward=True``): parameters are freed after each block's forward and
+  all-gathered again for backward (Rajbhandari et al. 2020, §5.2, P_os+g+p).
+* ZeRO-2 (``reshard_after_forward=False``): the unsharded parameters stay from forward to
+  backward; gradients are reduce-scattered and optimizer state is sharded (P_os+g).
+
+Gradient accumulation turns gradient reduction off (``set_requires_gradient_sync(False)``) for
+all micro-batches but the last. With ``bf16`` active, FSDP2 takes its ``MixedPrecisionPolicy``
+(bf16 compute copies, fp32 sharded master weights, fp32 gradient reduce-scatter) -- which is why
+``bf16`` is applied before ``fsdp``: FSDP2 takes the policy only when it wraps.
+"""
+
+from __future__ import annotations
+
+from planc.strategies._builtin import StrategyOptions, after, builtin_cost
+
+NAME = "fsdp"
+API_VERSION = 1
+DESCRIPTION = "ZeRO-2/3: FSDP2 fully_shard per block; sharded params, grads and optimizer state"
+AFTER = after(NAME)
+
+
+class Options(StrategyOptions):
+    """Options of ``use fsdp { ... }``."""
+
+    reshard_after_forward: bool | None = None
+    """Free gathered parameters after forward (ZeRO-3) or keep them until backward (ZeRO-2);
+    default: from the layout's zero stage (3 -> true, 2 -> false)."""
+
+
+def enabled(plan, layout) -> bool:
+    """ZeRO stage 2 or 3."""
+    return layout.zero in (2, 3)
+
+
+def check(plan, layout, options: Options) -> str | None:
+    expected = layout.zero == 3
+    if options.reshard_after_forward is not None and options.reshard_after_forward != expected:
+        return (f"reshard_after_forward = {str(options.reshard_after_forward).lower()} contradicts "
+                f"layout zero = {layout.zero} (ZeRO-3 reshards, ZeRO-2 does not); set the zero stage instead")
+    return None
+
+
+def cost(ctx, estimate, options: Options):
+    """Sharded model states; parameter all-gathers and gradient reduce-scatters (planc.cost.builtin.fsdp)."""
+    return builtin_cost(NAME, ctx, estimate, options)
+
+
+def reshards(layout, options: Options) -> bool:
+    """Whether parameters are freed after forward: the option when given, else ZeRO-3."""
+    return options.reshard_after_forward if options.reshard_after_forward is not None else layout.zero == 3
+
+
+def apply(job, options: Options) -> None:
+    """``fully_shard`` every block, then each model part's root, over the "dp" mesh dimension."""
+    import contextlib
+
+    from torch.distributed.fsdp import fully_shard
+
+    reshard = reshards(job.layout, options)
+    kwargs = {"mesh": job.mesh["dp"], "reshard_after_forward": reshard}
+    policy = job.take_mixed_precision()
+    if policy is not None:
+        kwargs["mp_policy"] = policy
+    for part in job.model_parts:
+        for block in part.layers.values():
+            fully_shard(block, **kwargs)
+        # The root holds the embeddings, the final norm and the head; with pipelining the schedule
+        # calls backward soon after forward, so there is nothing to gain from resharding it.
+        fully_shard(part, **{**kwargs, "reshard_after_forward": reshard and not job.layout.pp > 1})
+
+    @contextlib.contextmanager
+    def gradient_sync(sync: bool):
+        for part in job.model_parts:
+            part.set_requires_gradient_sync(sync)
+        try:
+            yield
+        finally:
+            for part in job.model_parts:
+                part.set_requires_gradient_sync(True)
+
+    job.sync_controls.append(gradient_sync)

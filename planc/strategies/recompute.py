@@ -1,0 +1,63 @@
+"""``recompute``: activation recomputation per transformer block (``torch.utils.checkpoint``).
+
+* ``full``: each block is wrapped in ``checkpoint_wrapper`` (non-reentrant
+  ``torch.utils.checkpoint``): only the block's input is kept; the whole block is recomputed
+  in backward (Chen et al. 2016; Korthikanti et al. 2022, §5 "full").
+* ``selective``: the same wrapper with a ``create_selective_checkpoint_contexts`` policy that
+  saves the outputs of the matrix multiplications, of attention (SDPA) and of tensor-parallel
+  collectives, and recomputes everything else -- the cheap, memory-hungry element-wise ops
+  (norms, activations, softmax inputs, dropout-free residual adds). This is Korthikanti et al.'s
+  selective recomputation in spirit: keep what is expensive to recompute, drop what is cheap.
+
+``checkpoint_wrapper`` keeps checkpoint FQNs unchanged (its state-dict hooks strip the
+``_checkpoint_wrapped_module`` segment).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from planc.strategies._builtin import StrategyOptions, after, builtin_cost
+
+NAME = "recompute"
+API_VERSION = 1
+DESCRIPTION = "Activation recomputation per block: full, or selective (save matmul/attention outputs)"
+AFTER = after(NAME)
+
+
+class Options(StrategyOptions):
+    """Options of ``use recompute { ... }``."""
+
+    mode: Literal["full", "selective"] | None = None
+    """full (recompute each block) or selective (save matmul/attention outputs); default: the layout's."""
+
+
+def enabled(plan, layout) -> bool:
+    """The layout recomputes activations."""
+    return layout.recompute != "none"
+
+
+def resolved_mode(layout, options: Options) -> str:
+    return options.mode or layout.recompute
+
+
+def check(plan, layout, options: Options) -> str | None:
+    if options.mode is not None and options.mode != layout.recompute:
+        return (f"mode = {options.mode} contradicts the layout's recompute = {layout.recompute}; "
+                "set layout { recompute = ... } instead")
+    return None
+
+
+def cost(ctx, estimate, options: Options):
+    """Less activation memory, one more forward (full) or its cheap ops (selective) (planc.cost.builtin.recompute)."""
+    return builtin_cost(NAME, ctx, estimate, options)
+
+
+def apply(job, options: Options) -> None:
+    """Wrap every local transformer block in ``checkpoint_wrapper`` (full or selective)."""
+    from planc.strategies._recompute_policy import wrap_block
+
+    mode = resolved_mode(job.layout, options)
+    for part in job.model_parts:
+        for name, block in list(part.layers.items()):
+            part.layers[name] = wrap_block(block, mode)

@@ -1,0 +1,73 @@
+"""``tensor_parallel``: Megatron-style tensor parallelism with DTensor ``parallelize_module``.
+
+Over the "tp" mesh dimension (Shoeybi et al. 2019, §3; PyTorch's ``torch.distributed.tensor.parallel``):
+
+* attention: ``wq``/``wk``/``wv`` column-parallel (each rank runs heads/tp query heads and
+  kv_heads/tp key/value heads -- grouped-query attention needs tp | kv_heads), ``wo`` row-parallel;
+* MLP: ``w1``/``w3`` column-parallel, ``w2`` row-parallel -- one all-reduce per sub-layer;
+* the token embedding vocabulary-parallel (``RowwiseParallel``), the output projection
+  column-parallel with vocabulary-sharded logits (``Shard(-1)``) that the loss consumes under
+  ``loss_parallel()`` without ever gathering them;
+* with sequence parallelism (Korthikanti et al. 2022, §4.2.2) the norms run on sequence shards
+  (``SequenceParallel``) and each sub-layer's all-reduce becomes a reduce-scatter + all-gather;
+* every other parameter (norms without sequence parallelism, learned position embeddings)
+  becomes a replicated DTensor, so all parameters live on the same mesh for clipping and FSDP.
+"""
+
+from __future__ import annotations
+
+from planc.strategies._builtin import StrategyOptions, after, builtin_cost
+
+NAME = "tensor_parallel"
+API_VERSION = 1
+DESCRIPTION = "Tensor parallelism: DTensor parallelize_module (column/row-parallel, vocab-parallel, loss parallel, SP)"
+AFTER = after(NAME)
+
+
+class Options(StrategyOptions):
+    """Options of ``use tensor_parallel { ... }``."""
+
+    sequence_parallel: bool | None = None
+    """Shard norms along the sequence (default: the layout's sequence_parallel)."""
+    loss_parallel: bool = True
+    """Compute the cross-entropy on vocabulary-sharded logits instead of gathering them."""
+
+
+def enabled(plan, layout) -> bool:
+    """Tensor-parallel degree above 1."""
+    return layout.tp > 1
+
+
+def check(plan, layout, options: Options) -> str | None:
+    m, tp = plan.model, layout.tp
+    for what, value in (("heads", m.heads), ("kv_heads", m.kv_heads), ("ffn", m.ffn),
+                        ("the padded vocabulary", m.padded_vocab)):
+        if value % tp:
+            return f"tp = {tp} does not divide {what} = {value}; pick a tp that divides it"
+    sequence_parallel = uses_sequence_parallel(layout, options)
+    if sequence_parallel and m.seq_len % tp:
+        return (f"sequence parallelism splits seq_len = {m.seq_len} over tp = {tp}, which does not divide it; "
+                "turn sequence_parallel off or pick a tp that divides seq_len")
+    if options.sequence_parallel is not None and options.sequence_parallel != layout.sequence_parallel:
+        return ("the use block's sequence_parallel contradicts the layout's; set layout { sequence_parallel = ... } "
+                "instead")
+    return None
+
+
+def uses_sequence_parallel(layout, options: Options) -> bool:
+    return layout.sequence_parallel if options.sequence_parallel is None else options.sequence_parallel
+
+
+def cost(ctx, estimate, options: Options):
+    """Weights and activations / tp; two all-reduces (or RS+AG) per block (planc.cost.builtin.tensor_parallel)."""
+    return builtin_cost(NAME, ctx, estimate, options)
+
+
+def apply(job, options: Options) -> None:
+    """``parallelize_module`` each local model part over the "tp" mesh dimension (on the meta device)."""
+    from planc.strategies._tensor_parallel_plan import parallelize
+
+    sequence_parallel = uses_sequence_parallel(job.layout, options)
+    for part in job.model_parts:
+        parallelize(part, job.mesh["tp"], sequence_parallel=sequence_parallel, loss_parallel=options.loss_parallel)
+    job.loss_parallel = options.loss_parallel

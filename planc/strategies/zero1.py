@@ -1,0 +1,56 @@
+"""``zero1``: ZeRO stage 1 -- the optimizer state sharded over data parallelism.
+
+``torch.distributed.optim.ZeroRedundancyOptimizer`` gives each data-parallel rank the optimizer
+state of a 1/dp share of the parameters; after its share's step it broadcasts the updated
+parameters (Rajbhandari et al. 2020, §5.1, P_os). Gradients are still averaged by
+DistributedDataParallel, as in ``ddp``.
+"""
+
+from __future__ import annotations
+
+from planc.spec.fields import Bytes
+from planc.strategies._builtin import StrategyOptions, after, builtin_cost
+
+NAME = "zero1"
+API_VERSION = 1
+DESCRIPTION = "ZeRO-1: ZeroRedundancyOptimizer shards optimizer state over data parallel (+ DDP gradients)"
+AFTER = after(NAME)
+
+
+class Options(StrategyOptions):
+    """Options of ``use zero1 { ... }``."""
+
+    bucket: Bytes = 25e6
+    """DDP gradient bucket size (as ``ddp``'s)."""
+
+
+def enabled(plan, layout) -> bool:
+    """ZeRO stage 1 (with more than one data-parallel rank)."""
+    return layout.zero == 1 and layout.dp > 1
+
+
+def check(plan, layout, options: Options) -> str | None:
+    if layout.dp < 2:
+        return "ZeRO-1 shards the optimizer over data parallelism and needs dp > 1"
+    return None
+
+
+def cost(ctx, estimate, options: Options):
+    """Optimizer state / dp, plus the parameter broadcast after the step (planc.cost.builtin.zero1)."""
+    return builtin_cost(NAME, ctx, estimate, options)
+
+
+def apply(job, options: Options) -> None:
+    """DDP for the gradients (once the weights are real); ZeroRedundancyOptimizer over the "dp" group."""
+    from planc.runtime.local_shards import wrap_ddp
+
+    job.after_init(lambda job: wrap_ddp(job, bucket_bytes=options.bucket))
+
+    def zero_optimizer(param_groups, optimizer_class, defaults):
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(param_groups, optimizer_class=optimizer_class,
+                                       process_group=job.group("dp"), **defaults)
+
+    job.optimizer_factory = zero_optimizer
+
