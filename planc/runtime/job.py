@@ -93,11 +93,13 @@ class Job:
     local_shard_specs: dict[nn.Parameter, Any] = field(default_factory=dict)
     """Parameters that hold a tensor-parallel shard as a plain tensor (for DDP and ZeRO-1, which
     cannot take DTensors) -> their DTensor spec, so norms and checkpoints still see the whole."""
-    optimizer_factory: Callable[[list, type, dict], Any] | None = None
-    """Set by ``zero1``: ``(param_groups, optimizer_class, defaults) -> optimizer``; None builds the
-    optimizer class directly."""
-    optimizer: Any = None
-    lr_scheduler: Any = None
+    optimizer_factory: Callable[[Any], Any] | None = None
+    """Set by ``zero1``: turns the plan's optimizer (built for one model part's parameters) into the
+    one to use, e.g. a ZeroRedundancyOptimizer of the same class, groups and settings."""
+    optimizers: list[Any] = field(default_factory=list)
+    """One optimizer per model part (checkpoints map optimizer state to names through its part)."""
+    lr_schedulers: list[Any] = field(default_factory=list)
+    """One learning-rate scheduler per optimizer."""
 
     _after_init: list[Callable[["Job"], None]] = field(default_factory=list, repr=False)
     _initialised: bool = field(default=False, repr=False)
@@ -203,19 +205,19 @@ class Job:
             self.schedule = self.schedule_builder(self)
 
     def build_optimizer(self) -> None:
-        """The plan's optimizer over the local parameters (through ``optimizer_factory`` if a strategy set one)
-        and its learning-rate schedule."""
-        from planc.runtime.optim import build_lr_scheduler, optimizer_spec
+        """The plan's optimizer and learning-rate schedule for each model part (through
+        ``optimizer_factory`` when a strategy set one)."""
+        from planc.runtime.optim import build_lr_scheduler, build_optimizer
 
         if not self._initialised:
             raise RuntimeError("call job.init_weights() before job.build_optimizer()")
-        named = [(name, p) for part in self.unwrapped_parts() for name, p in part.named_parameters()]
-        optimizer_class, param_groups, defaults = optimizer_spec(named, self.plan.train)
-        if self.optimizer_factory is not None:
-            self.optimizer = self.optimizer_factory(param_groups, optimizer_class, defaults)
-        else:
-            self.optimizer = optimizer_class(param_groups, **defaults)
-        self.lr_scheduler = build_lr_scheduler(self.optimizer, self.plan.train)
+        self.optimizers, self.lr_schedulers = [], []
+        for part in self.model_parts:
+            optimizer = build_optimizer(part.parameters(), self.plan.train)
+            if self.optimizer_factory is not None:
+                optimizer = self.optimizer_factory(optimizer)
+            self.optimizers.append(optimizer)
+            self.lr_schedulers.append(build_lr_scheduler(optimizer, self.plan.train))
 
     # -- what a training step uses -----------------------------------------------------------------
 

@@ -98,6 +98,13 @@ def wrap_ddp(job, *, bucket_bytes: float) -> None:
             process_group=group,
             bucket_cap_mb=bucket_bytes / 2**20,
             device_ids=[job.device.index] if job.device.type == "cuda" else None,
+            # Under pipelining the schedule drives DDP's reducer by hand (no_sync for every micro-batch
+            # but the last, then reducer.prepare_for_backward). With DDP's defaults the reducer records
+            # each parameter once per micro-batch on the first step and its bucket rebuild fails
+            # ("rebuilt parameter indices size is not same as original model parameters size");
+            # static_graph=True runs but averages wrongly (its losses leave the reference at step 2).
+            # find_unused_parameters=True skips the bucket rebuild and matches the reference.
+            find_unused_parameters=job.layout.pp > 1,
         ))
     job.model_parts = wrapped
 

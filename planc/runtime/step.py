@@ -17,13 +17,15 @@ The logged loss is the same mean, made known to every rank with one all-reduce.
 
 from __future__ import annotations
 
-import math
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
 
+from planc.runtime.data import inputs_and_targets
 from planc.runtime.local_shards import as_dtensor
 from planc.runtime.model import loss_fn
+from planc.runtime.optim import grad_norm
 
 
 def train_step(job, batch: torch.Tensor) -> dict[str, float]:
@@ -31,22 +33,23 @@ def train_step(job, batch: torch.Tensor) -> dict[str, float]:
 
     Returns ``{"loss": ..., "grad_norm": ..., "lr": ...}`` (the same numbers on every rank).
     """
-    coords = job.coordinates
     rows = batch.shape[0] // job.layout.dp
-    local = batch[coords["dp"] * rows:(coords["dp"] + 1) * rows].to(job.device)
-    inputs, targets = local[:, :-1], local[:, 1:]
+    dp_rank = job.coordinates["dp"]
+    inputs, targets = inputs_and_targets(batch[dp_rank * rows:(dp_rank + 1) * rows].to(job.device))
 
-    job.optimizer.zero_grad(set_to_none=True)
+    for optimizer in job.optimizers:
+        optimizer.zero_grad(set_to_none=True)
     if job.schedule is not None:
         local_loss = _pipeline_forward_backward(job, inputs, targets)
     else:
         local_loss = _accumulate(job, inputs, targets)
     _sum_tied_gradients(job)
     loss = _global_mean_loss(job, local_loss)
-    lr = job.optimizer.param_groups[0]["lr"]
+    lr = job.lr_schedulers[0].get_last_lr()[0]
     grad_norm = clip_grad_norm(job, job.plan.train.grad_clip)
-    job.optimizer.step()
-    job.lr_scheduler.step()
+    for optimizer, scheduler in zip(job.optimizers, job.lr_schedulers):
+        optimizer.step()
+        scheduler.step()
     return {"loss": loss, "grad_norm": grad_norm, "lr": lr}
 
 
@@ -109,40 +112,36 @@ def _sum_tied_gradients(job) -> None:
         dist.all_reduce(local, group=tied.group)
 
 
+@torch.no_grad()
 def clip_grad_norm(job, max_norm: float) -> float:
-    """Clip the global gradient norm (over every parameter of every rank, each counted once) to ``max_norm``.
+    """Clip the global gradient norm (every parameter of every rank, each counted once) to ``max_norm``.
 
-    The norm of DTensor gradients (TP / FSDP shards) is reduced over their mesh by DTensor itself;
-    local tensor-parallel shards under DDP are viewed as the DTensors they are; the per-stage
-    squares are summed over the pipeline group; the tied embedding copy is not counted twice.
-    Returns the norm before clipping.
+    The norm is :func:`planc.runtime.optim.grad_norm` (DTensor shards reduced over their mesh,
+    stages summed over the pipeline group) of the gradients as the DTensors they are: a
+    tensor-parallel shard that DDP holds as a plain tensor is viewed through its DTensor spec, and
+    the last stage's copy of a tied embedding is left out. Returns the norm before clipping.
     """
     uncounted = {id(t.param) for t in job.tied_weights if not t.counted}
-    params = [p for p in job.local_parameters if p.grad is not None]
-    grads = []
-    for p in params:
-        if id(p) in uncounted:
+    views = []  # objects with a .grad, as grad_norm and clip_grads_with_norm_ expect
+    for p in job.local_parameters:
+        if p.grad is None:
             continue
         spec = job.local_shard_specs.get(p)
-        grads.append(as_dtensor(p.grad, spec) if spec is not None else p.grad)
-    squared = torch.zeros((), device=job.device, dtype=torch.float32)
-    for group in _by_mesh(grads):
-        norm = torch.nn.utils.get_total_norm(group, norm_type=2.0, foreach=None)
-        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
-        squared += norm.float() ** 2
-    if job.layout.pp > 1:
-        dist.all_reduce(squared, group=job.group("pp"))
-    total = squared.sqrt()
+        views.append(SimpleNamespace(grad=as_dtensor(p.grad, spec), counted=id(p) not in uncounted)
+                     if spec is not None else SimpleNamespace(grad=p.grad, counted=id(p) not in uncounted))
+    pp_group = job.group("pp") if job.layout.pp > 1 else None
+    total = grad_norm([v for v in views if v.counted], 2.0, pp_group)
     if max_norm > 0:
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=None)
-    value = float(total.item())
-    return value if math.isfinite(value) else float("nan")
+        for group in _by_mesh(views):
+            torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
+    return float(total.item())
 
 
-def _by_mesh(grads: list[torch.Tensor]) -> list[list[torch.Tensor]]:
-    """Group gradients by DTensor mesh (plain tensors together): a foreach norm needs one mesh."""
-    groups: dict[object, list[torch.Tensor]] = {}
-    for grad in grads:
-        key = (grad.device_mesh, grad.placements) if hasattr(grad, "device_mesh") else None
-        groups.setdefault(key, []).append(grad)
+def _by_mesh(views: list) -> list[list]:
+    """Group gradients by DTensor mesh and placements (plain tensors together): foreach kernels need one kind."""
+    groups: dict[object, list] = {}
+    for view in views:
+        grad = view.grad
+        key = (grad.device_mesh, tuple(grad.placements)) if hasattr(grad, "device_mesh") else None
+        groups.setdefault(key, []).append(view)
     return list(groups.values())

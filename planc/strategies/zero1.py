@@ -46,10 +46,17 @@ def apply(job, options: Options) -> None:
 
     job.after_init(lambda job: wrap_ddp(job, bucket_bytes=options.bucket))
 
-    def zero_optimizer(param_groups, optimizer_class, defaults):
+    def zero_optimizer(template):
+        """A ZeroRedundancyOptimizer with the plan optimizer's class, parameter groups and settings."""
+        import inspect
+
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
-        return ZeroRedundancyOptimizer(param_groups, optimizer_class=optimizer_class,
+        optimizer_class = type(template)
+        # Optimizer.defaults may hold entries the constructor does not take (AdamW's decoupled_weight_decay).
+        accepted = inspect.signature(optimizer_class.__init__).parameters
+        defaults = {k: v for k, v in template.defaults.items() if k in accepted}
+        return ZeroRedundancyOptimizer(template.param_groups, optimizer_class=optimizer_class,
                                        process_group=job.group("dp"), **defaults)
 
     job.optimizer_factory = zero_optimizer

@@ -1,0 +1,36 @@
+"""Compose a job from the strategy registry: what an emitted program spells out line by line.
+
+``compose(plan, layout)`` is the generic form of the program ``planc compile`` writes::
+
+    job = Job.create(plan, layout)
+    for strategy in registry.active(plan, layout):       # composition order (AFTER, topologically)
+        strategy.apply(job, strategy.options_for(plan))
+    job.init_weights()
+    job.build_optimizer()
+
+The emitted program names each strategy and its options instead of looping, so a reader sees
+exactly what runs; both go through the same ``apply`` functions.
+"""
+
+from __future__ import annotations
+
+from planc.runtime.job import Job
+from planc.spec import Layout, Plan
+from planc.spec.issues import SpecError
+
+
+def compose(plan: Plan, layout: Layout, *, registry=None, device=None) -> Job:
+    """A ready-to-train job: every active strategy applied in order, weights initialised, optimizer built."""
+    from planc.strategies.registry import load_registry
+
+    registry = registry if registry is not None else load_registry()
+    active = registry.active(plan, layout)
+    issues = registry.check(plan, layout)
+    if issues:
+        raise SpecError(issues)
+    job = Job.create(plan, layout, device=device)
+    for strategy in active:
+        strategy.apply(job, strategy.options_for(plan))
+    job.init_weights()
+    job.build_optimizer()
+    return job
