@@ -101,6 +101,19 @@ def _inner_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     return optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
 
 
+def _copy_hyperparameters(source: torch.optim.Optimizer, target: torch.optim.Optimizer) -> None:
+    """Copy lr, betas, ... group by group (ZeRO's outer groups mirror its local optimizer's)."""
+    if source is target:
+        return
+    if len(source.param_groups) != len(target.param_groups):
+        raise CheckpointError(
+            f"ZeRO optimizer has {len(source.param_groups)} parameter groups but its local optimizer "
+            f"{len(target.param_groups)}; cannot carry hyperparameters between them"
+        )
+    for src, dst in zip(source.param_groups, target.param_groups):
+        dst.update({key: value for key, value in src.items() if key != "params"})
+
+
 def _pairs(model_parts: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer]):
     if isinstance(model_parts, nn.Module):
         model_parts = [model_parts]
@@ -230,6 +243,9 @@ def save_checkpoint(
 ) -> Path:
     """Save after ``step`` finished optimizer steps; collective (every rank calls it). Returns the directory."""
     pairs = _pairs(model_parts, optimizers)
+    for _, optimizer in pairs:
+        # ZeRO updates its local optimizer's lr only inside step(); the scheduler has moved on since.
+        _copy_hyperparameters(optimizer, _inner_optimizer(optimizer))
     final = step_dir(directory, step)
     tmp = final.with_name(final.name + ".tmp")
     if _is_writer():
@@ -320,6 +336,7 @@ def load_checkpoint(
         set_model_state_dict(part, {k: state["model"][k] for k in model_keys})
         optim_state = {k: state["optim"][k] if k in state["optim"] else optim_values[k] for k in optim_keys}
         set_optimizer_state_dict(part, _inner_optimizer(optimizer), optim_state, options=OPTIM_OPTIONS)
+        _copy_hyperparameters(_inner_optimizer(optimizer), optimizer)
     for scheduler, scheduler_state in zip(lr_schedulers, metadata["lr_schedulers"]):
         scheduler.load_state_dict(_fit_scheduler_state(scheduler_state, scheduler.state_dict(), path))
     return metadata

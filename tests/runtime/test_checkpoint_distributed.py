@@ -1,13 +1,14 @@
 """DCP checkpoints across layouts, checked against the single-process reference trainer.
 
 One 2-process gloo launch:
+  0. DDP + ZeRO-1 (ZeroRedundancyOptimizer, dp = 2) trains steps 1-2 and saves step 2 elsewhere;
   1. FSDP2 (dp = 2) trains steps 1-2 -- its losses equal the reference -- and saves step 2;
   2. a tensor-parallel model (tp = 2) loads that checkpoint (dim-0 FSDP shards -> column/row TP
      shards, Adam moments included) and trains steps 3-4: the reference's losses again;
   3. clip_grad_norm_ over a parameter set split between the two ranks (as pipeline stages) with
      ``pp_group`` equals torch's norm over the whole set.
-Then this process (world size 1, no process group) resumes the same checkpoint with the reference
-trainer and must reproduce the uninterrupted run's steps 3-4.
+Then this process (world size 1, no process group) resumes both checkpoints with the reference
+trainer (plain AdamW over the whole model) and must reproduce the uninterrupted run's steps 3-4.
 """
 
 import pytest
@@ -56,16 +57,18 @@ def _train_steps(model, optimizer, scheduler, plan, steps, dp_rank, dp):
     return losses
 
 
-def _ranks(rank: int, world_size: int, plan_json: str, ckpt_dir: str, reference: list[float]) -> None:
+def _ranks(rank: int, world_size: int, plan_json: str, ckpt_dir: str, zero_dir: str, reference: list[float]) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     from planc.runtime.checkpoint import load_checkpoint, save_checkpoint
     from planc.runtime.model import build_model, init_weights, loss_fn
-    from planc.runtime.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_
+    from planc.runtime.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_, parameter_groups
 
     plan = Plan.from_json(plan_json)
     mesh = init_device_mesh("cpu", (world_size,))
@@ -75,6 +78,19 @@ def _ranks(rank: int, world_size: int, plan_json: str, ckpt_dir: str, reference:
         init_weights(model, plan.train.seed)
         optimizer = build_optimizer(model.parameters(), plan.train)
         return model, optimizer, build_lr_scheduler(optimizer, plan.train)
+
+    # 0. DDP + ZeRO-1 over dp = 2: each rank keeps Adam states of its share of the parameters only.
+    bare = build_model(plan.model)
+    init_weights(bare, plan.train.seed)
+    t = plan.train
+    decayed, not_decayed = parameter_groups(bare.parameters(), t.weight_decay)  # what build_optimizer uses
+    zero = ZeroRedundancyOptimizer(decayed["params"], optimizer_class=torch.optim.AdamW, lr=t.lr,
+                                   betas=(t.beta1, t.beta2), weight_decay=decayed["weight_decay"])
+    zero.add_param_group(not_decayed)
+    zero_sched = build_lr_scheduler(zero, t)
+    losses = _train_steps(DistributedDataParallel(bare), zero, zero_sched, plan, range(0, 2), rank, world_size)
+    assert max(abs(a - b) for a, b in zip(losses, reference[:2])) < TOL, (losses, reference[:2])
+    save_checkpoint(zero_dir, 2, [bare], [zero], [zero_sched])
 
     # 1. FSDP2 over dp = 2, steps 1-2, then a checkpoint.
     fsdp = build_model(plan.model, device="meta")
@@ -125,11 +141,12 @@ def _ranks(rank: int, world_size: int, plan_json: str, ckpt_dir: str, reference:
 @pytest.mark.dist
 def test_checkpoint_moves_between_fsdp_tp_and_one_process(tmp_path):
     plan = make_plan()
-    ckpt = tmp_path / "checkpoints"
+    ckpt, zero_ckpt = tmp_path / "checkpoints", tmp_path / "zero"
     uninterrupted = train_reference(plan)
-    run_gloo(_ranks, 2, plan.to_json(), str(ckpt), uninterrupted.losses)
-    # 4. One process, no process group: resume the FSDP checkpoint in the reference trainer.
-    resumed = train_reference(plan, checkpoint_dir=ckpt)
-    assert resumed.first_step == 2
-    assert max(abs(a - b) for a, b in zip(resumed.losses, uninterrupted.losses[2:])) < TOL
-    assert [p.name for p in sorted(ckpt.iterdir())] == ["step-00000002", "step-00000004"]
+    run_gloo(_ranks, 2, plan.to_json(), str(ckpt), str(zero_ckpt), uninterrupted.losses)
+    # 4. One process, no process group: resume each checkpoint in the reference trainer.
+    for directory in (ckpt, zero_ckpt):
+        resumed = train_reference(plan, checkpoint_dir=directory)
+        assert resumed.first_step == 2
+        assert max(abs(a - b) for a, b in zip(resumed.losses, uninterrupted.losses[2:])) < TOL, directory.name
+        assert [p.name for p in sorted(directory.iterdir())] == ["step-00000002", "step-00000004"]
