@@ -56,6 +56,8 @@ def train_reference(
 ) -> ReferenceRun:
     """Train ``plan``'s model to ``steps`` optimizer steps (default ``plan.train.steps``) in one process.
 
+    The LR schedule always follows ``plan.train.steps``, so a shorter run is a prefix of the full one.
+
     ``checkpoint_dir``: save there every ``plan.checkpoint.every`` steps (keeping ``keep``) and resume
     from the newest complete checkpoint in it. ``on_step(step, loss)`` is called after each step
     (1-based count of finished steps).
