@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Iterable
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -109,8 +107,13 @@ class Attention(nn.Module):
         if rope is not None:
             q, k = apply_rope(q, rope), apply_rope(k, rope)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [b, heads, s, head_dim]
-        # Grouped-query attention (Ainslie et al. 2023): query head i reads kv head i // (heads/kv_heads),
-        # which is what enable_gqa does inside the fused kernel (no materialised copy of K and V).
+        # Grouped-query attention (Ainslie et al. 2023): query head i reads kv head i // (heads/kv_heads).
+        # In bf16/fp16 SDPA's flash kernel does that itself (enable_gqa). In fp32 only the unfused math
+        # kernel accepts unequal head counts (O(s^2) memory; pytorch/pytorch#139586), so the kv heads are
+        # repeated first and the memory-efficient kernel stays eligible.
+        repeats = q.shape[1] // k.shape[1]
+        if repeats > 1 and q.dtype not in (torch.bfloat16, torch.float16):
+            k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
@@ -297,13 +300,9 @@ def init_weights(model: nn.Module, seed: int, spec: ModelSpec | None = None) -> 
 
 
 def _find_spec(model: nn.Module) -> ModelSpec:
-    for module in _modules_of(model):
+    """The spec of the (possibly wrapped) Transformer inside ``model``."""
+    for module in model.modules():
         spec = getattr(module, "spec", None)
         if isinstance(spec, ModelSpec):
             return spec
     raise ValueError("init_weights needs the ModelSpec: pass spec=... (the model has no .spec attribute)")
-
-
-def _modules_of(model: nn.Module) -> Iterable[nn.Module]:
-    yield model
-    yield from model.modules()

@@ -15,7 +15,9 @@ import torch.multiprocessing as mp
 
 
 def _entry(rank: int, fn: Callable[..., Any], world_size: int, init_file: str, args: tuple) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)  # N processes share few cores; more threads each only contend
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:
         fn(rank, world_size, *args)

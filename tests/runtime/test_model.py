@@ -214,3 +214,18 @@ def test_canonical_name_strips_wrappers():
 def test_init_refuses_meta_parameters():
     with pytest.raises(ValueError, match="to_empty"):
         init_weights(build_model(spec(**GPT_LIKE), device="meta"), 0)
+
+
+def test_gqa_in_bf16_uses_the_fused_path_and_agrees_with_fp32():
+    # bf16 takes SDPA's enable_gqa path; fp32 repeats the kv heads first. Same maths, bf16 precision.
+    s = spec(**LLAMA_LIKE)
+    model = build_model(s)
+    init_weights(model, seed=2)
+    attn = model.layers["0"].attention
+    x = torch.randn(2, s.seq_len, s.hidden, generator=torch.Generator().manual_seed(0))
+    rope = rope_table(s.seq_len, s.head_dim, s.rope_theta)
+    fp32 = attn(x, rope)
+    bf16 = attn.to(torch.bfloat16)(x.bfloat16(), rope).float()
+    # bf16 keeps 8 significant bits: relative error ~2^-8 = 0.4% per rounding, a few roundings deep.
+    # (A wrong query-to-kv head mapping would give an O(1) relative error.)
+    assert ((bf16 - fp32).norm() / fp32.norm()).item() < 0.02
