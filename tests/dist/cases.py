@@ -23,11 +23,13 @@ FAMILIES = {
 }
 
 
-def make_plan(world: int, family: str, *, layers: int = 4, tie: bool = False, precision: str = "fp32") -> Plan:
+def make_plan(world: int, family: str, *, layers: int = 4, tie: bool = False, precision: str = "fp32",
+              uses: tuple = ()) -> Plan:
     model = dict(layers=layers, hidden=32, heads=4, vocab=96, vocab_multiple=32, seq_len=16,
                  tie_embeddings=tie, **FAMILIES[family])
     train = dict(global_batch=GLOBAL_BATCH, precision=precision, lr=1e-2, warmup_steps=1, steps=STEPS, seed=7)
-    return build_plan({"model": model, "hardware": {"device": "cpu", "per_node": world}, "train": train})
+    return build_plan({"model": model, "hardware": {"device": "cpu", "per_node": world}, "train": train,
+                       "uses": [{"name": name, "options": options} for name, options in uses]})
 
 
 def make_layout(**fields) -> Layout:
@@ -36,8 +38,9 @@ def make_layout(**fields) -> Layout:
     return Layout(**values)
 
 
-def case(name, world, family="gpt", *, layers=4, tie=False, precision="fp32", **layout) -> dict:
-    return {"name": name, "world": world, "plan": make_plan(world, family, layers=layers, tie=tie, precision=precision),
+def case(name, world, family="gpt", *, layers=4, tie=False, precision="fp32", uses=(), **layout) -> dict:
+    plan = make_plan(world, family, layers=layers, tie=tie, precision=precision, uses=uses)
+    return {"name": name, "world": world, "plan": plan,
             "layout": make_layout(**layout), "steps": STEPS,
             "tolerance": BF16_TOLERANCE if precision == "bf16" else FP32_TOLERANCE}
 
@@ -57,6 +60,8 @@ CASES = [
     case("pp2-interleaved-selective", 2, "gpt", pp=2, schedule="interleaved", virtual_stages=2, micro_batch=2,
          recompute="selective"),
     case("pp2-zero-bubble", 2, "llama", pp=2, schedule="zero-bubble", virtual_stages=2, micro_batch=2),
+    case("pp2-zbv", 2, "gpt", pp=2, schedule="zero-bubble", virtual_stages=2, micro_batch=2,
+         uses=(("pipeline", {"zero_bubble": "zbv"}),)),
     case("pp2-1f1b-tied", 2, "gpt", tie=True, pp=2, schedule="1f1b", micro_batch=2),
     case("bf16-ddp2", 2, "llama", precision="bf16", dp=2, micro_batch=2),
     case("bf16-zero3x2", 2, "gpt", precision="bf16", dp=2, zero=3),
@@ -66,6 +71,8 @@ CASES = [
     case("tp2-dp2-zero3-selective", 4, "gpt", tp=2, dp=2, zero=3, recompute="selective"),
     case("pp2-dp2-ddp-1f1b-full", 4, "llama", pp=2, dp=2, schedule="1f1b", micro_batch=2, recompute="full"),
     case("pp2-dp2-zero2-interleaved", 4, "gpt", pp=2, dp=2, zero=2, schedule="interleaved", virtual_stages=2,
+         micro_batch=1),
+    case("pp2-dp2-zero2-zero-bubble", 4, "llama", pp=2, dp=2, zero=2, schedule="zero-bubble", virtual_stages=2,
          micro_batch=1),
     case("pp2-tp2-1f1b-sp-selective", 4, "llama", pp=2, tp=2, schedule="1f1b", sequence_parallel=True,
          micro_batch=2, recompute="selective"),

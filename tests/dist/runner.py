@@ -28,9 +28,37 @@ def run_case(case: dict) -> dict:
     layout = Layout(**case["layout"])
     began = time.perf_counter()
     job = compose(plan, layout)
+    facts = gather_facts(job)
     records = train(job, steps=case["steps"], quiet=True)
     return {"losses": [r["loss"] for r in records], "grad_norms": [r["grad_norm"] for r in records],
-            "seconds": time.perf_counter() - began}
+            "seconds": time.perf_counter() - began, "facts": facts}
+
+
+def gather_facts(job) -> dict:
+    """What the composition built on this rank (rank 0 reports it): evidence each strategy really applied."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+
+    parts = job.unwrapped_parts()
+    wrappers = [m for part in parts for m in part.modules() if isinstance(m, CheckpointWrapper)]
+    selective = [w for w in wrappers if w.checkpoint_fn.keywords.get("context_fn") is not None]
+    return {
+        "part_types": sorted({type(p).__name__ for p in job.model_parts}),
+        "fsdp": any(isinstance(m, FSDPModule) for part in parts for m in part.modules()),
+        "stages": job.stage_indices,
+        "schedule": type(job.schedule).__name__ if job.schedule is not None else None,
+        "layers": sum(len(part.layers) for part in parts),
+        "checkpointed_blocks": len(wrappers),
+        "selective_blocks": len(selective),
+        "dtensor_params": sum(isinstance(p, DTensor) for p in job.local_parameters),
+        "local_shards": len(job.local_shard_specs),
+        "optimizer": type(job.optimizers[0]).__name__,
+        "autocast": str(job.autocast_dtype) if job.autocast_dtype is not None else None,
+        "mp_policy": job.mp_policy is not None,
+        "loss_parallel": job.loss_parallel,
+        "tied_copies": len(job.tied_weights),
+    }
 
 
 def main(cases_path: str, results_path: str) -> int:
