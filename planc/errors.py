@@ -89,10 +89,12 @@ def render_error(
 def _source_line(source: str | None, line: int, max_width: int = 200) -> str | None:
     if source is None or line < 1:
         return None
-    all_lines = source.splitlines()
+    # Lines end at "\n" only, as the lexer counts them (str.splitlines also splits at \f, \x1c,
+    # \u2028, ..., which would quote the wrong line).
+    all_lines = source.split("\n")
     if line > len(all_lines):
         return None
-    text = all_lines[line - 1]
+    text = all_lines[line - 1].rstrip("\r")
     # A printable, bounded excerpt: binary junk or a 10 MB single line must not flood the terminal.
     text = "".join(ch if ch.isprintable() or ch == "\t" else "?" for ch in text[:max_width])
     return text

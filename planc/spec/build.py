@@ -106,7 +106,8 @@ def build_plan(
         try:
             section = model_cls.model_validate(values)
         except ValidationError as exc:
-            issues += [i for i in _translate(block, values, model_cls, exc) if not _about_dropped(i, bad_keys)]
+            issues += [i for i in _translate(block, values, model_cls, exc)
+                       if not _about_dropped(i, bad_keys) and not _follows_from(i, block, block_issues, exc)]
         else:
             if not block_issues:
                 sections[block] = section
@@ -227,9 +228,9 @@ def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
         name = item.get("name")
         if known_strategies is not None and name not in known_strategies:
             issues.append(SpecIssue(("uses", index, "name"), f"unknown strategy plugin '{name}'",
-                                    (did_you_mean(name, known_strategies) or "")
-                                    + " (run `planc plugins` to list installed strategies; "
-                                    "a third-party strategy must be pip-installed)"))
+                                    ((did_you_mean(name, known_strategies) or "")
+                                     + " (run `planc plugins` to list installed strategies; "
+                                     "a third-party strategy must be pip-installed)").strip()))
             continue
         if name in seen:
             issues.append(SpecIssue(("uses", index, "name"), f"strategy '{name}' is used twice",
@@ -239,6 +240,23 @@ def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
         options = {k: (v.value if isinstance(v, Quantity) else v) for k, v in item.get("options", {}).items()}
         uses.append(PluginUse(name=name, options=options))
     return uses
+
+
+#: Keys whose default is computed from another key: missing only because that one is.
+_DEFAULT_FROM = {"ffn": "hidden", "kv_heads": "heads"}
+
+
+def _follows_from(issue: SpecIssue, block: str, block_issues: list[SpecIssue], exc: ValidationError) -> bool:
+    """A "missing key" issue that another issue already explains: the key was misspelled
+    ("unknown key 'hiden' - did you mean 'hidden'?"), or its default comes from a key that is
+    itself missing or invalid (ffn from hidden)."""
+    if not issue.message.startswith(f"the {block} block is missing '"):
+        return False
+    key = issue.message.split("'")[1]
+    if any(f"did you mean '{key}'?" in (other.hint or "") for other in block_issues):
+        return True
+    source = _DEFAULT_FROM.get(key)
+    return source is not None and any(err["loc"][:1] == (source,) for err in exc.errors())
 
 
 def _about_dropped(issue: SpecIssue, dropped: set) -> bool:
