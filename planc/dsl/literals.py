@@ -43,9 +43,9 @@ def parse_number(text: str) -> int | float:
         exact = Decimal(text.replace("_", ""))
     except InvalidOperation:  # pragma: no cover - NUMBER_RE admits only what Decimal reads
         raise LiteralError(f"'{text}' is not a valid number", None, 0, len(text)) from None
-    if exact and abs(exact.adjusted()) > MAX_EXPONENT:
-        raise LiteralError(f"the number {text} is out of range", f"numbers must lie within 1e-{MAX_EXPONENT} "
-                           f"and 1e{MAX_EXPONENT}", 0, len(text))
+    if exact and not -MAX_EXPONENT <= exact.adjusted() < MAX_EXPONENT:
+        raise LiteralError(f"the number {text} is out of range", f"numbers must lie between 1e-{MAX_EXPONENT} "
+                           f"and 1e{MAX_EXPONENT} in size", 0, len(text))
     if "." not in text and exact == exact.to_integral_value():
         return int(exact)
     return float(exact)
@@ -82,7 +82,7 @@ def _looks_numeric(text: str) -> bool:
     return bool(re.fullmatch(r"[0-9_.]+(?:[eE][-+]?[0-9_.]*)?", text))
 
 
-_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "n": "\n", "t": "\t", "r": "\r", "0": "\0"}
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "n": "\n", "t": "\t", "r": "\r"}
 _ESCAPE_RE = re.compile(r"\\(u[0-9A-Fa-f]{4}|.)", re.DOTALL)
 
 
@@ -105,7 +105,11 @@ def parse_string(raw: str) -> str:
             raise LiteralError(f"unknown escape sequence '\\{code}' in a string", hint, offset, 1 + len(code))
         position = match.end()
     out.append(inner[position:])
-    return "".join(out)
+    text = "".join(out)
+    if "\0" in text:  # no path or name holds one, and the OS rejects it in file names
+        offset = raw.find("\0") if "\0" in raw else raw.lower().find("\\u0000")
+        raise LiteralError("a string cannot contain a NUL character", "remove it", max(offset, 0), 1)
+    return text
 
 
 #: Common ways of writing a unit that planc spells differently.
@@ -159,6 +163,13 @@ def _case_order(unit: str) -> tuple[bool, str]:
 
 
 QUANTITY_SPLIT_RE = re.compile(r"([-+]?[0-9][0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9_]+)?)([ \t]*)(.*)", re.DOTALL)
+
+
+def check_quantity_range(number: int | float, unit: str, text: str) -> None:
+    """A quantity must be a finite float in base units (80 GiB -> 85899345920.0)."""
+    if abs(number) >= 10.0**MAX_EXPONENT / UNITS[unit][1]:
+        raise LiteralError(f"the quantity {text} is out of range", f"a quantity must stay below 1e{MAX_EXPONENT} "
+                           "in base units (bytes, bytes/s, FLOP/s, seconds)", 0, len(text))
 
 
 def split_quantity(text: str) -> tuple[str, int, str]:

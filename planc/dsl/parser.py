@@ -23,7 +23,15 @@ from lark.exceptions import UnexpectedInput, VisitError
 
 from planc.dsl import ast
 from planc.dsl.comments import attach_comments
-from planc.dsl.literals import LiteralError, check_unit, parse_atom, parse_number, parse_string, split_quantity
+from planc.dsl.literals import (
+    LiteralError,
+    check_quantity_range,
+    check_unit,
+    parse_atom,
+    parse_number,
+    parse_string,
+    split_quantity,
+)
 from planc.errors import PlanError, PlanErrors, SourceLocation
 
 
@@ -187,6 +195,7 @@ class ToAst(Transformer):
                                    0, len(token))
             number = parse_number(number_text)
             check_unit(unit)
+            check_quantity_range(number, unit, str(token))
         except LiteralError as problem:
             self.fail(token, problem, base_offset=unit_offset if problem.message.startswith("unknown unit") else 0)
             return ast.Word(value=str(token), **_span(token))

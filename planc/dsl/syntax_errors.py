@@ -297,8 +297,9 @@ def _unexpected_character(ctx: Context) -> PlanError | None:
         return ctx.make("unexpected ';'", "entries need no separator: put them on separate lines "
                         "or separate them with spaces")
     following = ctx.text[ctx.error.pos_in_stream + 1:ctx.error.pos_in_stream + 40].lstrip(" \t")
-    if char in "+-" and following[:1].isdigit():
-        number = re.match(r"[0-9_.eE]+", following).group()
+    number = re.match(r"[0-9][0-9_.eE]*", following)  # ASCII digits: '³'.isdigit() is true
+    if char in "+-" and number:
+        number = number.group()
         return ctx.make(f"a '{char}' must stand right before its number", f"write {char}{number}, not {char} {number}")
     if char == "\\":
         return ctx.make("unexpected '\\' outside a string", "a backslash may only appear inside \"...\"")

@@ -136,6 +136,10 @@ def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | No
         issues.append(SpecIssue(("model", "preset"), "a model block takes either 'from' or 'preset', not both",
                                 "keep one source of the architecture and override keys after it"))
         return None
+    for key, example in (("preset", '"llama3-8b"'), ("from", '"config.json"')):
+        if key in values and not isinstance(values[key], str):
+            issues.append(SpecIssue(("model", key), f"{key} must be a quoted string, e.g. {key} = {example}"))
+            return None
     base: dict[str, Any] = {}
     if "preset" in values:
         name = values.pop("preset")
@@ -171,7 +175,13 @@ def _resolve_data_path(values: dict, base_dir: FsPath, issues: list[SpecIssue]) 
         return values
     path = FsPath(data)
     path = path if path.is_absolute() else (base_dir / path)
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except (OSError, ValueError) as exc:  # a NUL byte, a name too long for the file system
+        issues.append(SpecIssue(("train", "data"), f"cannot use {data!r} as a data path: {exc}",
+                                'give a text file (path relative to the .plan file) or data = "synthetic"'))
+        return values
+    if not is_file:
         issues.append(SpecIssue(("train", "data"), f"data file not found: {path}",
                                 'give a text file (path relative to the .plan file) or data = "synthetic"'))
         return values
@@ -210,6 +220,9 @@ def _unit_example(kind: str) -> str:
 
 def _check_device(values: dict) -> list[SpecIssue]:
     device = values.get("device")
+    if device is not None and not isinstance(device, str):
+        return [SpecIssue(("hardware", "device"), "device must be a device name in quotes",
+                          'e.g. device = "A100-80GB"; ' + one_of(HARDWARE_PRESETS))]
     if not isinstance(device, str) or device in HARDWARE_PRESETS:
         return []
     missing = [k for k in CUSTOM_DEVICE_REQUIRED if k not in values]
