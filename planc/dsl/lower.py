@@ -128,8 +128,8 @@ def locate(issue: SpecIssue, lowered: Lowered) -> PlanError:
         location = table.get(prefix) or lowered.values.get(prefix)
         if location is not None:
             break
-    if location is None:  # the plan as a whole (e.g. a block is missing): its first line
-        location = SourceLocation(lowered.plan_file.filename, 1, 1)
+    if location is None:  # about the plan as a whole (a block is missing): file:1:1, no line quoted
+        return PlanError(issue.message, location=SourceLocation(lowered.plan_file.filename, 1, 1), hint=issue.hint)
     return PlanError(issue.message, location=location, hint=issue.hint, source=lowered.plan_file.source)
 
 

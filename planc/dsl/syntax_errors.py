@@ -73,7 +73,7 @@ def scan(text: str, stop: int | None = None) -> list[Tok]:
     stop = len(text) if stop is None else stop
     tokens, line, line_start, position = [], 1, 0, 0
     while position < stop:
-        match = _SCAN_RE.match(text, position)
+        match = _SCAN_RE.match(text, position, stop)
         if match is None:  # a character no pattern takes (e.g. a lone backslash-newline): skip it
             position += 1
             continue
@@ -289,10 +289,17 @@ def _unexpected_character(ctx: Context) -> PlanError | None:
         return ctx.make("unterminated string: the closing '\"' is missing",
                         "a string must end on the line where it starts; add '\"' after the text",
                         ctx.here(rest))
+    rest_of_line = line_text[ctx.error.column:]
     if char == "'":
-        return ctx.make("strings use double quotes, not single quotes", "write \"...\" instead of '...'")
+        closing = rest_of_line.find("'")
+        if closing < 0:
+            return ctx.make("strings use double quotes, not single quotes", "write \"...\" instead of '...'")
+        inner = rest_of_line[:closing]
+        return ctx.make("strings use double quotes, not single quotes", f'write "{inner}"', ctx.here(closing + 2))
     if char == ":":
-        return ctx.make("expected '=', found ':'", "keys and values are joined with '=', e.g. layers = 4")
+        key = ctx.previous()
+        example = f"{key.text} = {rest_of_line.split('#')[0].strip() or '...'}" if key else "layers = 4"
+        return ctx.make("expected '=', found ':'", f"keys and values are joined with '=': {example}")
     if char == ";":
         return ctx.make("unexpected ';'", "entries need no separator: put them on separate lines "
                         "or separate them with spaces")
@@ -334,9 +341,8 @@ def _missing_close_before(ctx: Context, name: Tok) -> PlanError:
     blocks, _ = open_blocks(ctx.before[:-1])
     if blocks:
         opened = blocks[-1]
-        return ctx.make(f"missing '}}': the {opened.name} block (line {opened.brace.line}) is not closed "
-                        f"before the {name.text} block starts",
-                        f"add '}}' on the line before line {name.line}", ctx.at(name))
+        return ctx.make(f"missing '}}': the {opened.name} block (opened at line {opened.brace.line}) is not "
+                        f"closed before the {name.text} block", f"add '}}' before line {name.line}", ctx.at(name))
     return ctx.make(f"unexpected '{{' after '{name.text}'", None)
 
 

@@ -17,6 +17,7 @@ file), field validation, cross-field checks — and collects every problem as a
 
 from __future__ import annotations
 
+import re
 from pathlib import Path as FsPath
 from typing import Any, Collection
 
@@ -256,20 +257,20 @@ def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
 
 
 #: Keys whose default is computed from another key: missing only because that one is.
-_DEFAULT_FROM = {"ffn": "hidden", "kv_heads": "heads"}
+_DEFAULT_FROM = {"ffn": ("hidden", "mlp"), "kv_heads": ("heads",)}
 
 
 def _follows_from(issue: SpecIssue, block: str, block_issues: list[SpecIssue], exc: ValidationError) -> bool:
     """A "missing key" issue that another issue already explains: the key was misspelled
     ("unknown key 'hiden' - did you mean 'hidden'?"), or its default comes from a key that is
-    itself missing or invalid (ffn from hidden)."""
+    itself missing or invalid (ffn from hidden and mlp)."""
     if not issue.message.startswith(f"the {block} block is missing '"):
         return False
     key = issue.message.split("'")[1]
     if any(f"did you mean '{key}'?" in (other.hint or "") for other in block_issues):
         return True
-    source = _DEFAULT_FROM.get(key)
-    return source is not None and any(err["loc"][:1] == (source,) for err in exc.errors())
+    sources = _DEFAULT_FROM.get(key, ())
+    return any(err["loc"][:1] in [(source,) for source in sources] for err in exc.errors())
 
 
 def _about_dropped(issue: SpecIssue, dropped: set) -> bool:
@@ -338,8 +339,8 @@ def _hint_for(value: Any, errors: list[dict]) -> str | None:
 def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"' if value != "auto" else "auto"
+    if isinstance(value, str):  # a bare word (gelu, 1f1b) as written; other text in quotes
+        return value if re.fullmatch(r"[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*", value) else f'"{value}"'
     return repr(value) if not isinstance(value, (int, float)) else f"{value:g}" if isinstance(value, float) else str(value)
 
 
