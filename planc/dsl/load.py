@@ -24,7 +24,7 @@ from planc.spec import Plan
 from planc.strategies.api import ENTRY_POINT_GROUP, RESTRICT_ENV
 
 #: A plan is a few dozen lines; anything this large is not one (and is not read whole).
-MAX_PLAN_BYTES = 1 << 20
+MAX_PLAN_BYTES = 256 * 1024
 
 
 def known_strategies() -> frozenset[str]:

@@ -154,14 +154,24 @@ def build(
                 continue  # already reported as the misspelled block
             errors.append(locate(issue, lowered))
     if errors:
-        raise PlanErrors(_in_source_order(errors))
+        raise PlanErrors(in_source_order(errors))
     assert plan is not None
     return plan
 
 
-def _in_source_order(errors: list[PlanError]) -> list[PlanError]:
+#: More errors than this in one file are summarised, not listed (a wrong file, not a wrong plan).
+MAX_ERRORS_SHOWN = 50
+
+
+def in_source_order(errors: list[PlanError]) -> list[PlanError]:
+    """Errors sorted by position, duplicates dropped, the list cut at MAX_ERRORS_SHOWN."""
     unique: dict[tuple, PlanError] = {}
     for error in errors:
         loc = error.location
         unique.setdefault((loc.line, loc.col, error.message) if loc else (0, 0, error.message), error)
-    return sorted(unique.values(), key=lambda e: (e.location.line, e.location.col) if e.location else (0, 0))
+    ordered = sorted(unique.values(), key=lambda e: (e.location.line, e.location.col) if e.location else (0, 0))
+    if len(ordered) > MAX_ERRORS_SHOWN:
+        rest = len(ordered) - MAX_ERRORS_SHOWN
+        ordered = ordered[:MAX_ERRORS_SHOWN] + [PlanError(f"... and {rest:,} more problems in this file",
+                                                          hint="fix the ones above first")]
+    return ordered

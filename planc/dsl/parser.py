@@ -80,26 +80,17 @@ def parse(text: str, filename: str = "<plan>") -> ast.PlanFile:
     plan = attach_comments(plan, comments)
     errors = builder.errors + find_duplicates(plan)
     if errors:
-        raise PlanErrors(sorted(errors, key=_error_order))
+        from planc.dsl.lower import in_source_order
+
+        raise PlanErrors(in_source_order(errors))
     return plan
 
 
-def _error_order(error: PlanError) -> tuple[int, int]:
-    return (error.location.line, error.location.col) if error.location else (0, 0)
-
-
 def _span(first: Any, last: Any | None = None) -> dict[str, int]:
-    """Position keywords for a node from its first and last token or node."""
+    """Position keywords for a node from its first and last token or node (both carry
+    ``line``/``column``/``end_line``/``end_column`` with the same meaning)."""
     last = first if last is None else last
-    if isinstance(first, Token):
-        line, column = first.line, first.column
-    else:
-        line, column = first.line, first.column
-    if isinstance(last, Token):
-        end_line, end_column = last.end_line, last.end_column
-    else:
-        end_line, end_column = last.end_line, last.end_column
-    return dict(line=line, column=column, end_line=end_line, end_column=end_column)
+    return dict(line=first.line, column=first.column, end_line=last.end_line, end_column=last.end_column)
 
 
 class ToAst(Transformer):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dsl.conftest import HERE, run_cli
+from .helpers import HERE, run_cli
 
 CASES = sorted(p.stem for p in (HERE / "errors").glob("*.plan"))
 

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 
 from planc.dsl import ast, format_plan, parse
 from planc.dsl.lower import value_of
-from tests.dsl.conftest import EXAMPLE_PLANS, run_cli
-from tests.dsl.plan_strategies import plan_texts
+from .helpers import EXAMPLE_PLANS, run_cli
+from .plan_strategies import plan_texts
 
 EXAMPLES = int(os.environ.get("PLANC_FUZZ_EXAMPLES", "150"))
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planc.dsl.syntax_errors import scan
-from tests.dsl.conftest import EXAMPLE_PLANS, run_cli
+from .helpers import EXAMPLE_PLANS, run_cli
 
 N = int(os.environ.get("PLANC_FUZZ_EXAMPLES", "150"))
 SEEDS = [path.read_text() for path in EXAMPLE_PLANS]

@@ -9,7 +9,7 @@ import pytest
 from planc.dsl import load_plan
 from planc.dsl.load import MAX_PLAN_BYTES, known_strategies
 from planc.errors import PlanError
-from tests.dsl.conftest import EXAMPLE_PLANS, PLANS, run_cli
+from .helpers import EXAMPLE_PLANS, PLANS, run_cli
 
 EXPECTED_SUMMARIES = {
     # model name, parameters (3 significant digits), devices: from each plan and the presets.

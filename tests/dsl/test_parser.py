@@ -8,7 +8,7 @@ from lark import Token, Tree
 from planc.dsl import ast, parse
 from planc.dsl.parser import ToAst, lark_parser
 from planc.errors import PlanError, PlanErrors
-from tests.dsl.conftest import EXAMPLE_PLANS
+from .helpers import EXAMPLE_PLANS
 
 EVERYTHING = '''
 # every construct of the language
