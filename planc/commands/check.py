@@ -40,11 +40,14 @@ def run(args: argparse.Namespace) -> int:
         for note in plan.notes:
             print(f"{name}: note: {note}", file=info)
         if args.json:
-            documents.append(json.loads(plan.to_json()))
+            documents.append(plan.to_json())
         else:
             print(f"{name}: ok — {summary(plan)}", file=info)
     if args.json and documents:
-        print(json.dumps(documents[0] if len(args.files) == 1 else documents, indent=2))
+        if len(args.files) == 1:
+            print(documents[0])
+        else:
+            print(json.dumps([json.loads(document) for document in documents], indent=2))
     return 1 if failed else 0
 
 

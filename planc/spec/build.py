@@ -251,7 +251,7 @@ def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
                                     "merge the options into one use block"))
             continue
         seen.add(name)
-        options = {k: (v.value if isinstance(v, Quantity) else v) for k, v in item.get("options", {}).items()}
+        options = {k: _base_units(v) for k, v in item.get("options", {}).items()}
         uses.append(PluginUse(name=name, options=options))
     return uses
 
@@ -271,6 +271,13 @@ def _follows_from(issue: SpecIssue, block: str, block_issues: list[SpecIssue], e
         return True
     sources = _DEFAULT_FROM.get(key, ())
     return any(err["loc"][:1] in [(source,) for source in sources] for err in exc.errors())
+
+
+def _base_units(value: Any) -> Any:
+    """Plugin options get quantities as numbers in base units, in lists too."""
+    if isinstance(value, list):
+        return [_base_units(item) for item in value]
+    return value.value if isinstance(value, Quantity) else value
 
 
 def _about_dropped(issue: SpecIssue, dropped: set) -> bool:
@@ -341,6 +348,10 @@ def _show(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str):  # a bare word (gelu, 1f1b) as written; other text in quotes
         return value if re.fullmatch(r"[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*", value) else f'"{value}"'
+    if isinstance(value, Quantity):
+        return value.text or f"{value.value:g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(item) for item in value) + "]"
     return repr(value) if not isinstance(value, (int, float)) else f"{value:g}" if isinstance(value, float) else str(value)
 
 

@@ -88,3 +88,11 @@ def test_all_problems_of_a_file_are_reported_together_in_source_order():
     assert [(e.location.line, e.location.col) for e in caught.value.errors] == [(1, 32), (2, 1), (3, 24), (3, 39)]
     # the unknown block 'hardwre' is not reported a second time as "the plan has no hardware block"
     assert not any("no hardware block" in e.message for e in caught.value.errors)
+
+
+def test_plugin_options_get_quantities_in_base_units_lists_included():
+    text = ('model { preset = "gpt2" }\nhardware { device = "cpu" }\ntrain { global_batch = 8 }\n'
+            'use ddp { bucket = 25 MB  sizes = [1 KiB, 2]  mode = fast }\n')
+    plan = load_plan_text(text, "x.plan")
+    assert plan.uses[0].options == {"bucket": 25e6, "sizes": [1024.0, 2], "mode": "fast"}
+    assert '"sizes": [\n' in plan.to_json()  # plain JSON numbers, not objects
