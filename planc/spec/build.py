@@ -339,6 +339,8 @@ def _hint_for(value: Any, errors: list[dict]) -> str | None:
     for err in errors:
         if err["type"] == "literal_error":
             choices = [c.strip().strip("'") for c in err["ctx"]["expected"].replace(" or ", ", ").split(",")]
+            if value in choices:  # "1" where the choice is the number 1
+                return f"write it without quotes: {value}"
             return did_you_mean(str(value), choices) or one_of(choices)
     return None
 
@@ -346,8 +348,11 @@ def _hint_for(value: Any, errors: list[dict]) -> str | None:
 def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str):  # a bare word (gelu, 1f1b) as written; other text in quotes
-        return value if re.fullmatch(r"[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*", value) else f'"{value}"'
+    if isinstance(value, str):  # a bare word (gelu, 1f1b) as written; text that is not one, or
+        # that would read as a number ("1"), in quotes
+        bare = re.fullmatch(r"[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*", value) \
+            and not re.fullmatch(r"[-+]?[0-9_.]+(?:[eE][-+]?[0-9_]+)?", value)
+        return value if bare else f'"{value}"'
     if isinstance(value, Quantity):
         return value.text or f"{value.value:g}"
     if isinstance(value, list):
