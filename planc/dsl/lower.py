@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Collection
 
 from planc.dsl import ast
+from planc.dsl.parser import in_source_order
 from planc.errors import PlanError, PlanErrors, SourceLocation, did_you_mean, one_of
 from planc.spec import BLOCKS, Plan, SpecError, SpecIssue, build_plan
 from planc.units import UNITS, Quantity
@@ -157,21 +158,3 @@ def build(
         raise PlanErrors(in_source_order(errors))
     assert plan is not None
     return plan
-
-
-#: More errors than this in one file are summarised, not listed (a wrong file, not a wrong plan).
-MAX_ERRORS_SHOWN = 50
-
-
-def in_source_order(errors: list[PlanError]) -> list[PlanError]:
-    """Errors sorted by position, duplicates dropped, the list cut at MAX_ERRORS_SHOWN."""
-    unique: dict[tuple, PlanError] = {}
-    for error in errors:
-        loc = error.location
-        unique.setdefault((loc.line, loc.col, error.message) if loc else (0, 0, error.message), error)
-    ordered = sorted(unique.values(), key=lambda e: (e.location.line, e.location.col) if e.location else (0, 0))
-    if len(ordered) > MAX_ERRORS_SHOWN:
-        rest = len(ordered) - MAX_ERRORS_SHOWN
-        ordered = ordered[:MAX_ERRORS_SHOWN] + [PlanError(f"... and {rest:,} more problems in this file",
-                                                          hint="fix the ones above first")]
-    return ordered

@@ -18,7 +18,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from lark import Lark, Token, Transformer, Tree
+from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput, VisitError
 
 from planc.dsl import ast
@@ -36,7 +36,8 @@ from planc.errors import PlanError, PlanErrors, SourceLocation
 
 
 class _CommentSink:
-    """Receives COMMENT tokens from the lexer (lark ignores them otherwise)."""
+    """Receives COMMENT tokens from the lexer (lark ignores them otherwise). One per process, as
+    the parser is: ``parse`` is not meant to be called from several threads at once."""
 
     def __init__(self) -> None:
         self.tokens: list[Token] = []
@@ -80,10 +81,26 @@ def parse(text: str, filename: str = "<plan>") -> ast.PlanFile:
     plan = attach_comments(plan, comments)
     errors = builder.errors + find_duplicates(plan)
     if errors:
-        from planc.dsl.lower import in_source_order
-
         raise PlanErrors(in_source_order(errors))
     return plan
+
+
+#: More errors than this in one file are summarised, not listed (a wrong file, not a wrong plan).
+MAX_ERRORS_SHOWN = 50
+
+
+def in_source_order(errors: list[PlanError]) -> list[PlanError]:
+    """Errors sorted by position, duplicates dropped, the list cut at MAX_ERRORS_SHOWN."""
+    unique: dict[tuple, PlanError] = {}
+    for error in errors:
+        loc = error.location
+        unique.setdefault((loc.line, loc.col, error.message) if loc else (0, 0, error.message), error)
+    ordered = sorted(unique.values(), key=lambda e: (e.location.line, e.location.col) if e.location else (0, 0))
+    if len(ordered) > MAX_ERRORS_SHOWN:
+        rest = len(ordered) - MAX_ERRORS_SHOWN
+        ordered = ordered[:MAX_ERRORS_SHOWN] + [PlanError(f"... and {rest:,} more problems in this file",
+                                                          hint="fix the ones above first")]
+    return ordered
 
 
 def _span(first: Any, last: Any | None = None) -> dict[str, int]:

@@ -96,3 +96,12 @@ def test_plugin_options_get_quantities_in_base_units_lists_included():
     plan = load_plan_text(text, "x.plan")
     assert plan.uses[0].options == {"bucket": 25e6, "sizes": [1024.0, 2], "mode": "fast"}
     assert '"sizes": [\n' in plan.to_json()  # plain JSON numbers, not objects
+
+
+def test_a_flood_of_errors_is_cut_short():
+    keys = "\n".join(f"  k{i} = {i}" for i in range(60))
+    with pytest.raises(PlanErrors) as caught:
+        load_plan_text(f'model {{ preset = "gpt2" }}\nhardware {{ device = "cpu" }}\ntrain {{ global_batch = 8\n{keys}\n}}\n', "x")
+    errors = caught.value.errors
+    assert len(errors) == 51 and all(e.message.startswith("unknown key 'k") for e in errors[:50])
+    assert errors[-1].message == "... and 10 more problems in this file" and errors[-1].location is None
