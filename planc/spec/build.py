@@ -319,7 +319,7 @@ def _describe_invalid(key: str, value: Any, errors: list[dict], field) -> str:
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         (op, bound), = ((k, v) for k, v in err["ctx"].items())
         words = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}[op]
-        return f"{key} must be {words} {bound}{suffix}, got {shown}"
+        return f"{key} must be {words} {_show(bound)}{suffix}, got {shown}"
     if kind in ("int_type", "int_from_float", "int_parsing"):
         return f"{key} must be a whole number{suffix}, got {shown}"
     if kind in ("bool_type", "bool_parsing"):
