@@ -147,7 +147,10 @@ def unit_hint(unit: str) -> str:
     close = did_you_mean(unit, UNITS)
     if close:
         return close
-    return "units: B KB MB GB TB, KiB MiB GiB TiB, GB/s Gb/s, TFLOPS PFLOPS, us ms s min h"
+    units = "units: B KB MB GB TB, KiB MiB GiB TiB, GB/s Gb/s, TFLOPS PFLOPS, us ms s min h"
+    if len(unit) > 1 and "/" not in unit:  # `tp = 8 pp }`: more likely a key that lost its value
+        return f"if '{unit}' is the next key, it needs a value: {unit} = ...; {units}"
+    return units
 
 
 def _describe(unit: str) -> str:
