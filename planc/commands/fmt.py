@@ -7,10 +7,10 @@ that `planc check` rejects for its values can still be formatted.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
+
+from planc.fileio import write_text_atomically
 
 HELP = "print .plan files in canonical form (--write rewrites them, --check tests them)"
 DESCRIPTION = ("Format .plan files canonically: fixed block order, two-space indent, aligned '=', "
@@ -45,22 +45,8 @@ def run(args: argparse.Namespace) -> int:
                 status = 1
         elif args.write:
             if formatted != text:
-                write_atomically(Path(name), formatted)
+                write_text_atomically(Path(name), formatted)
                 print(f"{name}: reformatted", file=sys.stderr)
         else:
             sys.stdout.write(formatted)
     return status
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so a crash leaves the old file or the new one, never half."""
-    mode = path.stat().st_mode & 0o7777
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as out:
-            out.write(text)
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
