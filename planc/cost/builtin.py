@@ -105,23 +105,38 @@ def bubble_slots(p: int, v: int, m: int) -> float:
 
 # -- tensor parallel --------------------------------------------------------------------------
 
-def tp_collective_seconds(ctx: CostContext) -> float:
-    """One activation collective of a block: all-reduce, or under SP an all-gather plus a
-    reduce-scatter (same bytes, Korthikanti et al. 2022 Sec. 4.2.2), of e T h bytes."""
+def tp_block_collectives(ctx: CostContext) -> tuple[float, float, float]:
+    """(forward seconds, backward seconds, bytes sent) of one block's TP collectives, one micro-batch.
+
+    Two sub-layers (attention, MLP), each one collective forward and one backward
+    (Shoeybi et al. 2019, Fig. 3: the f and g operators). Without SP: the forward all-reduces
+    the row-parallel output (e bytes per element), the backward all-reduces the gradient of the
+    replicated input (r bytes: fp32 under autocast, whose input is the fp32 residual stream).
+    With SP (Korthikanti et al. 2022, Sec. 4.2.2): forward all-gather of the input (r) and
+    reduce-scatter of the output (e); backward the reverse pair; same bytes in all.
+    """
     link = ctx.links["tp"]
-    n = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
+    t = ctx.layout.tp
+    elements = ctx.tokens_per_microbatch * ctx.model.hidden
+    e, r = ctx.compute_bytes * elements, ctx.residual_bytes * elements
     if ctx.layout.sequence_parallel:
-        return all_gather_seconds(n, link) + reduce_scatter_seconds(n, link)
-    return all_reduce_seconds(n, link)
+        fwd = 2 * (all_gather_seconds(r, link) + reduce_scatter_seconds(e, link))
+        bwd = 2 * (reduce_scatter_seconds(r, link) + all_gather_seconds(e, link))
+        sent = 4 * (e + r) * (t - 1) / t
+    else:
+        fwd, bwd = 2 * all_reduce_seconds(e, link), 2 * all_reduce_seconds(r, link)
+        sent = 4 * (e + r) * (t - 1) / t
+    return fwd, bwd, sent
 
 
 def tensor_parallel(ctx: CostContext, est: Estimate, options=None) -> Estimate:
     """Tensor parallelism (Shoeybi et al. 2019, Sec. 3; Narayanan et al. 2021, Sec. 3.2).
 
-    Per block and micro-batch: two all-reduces of the b s h activations in the forward (after
-    attention-out and MLP-out) and two in the backward (the conjugate f operators): 4. The
-    vocab-parallel embedding adds one all-reduce of its output on the first stage. Not
-    overlapped with compute in eager PyTorch: all of it is exposed.
+    Per block and micro-batch: :func:`tp_block_collectives` (4 collectives, the "4 all-reduces
+    per layer" of Narayanan et al.). The vocab-parallel embedding all-reduces (SP:
+    reduce-scatters) its output on the first stage; the head gathers its input under SP, or
+    all-reduces its input gradient without. Not overlapped with compute in eager PyTorch: all
+    exposed.
     """
     lay = ctx.layout
     t = lay.tp
@@ -129,16 +144,19 @@ def tensor_parallel(ctx: CostContext, est: Estimate, options=None) -> Estimate:
         return est
     link = ctx.links["tp"]
     m = ctx.micro_batches
-    per = tp_collective_seconds(ctx)
+    fwd, bwd, sent = tp_block_collectives(ctx)
     layers = max(st.layers for st in ctx.stages)
-    embed_bytes = ctx.residual_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
-    embed = all_reduce_seconds(embed_bytes, link)
-    total = m * (4 * layers * per + embed)
-    n = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
-    volume = m * (4 * layers * n + embed_bytes) * 2 * (t - 1) / t
-    kind = "all-gather + reduce-scatter pairs" if lay.sequence_parallel else "all-reduces"
+    edge_bytes = ctx.residual_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
+    if lay.sequence_parallel:
+        edges = reduce_scatter_seconds(edge_bytes, link) + 2 * all_gather_seconds(edge_bytes, link)
+    else:
+        edges = 2 * all_reduce_seconds(edge_bytes, link)
+    total = m * (layers * (fwd + bwd) + edges)
+    volume = m * (layers * sent + 2 * edge_bytes * (t - 1) / t)
+    kind = "all-gather/reduce-scatter pairs" if lay.sequence_parallel else "all-reduces"
+    mib = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden / 2**20
     comm = CommCost("tp", volume=volume, total=total, exposed=total, medium=link.medium,
-                    detail=f"4 activation {kind} per block per micro-batch ({n / 2**20:.0f} MiB each)")
+                    detail=f"4 activation {kind} per block per micro-batch ({mib:.0f} MiB in bf16)")
     return est.updated(comm=comm)
 
 
@@ -169,11 +187,10 @@ def recompute(ctx: CostContext, est: Estimate, options=None) -> Estimate:
         stage_fn = lambda s: s.updated(act_per_layer=per_layer, extra=working)  # noqa: E731
         tp = est.comm_of("tp")
         if tp is not None:
-            more = m * 2 * max(st.layers for st in ctx.stages) * tp_collective_seconds(ctx)
-            n = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
-            t = ctx.layout.tp
-            comm = replace(tp, total=tp.total + more, exposed=tp.exposed + more,
-                           volume=tp.volume + m * 2 * layers * n * 2 * (t - 1) / t,
+            fwd, _, sent = tp_block_collectives(ctx)
+            blocks = m * max(st.layers for st in ctx.stages)
+            comm = replace(tp, total=tp.total + blocks * fwd, exposed=tp.exposed + blocks * fwd,
+                           volume=tp.volume + blocks * sent / 2,
                            detail=tp.detail + ", +2 in the recomputed forward")
     return est.updated(stage_fn=stage_fn, comm=comm, compute=est.compute + extra, recompute=est.recompute + extra)
 
@@ -204,7 +221,11 @@ def bf16(ctx: CostContext, est: Estimate, options=None) -> Estimate:
 
 # -- data parallel -----------------------------------------------------------------------------
 
-def _grad_all_reduce(ctx: CostContext) -> tuple[float, float, float]:
+def _bucket_bytes(options) -> float:
+    return float(getattr(options, "bucket", None) or DDP_BUCKET_BYTES)
+
+
+def _grad_all_reduce(ctx: CostContext, bucket: float = DDP_BUCKET_BYTES) -> tuple[float, float, float]:
     """(bytes, seconds, exposed seconds) of the gradient all-reduce of the largest rank.
 
     DDP reduces 25 MB buckets as their gradients become ready during the last micro-batch's
@@ -213,7 +234,7 @@ def _grad_all_reduce(ctx: CostContext) -> tuple[float, float, float]:
     """
     link = ctx.links["dp"]
     nbytes = ctx.grad_reduce_bytes * max(st.params for st in ctx.stages)
-    buckets = max(1, math.ceil(nbytes / DDP_BUCKET_BYTES))
+    buckets = max(1, math.ceil(nbytes / bucket))
     seconds = buckets * all_reduce_seconds(nbytes / buckets, link)  # each bucket pays the latency
     if not ctx.profile.dp_overlap:
         return nbytes, seconds, seconds
@@ -221,12 +242,14 @@ def _grad_all_reduce(ctx: CostContext) -> tuple[float, float, float]:
     return nbytes, seconds, max(seconds - ctx.slowest.backward, last_bucket)
 
 
-#: Two buckets in flight (one reducing, one filling); the gradients themselves are bucket views.
-_BUCKETS = (Term("DDP gradient buckets (2 x 25 MB)", 2 * DDP_BUCKET_BYTES),)
-
-
-def _with_buckets(s: StageMemory) -> StageMemory:
-    return s.updated(transient=_BUCKETS)
+def _buckets(ctx: CostContext, rank: int) -> tuple[Term, ...]:
+    """DDP's reducer keeps every gradient in a flat bucket buffer besides ``param.grad`` (the
+    default ``gradient_as_bucket_view=False``: "the saved memory size will be equal to the
+    total gradients size" when set, PyTorch DDP docs)."""
+    if not ctx.profile.ddp_bucket_copy:
+        return ()
+    return (Term("DDP gradient buckets (a flat copy of every gradient)",
+                 ctx.grad_reduce_bytes * ctx.stage(rank).params),)
 
 
 def ddp(ctx: CostContext, est: Estimate, options=None) -> Estimate:
@@ -235,10 +258,11 @@ def ddp(ctx: CostContext, est: Estimate, options=None) -> Estimate:
     if lay.dp == 1:
         return est
     link = ctx.links["dp"]
-    nbytes, seconds, exposed = _grad_all_reduce(ctx)
+    nbytes, seconds, exposed = _grad_all_reduce(ctx, _bucket_bytes(options))
     comm = CommCost("dp", volume=2 * (lay.dp - 1) / lay.dp * nbytes, total=seconds, exposed=exposed,
                     medium=link.medium, detail=f"all-reduce of {nbytes / 2**30:.2f} GiB fp32 gradients")
-    return _with_contention(ctx, est.updated(stage_fn=_with_buckets, comm=comm), seconds - exposed)
+    est = est.updated(stage_fn=lambda s: s.updated(transient=_buckets(ctx, s.rank)), comm=comm)
+    return _with_contention(ctx, est, seconds - exposed)
 
 
 def _with_contention(ctx: CostContext, est: Estimate, hidden: float) -> Estimate:
@@ -270,24 +294,33 @@ def zero1(ctx: CostContext, est: Estimate, options=None) -> Estimate:
     if lay.dp == 1:
         return est
     link = ctx.links["dp"]
-    nbytes, seconds, exposed = _grad_all_reduce(ctx)
+    nbytes, seconds, exposed = _grad_all_reduce(ctx, _bucket_bytes(options))
     params = ctx.state_bytes.working * max(st.params for st in ctx.stages)
     gather = all_gather_seconds(params, link)
     frac = (lay.dp - 1) / lay.dp
     comm = CommCost("dp", volume=frac * (2 * nbytes + params), total=seconds + gather, exposed=exposed + gather,
                     medium=link.medium, detail="all-reduce of gradients + all-gather of updated parameters")
-    return _with_contention(ctx, _shard_states(ctx, est, 1, lambda s: _BUCKETS, comm), seconds - exposed)
+    est = _shard_states(ctx, est, 1, lambda s: _buckets(ctx, s.rank), comm)
+    return _with_contention(ctx, est, seconds - exposed)
 
 
 def fsdp(ctx: CostContext, est: Estimate, options=None) -> Estimate:
     """FSDP2 ``fully_shard``: ZeRO-2 (``reshard_after_forward=False``) and ZeRO-3.
 
-    Per micro-batch, over the dp group: all-gather the bf16 parameters for the forward (ZeRO-3:
-    again for the backward) and reduce-scatter the fp32 gradients (``reduce_dtype=fp32``):
-    ZeRO-3 moves 3 Psi elements, ZeRO-2 2 Psi (ZeRO paper Sec. 7.2-7.3), here in bytes
-    2 + 2 + 4 and 2 + 4 per parameter. Prefetching the next block overlaps the gathers with the
-    forward/backward compute; the first gather and the last reduce-scatter of each pass stay
-    exposed. Transient: one or two gathered blocks and one block's unsharded gradients.
+    Over the dp group, per micro-batch: all-gather the bf16 parameters for the forward (ZeRO-3:
+    again for the backward); once per step, on the last micro-batch, reduce-scatter the fp32
+    gradients (``reduce_dtype=fp32``): planc's ``fsdp`` turns gradient sync off for the other
+    micro-batches. With one micro-batch that is the ZeRO paper's volume (Sec. 7.2-7.3: ZeRO-3
+    3 Psi elements, ZeRO-2 2 Psi), here 2 + 2 + 4 and 2 + 4 bytes per parameter.
+
+    Prefetching the next block hides a gather behind the previous block's compute; the first
+    gather and the last reduce-scatter of each pass stay exposed. One collective per FSDP unit
+    (each block, the root), each paying the ring latency.
+
+    Memory: states sharded per ZeRO stage; transient one or two gathered blocks and one block's
+    unsharded gradients; and with gradient accumulation (m > 1) FSDP2 keeps the *unsharded*
+    fp32 gradients of the whole stage between micro-batches (``to_accumulated_grad_if_needed``),
+    4 bytes per parameter that ZeRO's gradient sharding does not remove.
     """
     lay = ctx.layout
     zero = lay.zero
@@ -295,31 +328,39 @@ def fsdp(ctx: CostContext, est: Estimate, options=None) -> Estimate:
         return est
     link = ctx.links["dp"]
     e, g = ctx.compute_bytes, ctx.grad_reduce_bytes
+    m = ctx.micro_batches
     psi = max(st.params for st in ctx.stages)
     unit = max(st.layer_params for st in ctx.stages)
-    # One collective per FSDP unit (block, embedding, head): each pays the ring's latency.
     units = max(st.layers + st.embedding + st.head for st in ctx.stages)
     gather = units * all_gather_seconds(e * psi / units, link)
     scatter = units * reduce_scatter_seconds(g * psi / units, link)
     gathers = 2 if zero == 3 else 1
-    per_mb = gathers * gather + scatter
+    total = m * gathers * gather + scatter
     if ctx.profile.dp_overlap:
         slow = ctx.slowest
-        fwd = max(0.0, gather - slow.forward) + all_gather_seconds(e * unit, link)
-        bwd_comm = (gather if zero == 3 else 0.0) + scatter
-        bwd = max(0.0, bwd_comm - slow.backward) + reduce_scatter_seconds(g * unit, link)
-        exposed_mb = min(per_mb, fwd + bwd)
+        first_gather = all_gather_seconds(e * unit, link)
+        fwd = max(0.0, gather - slow.forward) + first_gather
+        bwd_gather = (max(0.0, gather - slow.backward) + first_gather) if zero == 3 else 0.0
+        last_bwd = max(0.0, (gather if zero == 3 else 0.0) + scatter - slow.backward) \
+            + reduce_scatter_seconds(g * unit, link)
+        exposed = min(total, m * fwd + (m - 1) * bwd_gather + last_bwd)
     else:
-        exposed_mb = per_mb
-    m = ctx.micro_batches
+        exposed = total
     frac = (lay.dp - 1) / lay.dp
-    comm = CommCost("dp", volume=m * frac * psi * (gathers * e + g), total=m * per_mb, exposed=m * exposed_mb,
+    comm = CommCost("dp", volume=frac * psi * (m * gathers * e + g), total=total, exposed=exposed,
                     medium=link.medium,
-                    detail=f"per micro-batch: {gathers} parameter all-gather(s) + gradient reduce-scatter")
+                    detail=f"{gathers} parameter all-gather(s) per micro-batch, 1 gradient reduce-scatter per step")
     label = f"FSDP gathered parameters and unsharded gradients (ZeRO-{zero})"
+
+    def buffers(s: StageMemory) -> tuple[Term, ...]:
+        st = ctx.stage(s.rank)
+        terms = (Term(label, fsdp_gather_bytes(st.largest_unit, zero, e, g)),)
+        if m > 1:
+            terms += (Term("unsharded fp32 gradients kept across micro-batches", g * st.params),)
+        return terms
+
     # FSDP2 copies each gathered shard out of the all-gather buffer (read + write e bytes) and
-    # casts each gradient to fp32 for reduce-scatter (read e, write g): memory traffic per mb.
-    copies = m * psi * (gathers * 2 * e + e + g) / ctx.device.memory_rate
-    est = _shard_states(ctx, est, zero, lambda s: (
-        Term(label, fsdp_gather_bytes(ctx.stage(s.rank).largest_unit, zero, e, g)),), comm)
+    # casts the gradients to fp32 for the reduce-scatter (read e, write g): memory traffic.
+    copies = psi * (m * gathers * 2 * e + m * (e + g)) / ctx.device.memory_rate
+    est = _shard_states(ctx, est, zero, buffers, comm)
     return _with_contention(ctx, est.replace(compute=est.compute + copies), comm.total - comm.exposed)

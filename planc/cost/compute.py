@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from planc.cost.memory import gemm_input_copies
 from planc.cost.profile import RuntimeProfile
 from planc.spec.hardware import HardwareSpec
 from planc.spec.model import ModelSpec
@@ -119,7 +120,8 @@ class LayerTimes:
 def block_gemms(model: ModelSpec, tokens: int, tp: int) -> list[tuple[int, int, int]]:
     """(M, K, N) of the forward GEMMs of one block on one TP rank."""
     h, f, kv = model.hidden, model.ffn, model.kv_dim
-    gemms = [(tokens, h, (h + 2 * kv) // tp), (tokens, h // tp, h)]
+    # planc's block: separate wq, wk, wv (Q has h columns, K and V kv_heads x head_dim each).
+    gemms = [(tokens, h, h // tp), (tokens, h, kv // tp), (tokens, h, kv // tp), (tokens, h // tp, h)]
     if model.mlp == "gelu":
         gemms += [(tokens, h, f // tp), (tokens, f // tp, h)]
     else:
@@ -127,13 +129,20 @@ def block_gemms(model: ModelSpec, tokens: int, tp: int) -> list[tuple[int, int, 
     return gemms
 
 
+#: planc's ``apply_rope`` in eager PyTorch: upcast to fp32 (read 2, write 4), four multiplies and
+#: two adds over half-size views, a stack and a downcast — about 48 bytes read + written per
+#: element of Q and K.
+ROPE_BYTES_PER_ELEMENT = 48
+
+
 def block_elementwise_bytes(model: ModelSpec, tokens: int, tp: int, sp: bool, compute_bytes: int,
                             residual_bytes: int, profile: RuntimeProfile) -> float:
     """HBM bytes read + written by the forward's elementwise kernels of one block.
 
     Eager PyTorch (T tokens, h_s = h/t under SP else h, e compute bytes, r residual bytes):
-    two norms 2 x 2r T h_s; two autocast casts to the GEMM dtype 2 x (r + e) T h_s (none when
-    r = e); RoPE on Q and K ~4 kernels 8 e T (h + kv)/t; the contiguous copy of the attention
+    two norms 2 x 2r T h_s; autocast's casts of the GEMM inputs, one per linear
+    (:func:`~planc.cost.memory.gemm_input_copies`), (r + e) T h each (none when r = e); RoPE on
+    Q and K :data:`ROPE_BYTES_PER_ELEMENT` x T (h + kv)/t; the contiguous copy of the attention
     output 2 e T h/t; two residual adds 2 x (2r + e) T h_s; GELU 2 e T f/t or SwiGLU's SiLU and
     product 5 e T f/t. Fused (Megatron): LayerNorm 2 x 2e T h_s; bias-dropout-add
     2 x (3e + 1) T h_s; bias-GeLU 2 e T f/t; scale-mask-softmax and its dropout over the scores
@@ -152,9 +161,10 @@ def block_elementwise_bytes(model: ModelSpec, tokens: int, tp: int, sp: bool, co
         casts = 0.0
     else:
         norms = 2 * 2 * r * T * h_s
-        casts = 2 * (r + e) * T * h_s if r != e else 0.0
+        attn_copies, mlp_copies = gemm_input_copies(model, e, r)
+        casts = (attn_copies + mlp_copies) * (r + e) * T * h if r != e else 0.0
         residual = 2 * (2 * r + e) * T * h_s
-        rope = 8 * e * T * (h + kv) / tp if model.position == "rope" else 0.0
+        rope = ROPE_BYTES_PER_ELEMENT * T * (h + kv) / tp if model.position == "rope" else 0.0
         copies = 2 * e * T * h / tp if profile.attention_output_copies > 1 else 0.0
     scores = 0.0
     if profile.attention == "materialized":

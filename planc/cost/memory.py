@@ -97,6 +97,19 @@ class LayerActivations:
     """Full recomputation: only the block's input is kept."""
 
 
+def gemm_input_copies(model: ModelSpec, compute_bytes: int, residual_bytes: int) -> tuple[int, int]:
+    """How many copies of the attention and MLP inputs the block's GEMMs save.
+
+    planc's block runs separate wq, wk, wv (and SwiGLU's w1, w3) linears on one normed input.
+    Under ``torch.autocast`` that input is fp32 (the residual stream is), and autocast casts it
+    to bf16 once *per linear*, each linear saving its own copy: 3 for attention, 1 (GELU) or 2
+    (SwiGLU) for the MLP. When the input already has the compute dtype the linears share it.
+    """
+    if residual_bytes == compute_bytes:
+        return 1, 1
+    return 3, (1 if model.mlp == "gelu" else 2)
+
+
 def layer_activation_bytes(model: ModelSpec, b: int, tp: int, sp: bool, compute_bytes: int,
                            residual_bytes: int, profile: RuntimeProfile) -> LayerActivations:
     """Activation bytes of one block for one micro-batch (Korthikanti et al. 2022, Table 2).
@@ -111,8 +124,9 @@ def layer_activation_bytes(model: ModelSpec, b: int, tp: int, sp: bool, compute_
     h_s = h/t under SP (else h), the saved tensors are:
 
     - norm inputs: 2 r T h_s (the residual stream; fp32 under autocast);
-    - inputs of the QKV and MLP-in GEMMs (norm outputs): 2 e T h — replicated under TP; under SP
-      torch saves the all-gathered tensor (``sp_saves_gathered_input``), Megatron the 1/t shard;
+    - inputs of the QKV and MLP-in GEMMs (norm outputs), e T h each, times
+      :func:`gemm_input_copies` — replicated under TP; under SP torch saves the all-gathered
+      tensor (``sp_saves_gathered_input``), Megatron the 1/t shard and gathers again;
     - Q, K, V: e T h (1 + 2g) / t;  attention output O: copies x e T h / t;
     - flash: log-sum-exp 4 T a / t;  materialized: scores softmax (e), dropout mask (1) and
       dropout output (e) over a s^2 b / t elements — Korthikanti's 5 a s^2 b;
@@ -121,10 +135,12 @@ def layer_activation_bytes(model: ModelSpec, b: int, tp: int, sp: bool, compute_
     - dropout masks (1 byte) after attention and MLP: 2 T h_s.
 
     Selective recomputation: for materialized attention, Korthikanti's (recompute the s^2
-    part). For fused attention there is no s^2 part; planc's selective policy (op-level
-    activation checkpointing) keeps the outputs of the GEMMs and of attention and recomputes
-    norms, casts, RoPE and activation functions: block input r T h_s, QKV output, O, both
-    projection outputs e T h_s, MLP-in output(s).
+    part). For fused attention there is no s^2 part; planc's policy (op-level activation
+    checkpointing, ``planc.strategies.recompute``) keeps the outputs of the matmuls, of
+    attention and of the TP collectives, and recomputes norms, casts, RoPE and activation
+    functions: block input r T h_s; under SP the two all-gathered block inputs r T h; QKV
+    output; O and the log-sum-exp; the two projection matmul outputs e T h (partial sums under
+    TP) and, under TP, the collectives' outputs e T h_s; the MLP-in output(s) e T f / t.
 
     Full recomputation keeps the block input only: r T h_s (Korthikanti Table 2: 2 s b h / t
     with SP).
@@ -137,9 +153,10 @@ def layer_activation_bytes(model: ModelSpec, b: int, tp: int, sp: bool, compute_
     gemm_in = h / tp if (sp and not profile.sp_saves_gathered_input) else h
     mlp_tensors = 2 if model.mlp == "gelu" else 4
     mlp_in_outputs = 1 if model.mlp == "gelu" else 2
+    attn_copies, mlp_copies = gemm_input_copies(model, e, r)
 
     norm_inputs = 2 * r * T * h_s
-    gemm_inputs = 2 * e * T * gemm_in
+    gemm_inputs = (attn_copies + mlp_copies) * e * T * gemm_in
     qkv = e * T * h * (1 + 2 * g) / tp
     out = profile.attention_output_copies * e * T * h / tp
     mlp = mlp_tensors * e * T * f / tp
@@ -154,8 +171,10 @@ def layer_activation_bytes(model: ModelSpec, b: int, tp: int, sp: bool, compute_
     if profile.attention == "materialized":
         selective = none - attention_core
     else:
-        selective = (block_input + qkv + e * T * h / tp + 4.0 * T * a / tp
-                     + 2 * e * T * h_s + mlp_in_outputs * e * T * f / tp)
+        gathered = 2 * r * T * h if (sp and tp > 1) else 0.0
+        projections = 2 * e * T * h + (2 * e * T * h_s if tp > 1 else 0.0)
+        selective = (block_input + gathered + qkv + e * T * h / tp + 4.0 * T * a / tp
+                     + projections + mlp_in_outputs * e * T * f / tp)
     return LayerActivations(none=none, selective=selective, full=block_input)
 
 
@@ -210,8 +229,9 @@ DEVICE_RUNTIME_OVERHEAD = 1 * GiB
 #: this fraction of everything else. A stated allowance, not a measured constant.
 ALLOCATOR_MARGIN = 0.05
 
-#: DDP's default bucket size (torch.nn.parallel.DistributedDataParallel, bucket_cap_mb=25).
-DDP_BUCKET_BYTES = 25 * 2**20
+#: DDP's gradient bucket size (planc's ddp/zero1 option ``bucket``, default 25 MB; torch's
+#: ``bucket_cap_mb=25``).
+DDP_BUCKET_BYTES = 25e6
 
 
 def fsdp_gather_bytes(largest_unit: int, zero: int, compute_bytes: int, grad_reduce_bytes: int) -> float:

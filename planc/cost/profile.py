@@ -75,6 +75,9 @@ class RuntimeProfile:
     (Narayanan et al. 2021, Sec. 4.1 'scatter/gather optimization')."""
     dp_overlap: bool = True
     """Data-parallel gradient reduction overlaps the backward pass (torch DDP buckets, FSDP)."""
+    ddp_bucket_copy: bool = True
+    """torch DDP (``gradient_as_bucket_view=False``, the default planc's ``ddp`` keeps) holds a
+    flat copy of every gradient in its buckets; Megatron reduces its contiguous grad buffer."""
     state_bytes: StateBytes | None = None
     """Fixed per-parameter state bytes; ``None`` derives them from precision and ZeRO stage as
     planc's runtime does (see :func:`planc.cost.memory.runtime_state_bytes`)."""
@@ -103,6 +106,7 @@ MEGATRON_LM_2021 = RuntimeProfile(
     pp_p2p_blocking=True,
     p2p_scatter_gather=True,
     dp_overlap=False,
+    ddp_bucket_copy=False,
     state_bytes=StateBytes(working=2, master=4, grads=4, optimizer=8),
     residual_bytes=2,
 )

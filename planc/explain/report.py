@@ -220,6 +220,9 @@ def _rejection_lines(choice: Choice) -> list[str]:
         while j + 1 < len(rows) and rows[j + 1].reason == rows[i].reason:
             j += 1
         name = rows[i].strategy if i == j else f"{rows[i].strategy} … {rows[j].strategy}"
+        if len(name) > 22:
+            lines.append(f"    {name}")
+            name = ""
         lines.append(f"    {name:<24}{rows[i].reason}")
         i = j + 1
     return lines

@@ -180,6 +180,12 @@ def _closest_miss(result: SearchResult, rung: int):
 
 def _why_no_layout(plan: Plan, rung: int) -> str:
     world, gb = plan.world_size, plan.train.global_batch
+    lay = plan.layout
+    fixed = [f"{k} = {getattr(lay, k)}" for k in ("tp", "pp") if getattr(lay, k) not in ("auto", 1)]
+    if rung <= 6 and fixed:
+        return f"excluded by the plan: it fixes {' and '.join(fixed)}"
+    if rung in (7, 8) and lay.pp not in ("auto", 1):
+        return f"excluded by the plan: it fixes pp = {lay.pp}"
     if rung <= 6 and world > gb:
         return (f"not possible: data parallelism alone needs dp = {world} devices, more than "
                 f"global_batch = {gb} sequences")
@@ -297,7 +303,7 @@ def suggest_fix(plan: Plan, est: Estimate, profile: RuntimeProfile = PLANC_RUNTI
             update={k: "auto" for k in ("tp", "pp", "dp")})})
         found = search(bigger, profile)
         if found.fitting:
-            return (f"{short}; the smallest device count found to fit is {hw.world_size} "
+            return (f"{short}; the smallest device count found to fit is {hw.world_size} devices "
                     f"({hw.nodes} nodes × {hw.per_node})")
     return f"{short}; no layout fits even on {128 * plan.hardware.world_size} devices — use a larger device"
 

@@ -7,10 +7,12 @@ Pruning, each rule sound under the cost model:
    schedule or micro-batch can help, and none is scored (the bound is kept per rung for
    ``explain``).
 2. **The least memory-hungry member first.** For each (tp, pp, dp, zero) one layout — full
-   recomputation, sequence parallel, the smallest micro-batch, 1F1B — is scored first; if it
-   does not fit, no member of the family does.
+   recomputation, sequence parallel, the smallest micro-batch, 1F1B — is scored first (under
+   FSDP also the largest micro-batch, which needs no gradient accumulation); if none fits, no
+   member of the family does.
 3. **Micro-batches ascending, stop at the first misfit.** Activations grow with the
-   micro-batch, so a larger one cannot fit where a smaller one did not. The loop also stops
+   micro-batch, so a larger one cannot fit where a smaller one did not (except, under FSDP,
+   the single micro-batch per step, which is tried on its own). The loop also stops
    once throughput falls (the micro-batch has passed its best: GEMM efficiency saturates
    while the bubble and the memory keep growing) — a heuristic, stated.
 4. **Recompute only where needed.** At a micro-batch where less recomputation already fits,
@@ -137,6 +139,11 @@ def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCa
                             cand = Candidate(layout, estimate, complexity(layout))
                             if not estimate.fits:
                                 _record_misfit(result, cand)
+                                if zero >= 2 and mb != mbs[-1]:
+                                    # FSDP keeps unsharded gradients while it accumulates: the one
+                                    # micro-batch that needs no accumulation may still fit.
+                                    _score_last(plan, cache, result, tp, pp, dp, zero, recompute, schedule,
+                                                mbs[-1], v, sp)
                                 break
                             result.fitting.append(cand)
                             fit_here = mb
@@ -149,6 +156,19 @@ def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCa
     return result
 
 
+def _score_last(plan, cache, result, tp, pp, dp, zero, recompute, schedule, mb, v, sp) -> None:
+    if not space.schedule_accepts(schedule, pp, plan.train.global_batch // (dp * mb)):
+        return
+    layout = make_layout(tp, pp, dp, zero, recompute, schedule, mb, v, sp)
+    estimate = evaluate_layout(plan, layout, cache)
+    result.scored += 1
+    cand = Candidate(layout, estimate, complexity(layout))
+    if estimate.fits:
+        result.fitting.append(cand)
+    else:
+        _record_misfit(result, cand)
+
+
 def _family_can_fit(plan, cache, result, tp, pp, dp, zero, recomputes, schedules, sps, mbs) -> bool:
     """Score the family's least memory-hungry member first; if it does not fit, none does.
 
@@ -158,16 +178,21 @@ def _family_can_fit(plan, cache, result, tp, pp, dp, zero, recomputes, schedules
     """
     schedule, v = min(schedules, key=lambda sv: (sv[0] not in (None, "1f1b", "zero-bubble"), sv[1]))
     gb = plan.train.global_batch
-    mb = mbs[0]
-    if not space.schedule_accepts(schedule, pp, gb // (dp * mb)):
-        return True  # no cheap witness; let the full loop decide
-    recompute = recomputes[-1]
-    layout = make_layout(tp, pp, dp, zero, recompute, schedule, mb, v, sps[-1])
-    estimate = evaluate_layout(plan, layout, cache)
-    result.scored += 1
-    if estimate.fits:
-        return True
-    witness = Candidate(layout, estimate, complexity(layout))
+    # The smallest micro-batch holds the fewest activations; under FSDP (ZeRO-2/3) a single
+    # micro-batch per step also drops the unsharded gradients kept for accumulation.
+    tries = [mbs[0]] + ([mbs[-1]] if zero >= 2 and len(mbs) > 1 else [])
+    witness = None
+    for mb in tries:
+        if not space.schedule_accepts(schedule, pp, gb // (dp * mb)):
+            return True  # no cheap witness; let the full loop decide
+        layout = make_layout(tp, pp, dp, zero, recomputes[-1], schedule, mb, v, sps[-1])
+        estimate = evaluate_layout(plan, layout, cache)
+        result.scored += 1
+        if estimate.fits:
+            return True
+        if witness is None or estimate.memory_bytes < witness.estimate.memory_bytes:
+            witness = Candidate(layout, estimate, complexity(layout))
+    estimate = witness.estimate
     _record_misfit(result, witness)
     for rung in _family_rungs(tp, pp, dp, zero, recomputes, schedules, sps):
         best = result.family_bound.get(rung)
@@ -187,7 +212,9 @@ def _record_misfit(result: SearchResult, cand: Candidate) -> None:
 
 
 def _record_bound(result, bound, tp, pp, dp, zero, recomputes, schedules, sps, mb) -> None:
-    layout = make_layout(tp, pp, dp, zero, recomputes[0], schedules[0][0], mb, schedules[0][1], sps[0])
+    # Keep the least memory-hungry member as the family's representative.
+    schedule, v = min(schedules, key=lambda sv: (sv[0] not in (None, "1f1b", "zero-bubble"), sv[1]))
+    layout = make_layout(tp, pp, dp, zero, recomputes[-1], schedule, mb, v, sps[-1])
     for rung in _family_rungs(tp, pp, dp, zero, recomputes, schedules, sps):
         best = result.states_bound.get(rung)
         if best is None or bound < best[0]:
