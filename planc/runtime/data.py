@@ -1,0 +1,158 @@
+"""Training data that every parallel layout sees in the same order.
+
+A data source maps an optimizer step to the *global* batch of that step,
+``batch_for_step(step) -> LongTensor[global_batch, seq_len + 1]`` (inputs are ``[:, :-1]``,
+targets ``[:, 1:]``). It is a pure function of (seed, step): no iterator state, so the data
+position saved in a checkpoint is just the step, and DP=1 and DP=8 consume identical rows.
+:func:`local_micro_batches` then cuts out one data-parallel rank's rows and its micro-batches.
+
+Two sources:
+
+* ``synthetic`` -- a fixed random first-order Markov chain over the vocabulary: every token has
+  ``BRANCHING`` possible successors, drawn uniformly. The best achievable loss is ln(BRANCHING)
+  (1.39 nats) against ln(vocab) for a model that has learnt nothing, so the loss falls visibly
+  within a few dozen steps on a tiny model.
+* a text file -- bytes as tokens (needs vocab >= 256), cut into windows of seq_len + 1 bytes
+  (consecutive windows share one byte, so every byte is a target once), visited in a fresh
+  seeded permutation each epoch. The file is memory-mapped, never read whole.
+
+Both generate one step's batch at a time, never the dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from planc.spec import ModelSpec, TrainSpec
+
+#: Successors per token in the synthetic Markov chain.
+BRANCHING = 4
+
+#: Byte-level tokens need this many ids.
+BYTE_VOCAB = 256
+
+
+class DataError(ValueError):
+    """The training data cannot be used with this plan (message says what to change)."""
+
+
+class DataSource(Protocol):
+    global_batch: int
+    seq_len: int
+
+    def batch_for_step(self, step: int) -> torch.Tensor:
+        """The global batch of ``step``: int64 ``[global_batch, seq_len + 1]``."""
+        ...
+
+
+def _stream_seed(*parts: object) -> int:
+    """A 63-bit seed from the parts (a stable hash; Python's ``hash`` is salted per process)."""
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+class SyntheticData:
+    """Sequences from a fixed random Markov chain with ``BRANCHING`` successors per token."""
+
+    def __init__(self, vocab: int, seq_len: int, global_batch: int, seed: int):
+        self.vocab, self.seq_len, self.global_batch, self.seed = vocab, seq_len, global_batch, seed
+        table_rng = torch.Generator().manual_seed(_stream_seed(seed, "synthetic-table"))
+        #: successors[t] are the tokens that may follow token t.
+        self.successors = torch.randint(0, vocab, (vocab, BRANCHING), generator=table_rng)
+
+    @property
+    def best_loss(self) -> float:
+        """Cross-entropy of the chain itself, ln(BRANCHING) (a lower bound up to duplicate successors)."""
+        return math.log(BRANCHING)
+
+    def batch_for_step(self, step: int) -> torch.Tensor:
+        rng = torch.Generator().manual_seed(_stream_seed(self.seed, "synthetic", step))
+        rows, length = self.global_batch, self.seq_len + 1
+        batch = torch.empty(rows, length, dtype=torch.long)
+        batch[:, 0] = torch.randint(0, self.vocab, (rows,), generator=rng)
+        choices = torch.randint(0, BRANCHING, (rows, length - 1), generator=rng)
+        for position in range(1, length):  # a walk is sequential; each step is vectorised over rows
+            batch[:, position] = self.successors[batch[:, position - 1], choices[:, position - 1]]
+        return batch
+
+
+class TextFileData:
+    """Byte-level tokens of a text file, in windows of seq_len + 1, shuffled per epoch."""
+
+    def __init__(self, path: str | Path, vocab: int, seq_len: int, global_batch: int, seed: int):
+        self.path = Path(path)
+        self.seq_len, self.global_batch, self.seed = seq_len, global_batch, seed
+        if vocab < BYTE_VOCAB:
+            raise DataError(
+                f"train.data = {str(path)!r} is read as bytes, which needs model.vocab >= {BYTE_VOCAB}, "
+                f"but vocab = {vocab}; raise vocab to at least {BYTE_VOCAB} or use data = \"synthetic\""
+            )
+        if not self.path.is_file():
+            raise DataError(f"train.data: no such file {str(self.path)!r}; give a path to a text file or \"synthetic\"")
+        size = self.path.stat().st_size
+        #: windows start every seq_len bytes, so window i holds bytes [i*S, i*S + S + 1).
+        self.windows = (size - 1) // seq_len if size > 0 else 0
+        if self.windows < 1:
+            raise DataError(
+                f"train.data {str(self.path)!r} has {size} bytes, fewer than one sequence of "
+                f"seq_len + 1 = {seq_len + 1}; use a longer file or a shorter seq_len"
+            )
+        self._bytes = np.memmap(self.path, dtype=np.uint8, mode="r")
+        self._epoch: int | None = None
+        self._order: torch.Tensor | None = None
+
+    def _order_of_epoch(self, epoch: int) -> torch.Tensor:
+        if epoch != self._epoch:
+            rng = torch.Generator().manual_seed(_stream_seed(self.seed, "text-epoch", epoch))
+            self._order, self._epoch = torch.randperm(self.windows, generator=rng), epoch
+        return self._order
+
+    def window(self, index: int) -> torch.Tensor:
+        start = index * self.seq_len
+        return torch.from_numpy(np.array(self._bytes[start : start + self.seq_len + 1], dtype=np.int64))
+
+    def batch_for_step(self, step: int) -> torch.Tensor:
+        rows = []
+        for position in range(step * self.global_batch, (step + 1) * self.global_batch):
+            epoch, offset = divmod(position, self.windows)
+            rows.append(self.window(int(self._order_of_epoch(epoch)[offset])))
+        return torch.stack(rows)
+
+
+def build_data(train: TrainSpec, model: ModelSpec, base_dir: str | Path | None = None) -> DataSource:
+    """The data source a plan asks for; a relative file path is read relative to ``base_dir``."""
+    if train.data == "synthetic":
+        return SyntheticData(model.vocab, model.seq_len, train.global_batch, train.seed)
+    path = Path(train.data)
+    if base_dir is not None and not path.is_absolute():
+        path = Path(base_dir) / path
+    return TextFileData(path, model.vocab, model.seq_len, train.global_batch, train.seed)
+
+
+def inputs_and_targets(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[rows, seq_len + 1]`` -> (inputs ``[:, :-1]``, next-token targets ``[:, 1:]``)."""
+    return batch[:, :-1], batch[:, 1:]
+
+
+def local_micro_batches(batch: torch.Tensor, dp_rank: int, dp: int, micro_batch: int) -> list[torch.Tensor]:
+    """Data-parallel rank ``dp_rank``'s micro-batches of a global batch.
+
+    Rank r gets rows [r*G/dp, (r+1)*G/dp), cut into micro-batches of ``micro_batch`` consecutive rows,
+    so the dp ranks and their micro-batches together cover every row exactly once.
+    """
+    rows = batch.shape[0]
+    if not 0 <= dp_rank < dp:
+        raise ValueError(f"dp_rank {dp_rank} outside 0..{dp - 1}")
+    if rows % dp:
+        raise ValueError(f"global batch {rows} is not divisible by dp = {dp}")
+    per_rank = rows // dp
+    if per_rank % micro_batch:
+        raise ValueError(f"{per_rank} sequences per data-parallel rank are not divisible by micro_batch = {micro_batch}")
+    local = batch[dp_rank * per_rank : (dp_rank + 1) * per_rank]
+    return list(local.split(micro_batch))

@@ -1,0 +1,114 @@
+"""Progress lines on rank 0 and ``metrics.jsonl``: one JSON object per optimizer step.
+
+Each line is flushed as it is written, so a crash loses no finished step. A resumed run appends.
+Fields of every record: ``step`` (1-based count of finished optimizer steps), ``loss``, ``lr``,
+``step_s``, ``tokens_per_s``, ``grad_norm``, ``memory_bytes`` (peak since the start: CUDA max
+allocated, or the process's peak resident set on CPU), plus whatever extra fields the caller adds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+
+GIB = 1024**3
+
+
+def peak_memory_bytes(device: torch.device | str | None = None) -> int:
+    """Peak memory of this process: ``torch.cuda.max_memory_allocated`` on CUDA, peak RSS on CPU."""
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports kilobytes, macOS bytes.
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def _number(value: Any) -> Any:
+    """A tensor or number as a plain JSON number (non-finite values as strings JSON can carry)."""
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # "nan" / "inf": JSON has no literal for them
+    return value
+
+
+class MetricsLogger:
+    """Writes ``metrics.jsonl`` and prints a progress line every ``print_every`` steps (rank 0 only)."""
+
+    def __init__(
+        self,
+        path: str | Path | None,
+        *,
+        tokens_per_step: int,
+        total_steps: int | None = None,
+        rank: int = 0,
+        print_every: int = 1,
+        device: torch.device | str | None = None,
+        stream: TextIO | None = None,
+    ):
+        self.tokens_per_step = tokens_per_step
+        self.total_steps = total_steps
+        self.active = rank == 0
+        self.print_every = print_every
+        self.device = device
+        self.stream = stream if stream is not None else sys.stdout
+        self._file: TextIO | None = None
+        if self.active and path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", encoding="utf-8")
+
+    def log(self, step: int, *, loss: float, lr: float, step_s: float, grad_norm: float | None = None,
+            memory_bytes: int | None = None, **extra: Any) -> dict[str, Any] | None:
+        """Record finished step ``step``; returns the record (None on ranks other than 0)."""
+        if not self.active:
+            return None
+        record = {
+            "step": step,
+            "loss": _number(loss),
+            "lr": _number(lr),
+            "step_s": step_s,
+            "tokens_per_s": self.tokens_per_step / step_s if step_s > 0 else None,
+            "grad_norm": _number(grad_norm),
+            "memory_bytes": memory_bytes if memory_bytes is not None else peak_memory_bytes(self.device),
+        }
+        record.update({k: _number(v) for k, v in extra.items()})
+        if self._file is not None:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+        if step % self.print_every == 0 or step == self.total_steps:
+            print(format_progress(record, self.total_steps), file=self.stream, flush=True)
+        return record
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> "MetricsLogger":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def format_progress(record: dict[str, Any], total_steps: int | None = None) -> str:
+    """``step   12/100 | loss 3.2145 | lr 3.00e-04 | 12.3 k tok/s | 0.412 s/step | grad 0.87 | mem 1.23 GiB``."""
+    width = len(str(total_steps)) if total_steps else 1
+    step = f"step {record['step']:>{width}}" + (f"/{total_steps}" if total_steps else "")
+    loss = record["loss"]
+    parts = [step, f"loss {loss:.4f}" if isinstance(loss, float) else f"loss {loss}", f"lr {record['lr']:.2e}"]
+    if record.get("tokens_per_s"):
+        parts.append(f"{record['tokens_per_s'] / 1000:.1f} k tok/s")
+    parts.append(f"{record['step_s']:.3f} s/step")
+    if isinstance(record.get("grad_norm"), float):
+        parts.append(f"grad {record['grad_norm']:.3f}")
+    parts.append(f"mem {record['memory_bytes'] / GIB:.2f} GiB")
+    return " | ".join(parts)

@@ -1,0 +1,303 @@
+"""The reference decoder-only transformer: exactly the model a :class:`~planc.spec.ModelSpec` describes.
+
+Pre-norm blocks (GPT-2 / Llama), fused causal attention
+(``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``), no dropout.
+
+Module names follow torchtitan's Llama so that tensor- and pipeline-parallel plans can address
+modules by name, and they are part of planc's interface::
+
+    tok_embeddings            nn.Embedding(padded_vocab, hidden)
+    pos_embeddings            nn.Embedding(seq_len, hidden), or None with RoPE
+    layers                    nn.ModuleDict {"0": block, ..., "L-1": block}
+      attention_norm          LayerNorm or RMSNorm
+      attention.wq wk wv wo   nn.Linear
+      ffn_norm
+      feed_forward.w1 w2 (w3) swiglu: w1 = gate, w3 = up, w2 = down; gelu: w1 = up, w2 = down
+    norm                      final norm
+    output                    nn.Linear(hidden, padded_vocab, bias=False); tied: the embedding's weight
+
+``layers`` is a ModuleDict keyed by the layer index, so a pipeline splitter can delete blocks (and set
+``tok_embeddings``/``pos_embeddings``/``norm``/``output`` to None) and every remaining parameter keeps
+its fully-qualified name. :meth:`Transformer.forward` then passes hidden states through.
+
+Attention infers its number of heads from the *local* width of ``wq``/``wk`` output (torchtitan's
+``view(bs, seqlen, -1, head_dim)``), so after column-parallel sharding of wq/wk/wv with
+``use_local_output=True`` each rank simply runs heads/tp local heads.
+
+Weights are created by PyTorch's default initialisers and are meant to be overwritten by
+:func:`init_weights`, whose values depend only on (seed, parameter name, full shape) -- identical for
+every parallel layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from planc.spec import ModelSpec
+
+#: Standard deviation of the normal init of matrices and embeddings (GPT-2; Radford et al. 2019).
+INIT_STD = 0.02
+
+#: Name segments that wrappers insert into parameter names (DDP, torch.compile, activation
+#: checkpointing, FSDP1). :func:`canonical_name` drops them so a wrapped model initialises like a bare one.
+WRAPPER_SEGMENTS = frozenset({"module", "_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module"})
+
+
+# --------------------------------------------------------------------------------------------------
+# Rotary position embedding (Su et al. 2021, "RoFormer", Eq. 34), in Llama's interleaved-pair form:
+# feature pairs (x[2i], x[2i+1]) are rotated by the angle  position * theta^(-2i / head_dim).
+# --------------------------------------------------------------------------------------------------
+
+
+def rope_table(seq_len: int, head_dim: int, theta: float, device: torch.device | str | None = None) -> torch.Tensor:
+    """cos and sin of every (position, frequency) pair: a float32 tensor ``[seq_len, head_dim/2, 2]``.
+
+    Computed on the fly in every forward (it is tiny), so the model holds no buffer that meta-device
+    construction, ``to_empty`` or a pipeline split would have to recreate.
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    positions = torch.arange(seq_len, device=device, dtype=torch.float32)
+    angles = torch.outer(positions, inv_freq)  # [seq, head_dim/2]
+    return torch.stack((angles.cos(), angles.sin()), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` ``[batch, seq, heads, head_dim]`` by ``table`` from :func:`rope_table` (in float32)."""
+    pairs = x.float().unflatten(-1, (-1, 2))  # [b, s, heads, head_dim/2, 2]
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    cos = table[None, :, None, :, 0]
+    sin = table[None, :, None, :, 1]
+    rotated = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
+    return rotated.flatten(-2).type_as(x)
+
+
+# --------------------------------------------------------------------------------------------------
+# Modules
+# --------------------------------------------------------------------------------------------------
+
+
+def build_norm(spec: ModelSpec) -> nn.Module:
+    """LayerNorm (with a bias when the model has biases) or RMSNorm (Zhang & Sennrich 2019)."""
+    if spec.norm == "layernorm":
+        return nn.LayerNorm(spec.hidden, eps=spec.norm_eps, bias=spec.bias)
+    return nn.RMSNorm(spec.hidden, eps=spec.norm_eps)
+
+
+class Attention(nn.Module):
+    """Multi-head (or grouped-query) causal self-attention with fused SDPA."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.head_dim = spec.head_dim
+        self.wq = nn.Linear(spec.hidden, spec.heads * spec.head_dim, bias=spec.bias)
+        self.wk = nn.Linear(spec.hidden, spec.kv_dim, bias=spec.bias)
+        self.wv = nn.Linear(spec.hidden, spec.kv_dim, bias=spec.bias)
+        self.wo = nn.Linear(spec.heads * spec.head_dim, spec.hidden, bias=spec.bias)
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor | None = None) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        # -1 heads: the local count after tensor-parallel sharding of wq/wk/wv (heads/tp, kv_heads/tp).
+        q = self.wq(x).view(batch, seq, -1, self.head_dim)
+        k = self.wk(x).view(batch, seq, -1, self.head_dim)
+        v = self.wv(x).view(batch, seq, -1, self.head_dim)
+        if rope is not None:
+            q, k = apply_rope(q, rope), apply_rope(k, rope)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [b, heads, s, head_dim]
+        # Grouped-query attention (Ainslie et al. 2023): query head i reads kv head i // (heads/kv_heads).
+        # In bf16/fp16 SDPA's flash kernel does that itself (enable_gqa). In fp32 only the unfused math
+        # kernel accepts unequal head counts (O(s^2) memory; pytorch/pytorch#139586), so the kv heads are
+        # repeated first and the memory-efficient kernel stays eligible.
+        repeats = q.shape[1] // k.shape[1]
+        if repeats > 1 and q.dtype not in (torch.bfloat16, torch.float16):
+            k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+        return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+class FeedForward(nn.Module):
+    """GELU MLP (w2(gelu(w1 x)), GPT-2's tanh GELU) or SwiGLU (w2(silu(w1 x) * w3 x), Shazeer 2020)."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.swiglu = spec.mlp == "swiglu"
+        self.w1 = nn.Linear(spec.hidden, spec.ffn, bias=spec.bias)
+        self.w2 = nn.Linear(spec.ffn, spec.hidden, bias=spec.bias)
+        self.w3 = nn.Linear(spec.hidden, spec.ffn, bias=spec.bias) if self.swiglu else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(F.gelu(self.w1(x), approximate="tanh"))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm residual block: x + attention(norm(x)), then + feed_forward(norm(.))."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.attention_norm = build_norm(spec)
+        self.attention = Attention(spec)
+        self.ffn_norm = build_norm(spec)
+        self.feed_forward = FeedForward(spec)
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor | None = None) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), rope)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class Transformer(nn.Module):
+    """The decoder-only language model of a :class:`ModelSpec`; any part may be None (a pipeline stage)."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.spec = spec
+        self.tok_embeddings = nn.Embedding(spec.padded_vocab, spec.hidden)
+        self.pos_embeddings = nn.Embedding(spec.seq_len, spec.hidden) if spec.position == "learned" else None
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(spec) for i in range(spec.layers)})
+        self.norm = build_norm(spec)
+        self.output = nn.Linear(spec.hidden, spec.padded_vocab, bias=False)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Share the embedding with the output projection when the spec ties them and both are here.
+
+        ``nn.Module.to_empty`` (meta -> real device) creates a new tensor per module and so unties
+        them; :meth:`to_empty` calls this again.
+        """
+        if self.spec.tie_embeddings and self.tok_embeddings is not None and self.output is not None:
+            self.output.weight = self.tok_embeddings.weight
+
+    def to_empty(self, *, device, recurse: bool = True):
+        result = super().to_empty(device=device, recurse=recurse)
+        self.tie_weights()
+        return result
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Token ids ``[batch, seq]`` -> logits ``[batch, seq, padded_vocab]``.
+
+        On a pipeline stage without ``tok_embeddings`` the input is hidden states ``[batch, seq, hidden]``;
+        without ``output`` the hidden states are returned.
+        """
+        seq = tokens.shape[1]
+        h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+        if self.pos_embeddings is not None:
+            # positions [1, seq]: the sum keeps the sequence on dim 1, as sequence parallelism shards it.
+            positions = torch.arange(seq, device=tokens.device).unsqueeze(0)
+            h = h + self.pos_embeddings(positions)
+        rope = None
+        if self.spec.position == "rope":
+            rope = rope_table(seq, self.spec.head_dim, self.spec.rope_theta, device=tokens.device)
+        for layer in self.layers.values():
+            h = layer(h, rope)
+        if self.norm is not None:
+            h = self.norm(h)
+        if self.output is not None:
+            h = self.output(h)
+        return h
+
+
+def build_model(spec: ModelSpec, *, device: torch.device | str | None = None) -> Transformer:
+    """Construct the model on ``device`` (``"meta"`` allocates nothing); call :func:`init_weights` next."""
+    with torch.device(device if device is not None else "cpu"):
+        return Transformer(spec)
+
+
+def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy over all tokens, computed in float32."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of distinct parameters (tied weights counted once), by their full (global) shapes."""
+    return sum(p.numel() for p in model.parameters())
+
+
+# --------------------------------------------------------------------------------------------------
+# Layout-independent initialisation
+# --------------------------------------------------------------------------------------------------
+
+
+def canonical_name(fqn: str, spec: ModelSpec) -> str:
+    """The parameter's name in the bare, full model: wrapper prefixes dropped; a tied output is the embedding."""
+    fqn = ".".join(part for part in fqn.split(".") if part not in WRAPPER_SEGMENTS)
+    if spec.tie_embeddings and fqn == "output.weight":
+        return "tok_embeddings.weight"
+    return fqn
+
+
+def parameter_seed(seed: int, name: str) -> int:
+    """A 63-bit generator seed from (seed, name) -- a stable hash, unlike Python's salted ``hash``."""
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def full_init_value(name: str, shape: torch.Size, spec: ModelSpec, seed: int) -> torch.Tensor:
+    """The full float32 CPU tensor that parameter ``name`` of shape ``shape`` starts from.
+
+    * biases: 0; normalisation weights: 1;
+    * matrices and embeddings: normal(0, 0.02) (GPT-2, Radford et al. 2019);
+    * the residual projections ``wo`` and ``w2``: normal(0, 0.02 / sqrt(2 * layers)) -- GPT-2's
+      "scale the weights of residual layers at initialization by 1/sqrt(N) where N is the number of
+      residual layers" (Radford et al. 2019, Sec. 2.3), two residual layers per block (as nanoGPT).
+    """
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf == "bias":
+        return torch.zeros(shape)
+    if "norm" in name.rsplit(".", 2)[-2]:  # attention_norm / ffn_norm / norm weights
+        return torch.ones(shape)
+    std = INIT_STD
+    if name.endswith(("attention.wo.weight", "feed_forward.w2.weight")):
+        std = INIT_STD / math.sqrt(2 * spec.layers)
+    generator = torch.Generator(device="cpu").manual_seed(parameter_seed(seed, name))
+    return torch.empty(shape).normal_(0.0, std, generator=generator)
+
+
+def _local_part(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+    """This rank's piece of ``full`` when ``param`` is a DTensor (TP/FSDP), else ``full`` itself."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if not isinstance(param, DTensor):
+        return full
+    # Every rank generated the same full tensor, so src_data_rank=None shards locally, with no
+    # communication, using the same chunking rules as DTensor/FSDP2 themselves.
+    sharded = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
+    return sharded.to_local()
+
+
+@torch.no_grad()
+def init_weights(model: nn.Module, seed: int, spec: ModelSpec | None = None) -> None:
+    """Initialise every parameter from (seed, its full-model name, its full shape) alone.
+
+    So a pipeline stage, a tensor-parallel shard or an FSDP shard holds exactly the values that the
+    same parameter has in the single-process model. Modules that are None are simply absent.
+    """
+    spec = spec if spec is not None else _find_spec(model)
+    for fqn, param in model.named_parameters():
+        if param.is_meta:
+            raise ValueError(
+                f"parameter {fqn!r} is on the meta device; call model.to_empty(device=...) before init_weights"
+            )
+        name = canonical_name(fqn, spec)
+        full = full_init_value(name, param.shape, spec, seed)
+        local = _local_part(full, param)
+        target = param.to_local() if hasattr(param, "to_local") else param
+        if tuple(local.shape) != tuple(target.shape):
+            raise ValueError(
+                f"init of {fqn!r}: this rank's shard of the full tensor has shape {tuple(local.shape)} "
+                f"but the parameter holds {tuple(target.shape)}"
+            )
+        target.copy_(local)
+    # Buffers: the model has none that need values (RoPE is computed in forward).
+
+
+def _find_spec(model: nn.Module) -> ModelSpec:
+    """The spec of the (possibly wrapped) Transformer inside ``model``."""
+    for module in model.modules():
+        spec = getattr(module, "spec", None)
+        if isinstance(spec, ModelSpec):
+            return spec
+    raise ValueError("init_weights needs the ModelSpec: pass spec=... (the model has no .spec attribute)")

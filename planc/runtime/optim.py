@@ -1,0 +1,165 @@
+"""Optimizer, learning-rate schedule and gradient clipping, correct for sharded and staged models.
+
+* :func:`build_optimizer` -- AdamW / Adam / SGD from a :class:`~planc.spec.TrainSpec`.
+* :func:`build_lr_scheduler` -- linear warmup, then cosine decay to ``min_lr`` (a ``LambdaLR``).
+* :func:`clip_grad_norm_` -- the global gradient norm over all ranks' shards (DTensor TP/FSDP) and all
+  pipeline stages, then ``torch.nn.utils.clip_grads_with_norm_``. Returns the total norm.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from planc.spec import TrainSpec
+
+#: Adam's epsilon (PyTorch's default; GPT-3 and Llama use 1e-8 too).
+ADAM_EPS = 1e-8
+
+
+def parameter_groups(params: Iterable[torch.Tensor], weight_decay: float) -> list[dict]:
+    """Two groups: matrices and embeddings (>= 2-D) are decayed; biases and norm gains (1-D) are not.
+
+    Decay pulls a weight towards 0. For a matrix that is regularisation; for a LayerNorm/RMSNorm gain
+    it would pull the normalised activations towards 0 and for a bias towards a fixed offset, neither
+    of which is a "smaller model" (GPT-3 and nanoGPT exclude them the same way; Loshchilov & Hutter 2019
+    decay weights only). The rule depends only on each parameter's full (global) shape, so a DTensor
+    shard lands in the same group as the unsharded parameter.
+
+    Parameters that are DTensors and plain tensors are put in separate groups: ``foreach`` optimizer
+    kernels cannot mix them in one list (tensor parallelism without sequence parallelism leaves the
+    norms as plain tensors).
+    """
+    from torch.distributed.tensor import DTensor
+
+    groups: dict[tuple[bool, bool], list[torch.Tensor]] = {}
+    for p in params:
+        if not p.requires_grad:
+            continue
+        groups.setdefault((p.ndim >= 2, isinstance(p, DTensor)), []).append(p)
+    return [
+        {"params": ps, "weight_decay": weight_decay if decay else 0.0}
+        for (decay, _), ps in sorted(groups.items(), key=lambda kv: (not kv[0][0], kv[0][1]))
+    ]
+
+
+def build_optimizer(params: Iterable[torch.Tensor], train: TrainSpec) -> torch.optim.Optimizer:
+    """The optimizer the plan names: adamw (decoupled decay), adam (L2 decay), sgd (momentum = beta1)."""
+    groups = parameter_groups(params, train.weight_decay)
+    if not groups:
+        raise ValueError("build_optimizer: no trainable parameters")
+    if train.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=train.lr, betas=(train.beta1, train.beta2), eps=ADAM_EPS)
+    if train.optimizer == "adam":
+        return torch.optim.Adam(groups, lr=train.lr, betas=(train.beta1, train.beta2), eps=ADAM_EPS)
+    if train.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=train.lr, momentum=train.beta1)
+    raise ValueError(f"unknown optimizer {train.optimizer!r}; choose adamw, adam or sgd")
+
+
+def lr_at(step: int, train: TrainSpec) -> float:
+    """Learning rate of optimizer step ``step`` (0-based): linear warmup, then cosine to ``min_lr``.
+
+    Warmup: lr * (step + 1) / warmup_steps for step < warmup_steps, so step warmup_steps - 1 uses the
+    full lr. Then cosine annealing (Loshchilov & Hutter 2017, SGDR Eq. 5, one cycle):
+    min_lr + (lr - min_lr) * (1 + cos(pi * t)) / 2 with t = (step - warmup) / (steps - warmup),
+    clamped to [0, 1] so training past ``steps`` stays at min_lr.
+    """
+    if step < train.warmup_steps:
+        return train.lr * (step + 1) / train.warmup_steps
+    decay_steps = max(1, train.steps - train.warmup_steps)
+    t = min(1.0, (step - train.warmup_steps) / decay_steps)
+    return train.min_lr + (train.lr - train.min_lr) * 0.5 * (1.0 + math.cos(math.pi * t))
+
+
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, train: TrainSpec) -> LambdaLR:
+    """A ``LambdaLR`` following :func:`lr_at`; call ``scheduler.step()`` after each ``optimizer.step()``."""
+    return LambdaLR(optimizer, lambda step: lr_at(step, train) / train.lr)
+
+
+def _group_key(grad: torch.Tensor):
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(grad, DTensor):
+        return (grad.device_mesh, tuple(grad.placements))
+    return None
+
+
+@torch.no_grad()
+def grad_norm(
+    parameters: Iterable[torch.Tensor],
+    norm_type: float = 2.0,
+    pp_group: dist.ProcessGroup | None = None,
+) -> torch.Tensor:
+    """The norm of all gradients as one vector, over every shard and every pipeline stage.
+
+    Follows torchtitan's ``clip_grad_norm_``: ``torch.nn.utils.get_total_norm`` per kind of gradient
+    (DTensors are grouped by mesh and placements, so each group's norm is a DTensor that
+    ``full_tensor()`` reduces over its mesh with DTensor's own collective); the group norms are
+    combined, and with pipeline stages the stages' p-th powers are summed (max for inf) with
+    ``torch.distributed.all_reduce`` over ``pp_group``. Returns a plain 0-dim float tensor.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    groups: dict[object, list[torch.Tensor]] = {}
+    for g in grads:
+        groups.setdefault(_group_key(g), []).append(g)
+    norms = []
+    for group in groups.values():
+        norm = torch.nn.utils.get_total_norm(group, norm_type)
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        norms.append(norm.float())
+    device = norms[0].device if norms else torch.device("cpu")
+    total = torch.linalg.vector_norm(torch.stack(norms), norm_type) if norms else torch.zeros((), device=device)
+    if pp_group is not None:
+        if math.isinf(norm_type):
+            dist.all_reduce(total, op=dist.ReduceOp.MAX, group=pp_group)
+        else:
+            total = total**norm_type
+            dist.all_reduce(total, op=dist.ReduceOp.SUM, group=pp_group)
+            total = total ** (1.0 / norm_type)
+    return total
+
+
+@torch.no_grad()
+def clip_grad_norm_(
+    parameters: Iterable[torch.Tensor],
+    max_norm: float,
+    norm_type: float = 2.0,
+    pp_group: dist.ProcessGroup | None = None,
+) -> torch.Tensor:
+    """Scale all gradients so their global norm is at most ``max_norm``; returns the norm before clipping.
+
+    ``pp_group``: the pipeline-parallel process group (or a 1-D DeviceMesh) when the model is split
+    over stages, so every stage clips by the same, global norm. ``max_norm <= 0`` only measures.
+    """
+    parameters = list(parameters)
+    if pp_group is not None and hasattr(pp_group, "get_group"):
+        pp_group = pp_group.get_group()
+    total = grad_norm(parameters, norm_type, pp_group)
+    if max_norm > 0:
+        # Per kind of gradient, as foreach kernels cannot mix DTensors and plain tensors in one list.
+        groups: dict[object, list[torch.Tensor]] = {}
+        for p in parameters:
+            if p.grad is not None:
+                groups.setdefault(_group_key(p.grad), []).append(p)
+        for group in groups.values():
+            torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
+    return total
+
+
+def model_parameters(model_parts: Iterable[nn.Module]) -> list[torch.Tensor]:
+    """All distinct parameters of the model parts (a pipeline rank may hold several chunks)."""
+    seen: set[int] = set()
+    params = []
+    for part in model_parts:
+        for p in part.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+    return params

@@ -1,0 +1,147 @@
+"""The single-process reference trainer: what every parallel layout must reproduce.
+
+Plain PyTorch, no torch.distributed: the same model, init, data order, optimizer, LR schedule and
+clipping as the distributed program, the full global batch per step, split into micro-batches
+whose gradients accumulate (each micro-batch loss divided by their number, so the gradient is
+that of the mean loss over the global batch). fp32, or bf16 autocast over fp32 master weights.
+
+    python -m planc.runtime.reference run/plan.json --steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from planc.runtime.checkpoint import load_checkpoint, save_checkpoint
+from planc.runtime.data import build_data, inputs_and_targets, local_micro_batches
+from planc.runtime.model import build_model, init_weights, loss_fn
+from planc.runtime.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_
+from planc.spec import Plan
+
+
+@dataclass
+class ReferenceRun:
+    """Per-step results of a reference run; index i is optimizer step ``first_step + i`` (0-based)."""
+
+    first_step: int = 0
+    losses: list[float] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    lrs: list[float] = field(default_factory=list)
+
+
+def _micro_batch(plan: Plan, micro_batch: int | None) -> int:
+    if micro_batch is None:
+        micro_batch = plan.train.micro_batch if isinstance(plan.train.micro_batch, int) else plan.train.global_batch
+    if plan.train.global_batch % micro_batch:
+        raise ValueError(f"micro_batch {micro_batch} does not divide global_batch {plan.train.global_batch}")
+    return micro_batch
+
+
+def train_reference(
+    plan: Plan,
+    *,
+    steps: int | None = None,
+    micro_batch: int | None = None,
+    checkpoint_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    device: str = "cpu",
+    on_step: Callable[[int, float], None] | None = None,
+) -> ReferenceRun:
+    """Train ``plan``'s model to ``steps`` optimizer steps (default ``plan.train.steps``) in one process.
+
+    The LR schedule always follows ``plan.train.steps``, so a shorter run is a prefix of the full one.
+
+    ``checkpoint_dir``: save there every ``plan.checkpoint.every`` steps (keeping ``keep``) and resume
+    from the newest complete checkpoint in it. ``on_step(step, loss)`` is called after each step
+    (1-based count of finished steps).
+    """
+    spec, train = plan.model, plan.train
+    total_steps = steps if steps is not None else train.steps
+    micro = _micro_batch(plan, micro_batch)
+
+    model = build_model(spec, device=device)
+    init_weights(model, train.seed)
+    optimizer = build_optimizer(model.parameters(), train)
+    scheduler = build_lr_scheduler(optimizer, train)
+    data = build_data(train, spec, base_dir=data_dir)
+
+    start = 0
+    if checkpoint_dir is not None:
+        resumed = load_checkpoint(checkpoint_dir, [model], [optimizer], [scheduler])
+        start = resumed["step"] if resumed else 0
+
+    # bf16: autocast runs the matmuls in bf16 while parameters, gradients and Adam states stay fp32.
+    autocast = (
+        (lambda: torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16))
+        if train.precision == "bf16"
+        else contextlib.nullcontext
+    )
+    run = ReferenceRun(first_step=start)
+    model.train()
+    for step in range(start, total_steps):
+        micro_batches = local_micro_batches(data.batch_for_step(step), dp_rank=0, dp=1, micro_batch=micro)
+        optimizer.zero_grad(set_to_none=True)
+        step_loss = torch.zeros((), device=device)
+        for batch in micro_batches:
+            inputs, targets = inputs_and_targets(batch.to(device))
+            with autocast():
+                logits = model(inputs)
+            loss = loss_fn(logits, targets) / len(micro_batches)
+            loss.backward()
+            step_loss += loss.detach()
+        norm = clip_grad_norm_(model.parameters(), train.grad_clip)
+        run.lrs.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+        run.losses.append(step_loss.item())
+        run.grad_norms.append(norm.item())
+        if on_step is not None:
+            on_step(step + 1, run.losses[-1])
+        if checkpoint_dir is not None and plan.checkpoint is not None and (step + 1) % plan.checkpoint.every == 0:
+            save_checkpoint(
+                checkpoint_dir, step + 1, [model], [optimizer], [scheduler], keep=plan.checkpoint.keep
+            )
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m planc.runtime.reference", description="Train a plan in one process and print the losses."
+    )
+    parser.add_argument("plan", help="a plan.json (as written by `planc check --json` or into a run directory)")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the plan's train.steps)")
+    parser.add_argument("--micro-batch", type=int, default=None, help="sequences per micro-batch (default: plan's, else all)")
+    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    args = parser.parse_args(argv)
+    path = Path(args.plan)
+    try:
+        plan = Plan.from_json(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        print(f"error: cannot read {path}: {err.strerror}", file=sys.stderr)
+        return 2
+    except ValueError as err:  # pydantic's ValidationError, a JSON syntax error
+        print(f"error: {path} is not a valid plan.json:\n{err}", file=sys.stderr)
+        return 2
+    try:
+        train_reference(
+            plan,
+            steps=args.steps,
+            micro_batch=args.micro_batch,
+            device=args.device,
+            on_step=lambda step, loss: print(f"step {step} loss {loss:.6f}", flush=True),
+        )
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

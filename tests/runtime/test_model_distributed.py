@@ -1,0 +1,71 @@
+"""init_weights on DTensor shards equals the slice of the single-process init (2 gloo processes).
+
+One launch checks both sharders PyTorch offers: DTensor tensor parallelism (``parallelize_module``
+with column/row-wise plans, so the attention must find its local heads) and FSDP2 ``fully_shard``
+(dim-0 shards, including an uneven one: 15 position rows over 2 ranks).
+"""
+
+import pytest
+import torch
+
+from multiproc import run_gloo
+
+SPEC = dict(
+    layers=2, hidden=64, heads=4, kv_heads=2, vocab=300, seq_len=15, mlp="swiglu", norm="rmsnorm", position="learned"
+)
+
+
+def _check_tp_and_fsdp(rank: int, world_size: int) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from planc.runtime.model import build_model, init_weights
+    from planc.spec import ModelSpec
+
+    spec = ModelSpec(**SPEC)
+    full = build_model(spec)
+    init_weights(full, seed=7)
+    reference = dict(full.named_parameters())
+    mesh = init_device_mesh("cpu", (world_size,))
+
+    # Tensor parallel (Megatron-style plan, addressed by the model's module names).
+    tp = build_model(spec, device="meta")
+    plan = {"tok_embeddings": RowwiseParallel(input_layouts=torch.distributed.tensor.Replicate()),
+            "output": ColwiseParallel(output_layouts=torch.distributed.tensor.Replicate())}
+    for i in tp.layers:
+        plan |= {f"layers.{i}.attention.{w}": ColwiseParallel() for w in ("wq", "wk", "wv")}
+        plan |= {f"layers.{i}.feed_forward.{w}": ColwiseParallel() for w in ("w1", "w3")}
+        plan |= {f"layers.{i}.attention.wo": RowwiseParallel(), f"layers.{i}.feed_forward.w2": RowwiseParallel()}
+    parallelize_module(tp, mesh, plan)
+    tp.to_empty(device="cpu")
+    init_weights(tp, seed=7)
+    sharded = 0
+    for name, p in tp.named_parameters():
+        if isinstance(p, DTensor):
+            sharded += any(pl.is_shard() for pl in p.placements)
+            p = p.full_tensor()
+        assert torch.equal(p, reference[name]), name
+    assert sharded == 1 + 2 * 7 + 1  # embedding, 7 matrices per swiglu block (no biases), output
+    tokens = torch.randint(0, spec.vocab, (2, spec.seq_len), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        # 2 of 4 query heads and 1 of 2 kv heads per rank, found from the local weight shapes.
+        torch.testing.assert_close(tp(tokens), full(tokens), atol=1e-5, rtol=1e-5)
+
+    # FSDP2: every parameter sharded on dim 0 over the mesh.
+    fsdp = build_model(spec, device="meta")
+    for block in fsdp.layers.values():
+        fully_shard(block, mesh=mesh)
+    fully_shard(fsdp, mesh=mesh)
+    fsdp.to_empty(device="cpu")
+    init_weights(fsdp, seed=7)
+    for name, p in fsdp.named_parameters():
+        assert torch.equal(p.full_tensor(), reference[name]), name
+    pos = dict(fsdp.named_parameters())["pos_embeddings.weight"]
+    assert pos.to_local().shape[0] == (8 if rank == 0 else 7)  # torch.chunk of 15 rows
+
+
+@pytest.mark.dist
+def test_init_of_tp_and_fsdp_shards_equals_full_init():
+    run_gloo(_check_tp_and_fsdp, 2)
