@@ -13,8 +13,9 @@ Pruning, each rule sound under the cost model:
 3. **Micro-batches ascending, stop at the first misfit.** Activations grow with the
    micro-batch, so a larger one cannot fit where a smaller one did not (except, under FSDP,
    the single micro-batch per step, which is tried on its own). The loop also stops
-   once throughput falls (the micro-batch has passed its best: GEMM efficiency saturates
-   while the bubble and the memory keep growing) — a heuristic, stated.
+   once throughput falls 10% below the best seen for the configuration (the micro-batch has
+   passed its best: GEMM efficiency saturates while the bubble and the memory keep growing) —
+   a heuristic, stated.
 4. **Recompute only where needed.** At a micro-batch where less recomputation already fits,
    more recomputation costs time and buys nothing: it is not scored (the rung is marked
    "dominated").
@@ -39,6 +40,12 @@ from planc.planner import space
 from planc.planner.ladder import complexity, rung_for
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
+
+
+#: The micro-batch loop stops once throughput falls below this fraction of the best seen for the
+#: configuration. Not at the first dip: wave quantization makes throughput ripple with the
+#: micro-batch (a heuristic, stated; see the module docstring).
+PAST_THE_BEST = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +133,7 @@ def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCa
                 for schedule, v in schedules:
                     fits_up_to = 0  # largest micro-batch that fit with less recomputation
                     for recompute in recomputes:
-                        fit_here, last_speed = 0, 0.0
+                        fit_here, best_speed = 0, 0.0
                         for mb in mbs:
                             if mb <= fits_up_to:
                                 result.dominated.add(rung_for(tp, pp, dp, zero, recompute, schedule, sp))
@@ -148,9 +155,9 @@ def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCa
                             result.fitting.append(cand)
                             fit_here = mb
                             speed = estimate.tokens_per_s
-                            if speed < last_speed:
-                                break  # past the best micro-batch of this configuration
-                            last_speed = speed
+                            if speed < PAST_THE_BEST * best_speed:
+                                break  # well past the best micro-batch of this configuration
+                            best_speed = max(best_speed, speed)
                         fits_up_to = max(fits_up_to, fit_here)
     result.seconds = time.perf_counter() - start
     return result
