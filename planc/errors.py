@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable
 
 
@@ -89,13 +90,21 @@ def render_error(
 def _source_line(source: str | None, line: int, max_width: int = 200) -> str | None:
     if source is None or line < 1:
         return None
-    all_lines = source.splitlines()
+    all_lines = _lines(source)
     if line > len(all_lines):
         return None
-    text = all_lines[line - 1]
+    text = all_lines[line - 1].rstrip("\r")
     # A printable, bounded excerpt: binary junk or a 10 MB single line must not flood the terminal.
     text = "".join(ch if ch.isprintable() or ch == "\t" else "?" for ch in text[:max_width])
     return text
+
+
+@lru_cache(maxsize=4)
+def _lines(source: str) -> list[str]:
+    """The lines of ``source``, split once per source however many errors quote it. Lines end at
+    "\n" only, as the lexer counts them (str.splitlines also splits at \f, \x1c, \u2028, ...,
+    which would quote the wrong line)."""
+    return source.split("\n")
 
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:

@@ -17,6 +17,7 @@ file), field validation, cross-field checks — and collects every problem as a
 
 from __future__ import annotations
 
+import re
 from pathlib import Path as FsPath
 from typing import Any, Collection
 
@@ -106,7 +107,8 @@ def build_plan(
         try:
             section = model_cls.model_validate(values)
         except ValidationError as exc:
-            issues += [i for i in _translate(block, values, model_cls, exc) if not _about_dropped(i, bad_keys)]
+            issues += [i for i in _translate(block, values, model_cls, exc)
+                       if not _about_dropped(i, bad_keys) and not _follows_from(i, block, block_issues, exc)]
         else:
             if not block_issues:
                 sections[block] = section
@@ -135,6 +137,10 @@ def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | No
         issues.append(SpecIssue(("model", "preset"), "a model block takes either 'from' or 'preset', not both",
                                 "keep one source of the architecture and override keys after it"))
         return None
+    for key, example in (("preset", '"llama3-8b"'), ("from", '"config.json"')):
+        if key in values and not isinstance(values[key], str):
+            issues.append(SpecIssue(("model", key), f"{key} must be a quoted string, e.g. {key} = {example}"))
+            return None
     base: dict[str, Any] = {}
     if "preset" in values:
         name = values.pop("preset")
@@ -170,7 +176,13 @@ def _resolve_data_path(values: dict, base_dir: FsPath, issues: list[SpecIssue]) 
         return values
     path = FsPath(data)
     path = path if path.is_absolute() else (base_dir / path)
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except (OSError, ValueError) as exc:  # a NUL byte, a name too long for the file system
+        issues.append(SpecIssue(("train", "data"), f"cannot use {data!r} as a data path: {exc}",
+                                'give a text file (path relative to the .plan file) or data = "synthetic"'))
+        return values
+    if not is_file:
         issues.append(SpecIssue(("train", "data"), f"data file not found: {path}",
                                 'give a text file (path relative to the .plan file) or data = "synthetic"'))
         return values
@@ -209,6 +221,9 @@ def _unit_example(kind: str) -> str:
 
 def _check_device(values: dict) -> list[SpecIssue]:
     device = values.get("device")
+    if device is not None and not isinstance(device, str):
+        return [SpecIssue(("hardware", "device"), "device must be a device name in quotes",
+                          'e.g. device = "A100-80GB"; ' + one_of(HARDWARE_PRESETS))]
     if not isinstance(device, str) or device in HARDWARE_PRESETS:
         return []
     missing = [k for k in CUSTOM_DEVICE_REQUIRED if k not in values]
@@ -227,18 +242,42 @@ def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
         name = item.get("name")
         if known_strategies is not None and name not in known_strategies:
             issues.append(SpecIssue(("uses", index, "name"), f"unknown strategy plugin '{name}'",
-                                    (did_you_mean(name, known_strategies) or "")
-                                    + " (run `planc plugins` to list installed strategies; "
-                                    "a third-party strategy must be pip-installed)"))
+                                    ((did_you_mean(name, known_strategies) or "")
+                                     + " (run `planc plugins` to list installed strategies; "
+                                     "a third-party strategy must be pip-installed)").strip()))
             continue
         if name in seen:
             issues.append(SpecIssue(("uses", index, "name"), f"strategy '{name}' is used twice",
                                     "merge the options into one use block"))
             continue
         seen.add(name)
-        options = {k: (v.value if isinstance(v, Quantity) else v) for k, v in item.get("options", {}).items()}
+        options = {k: _base_units(v) for k, v in item.get("options", {}).items()}
         uses.append(PluginUse(name=name, options=options))
     return uses
+
+
+#: Keys whose default is computed from another key: missing only because that one is.
+_DEFAULT_FROM = {"ffn": ("hidden", "mlp"), "kv_heads": ("heads",)}
+
+
+def _follows_from(issue: SpecIssue, block: str, block_issues: list[SpecIssue], exc: ValidationError) -> bool:
+    """A "missing key" issue that another issue already explains: the key was misspelled
+    ("unknown key 'hiden' - did you mean 'hidden'?"), or its default comes from a key that is
+    itself missing or invalid (ffn from hidden and mlp)."""
+    if not issue.message.startswith(f"the {block} block is missing '"):
+        return False
+    key = issue.message.split("'")[1]
+    if any(f"did you mean '{key}'?" in (other.hint or "") for other in block_issues):
+        return True
+    sources = _DEFAULT_FROM.get(key, ())
+    return any(err["loc"][:1] in [(source,) for source in sources] for err in exc.errors())
+
+
+def _base_units(value: Any) -> Any:
+    """Plugin options get quantities as numbers in base units, in lists too."""
+    if isinstance(value, list):
+        return [_base_units(item) for item in value]
+    return value.value if isinstance(value, Quantity) else value
 
 
 def _about_dropped(issue: SpecIssue, dropped: set) -> bool:
@@ -280,7 +319,7 @@ def _describe_invalid(key: str, value: Any, errors: list[dict], field) -> str:
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         (op, bound), = ((k, v) for k, v in err["ctx"].items())
         words = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}[op]
-        return f"{key} must be {words} {bound}{suffix}, got {shown}"
+        return f"{key} must be {words} {_show(bound)}{suffix}, got {shown}"
     if kind in ("int_type", "int_from_float", "int_parsing"):
         return f"{key} must be a whole number{suffix}, got {shown}"
     if kind in ("bool_type", "bool_parsing"):
@@ -300,6 +339,8 @@ def _hint_for(value: Any, errors: list[dict]) -> str | None:
     for err in errors:
         if err["type"] == "literal_error":
             choices = [c.strip().strip("'") for c in err["ctx"]["expected"].replace(" or ", ", ").split(",")]
+            if value in choices:  # "1" where the choice is the number 1
+                return f"write it without quotes: {value}"
             return did_you_mean(str(value), choices) or one_of(choices)
     return None
 
@@ -307,8 +348,15 @@ def _hint_for(value: Any, errors: list[dict]) -> str | None:
 def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"' if value != "auto" else "auto"
+    if isinstance(value, str):  # a bare word (gelu, 1f1b) as written; text that is not one, or
+        # that would read as a number ("1"), in quotes
+        bare = re.fullmatch(r"[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*", value) \
+            and not re.fullmatch(r"[-+]?[0-9_.]+(?:[eE][-+]?[0-9_]+)?", value)
+        return value if bare else f'"{value}"'
+    if isinstance(value, Quantity):
+        return value.text or f"{value.value:g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(item) for item in value) + "]"
     return repr(value) if not isinstance(value, (int, float)) else f"{value:g}" if isinstance(value, float) else str(value)
 
 

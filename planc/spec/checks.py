@@ -84,7 +84,7 @@ def check_world_size(plan: Plan) -> Iterable[SpecIssue]:
     shown = " x ".join(f"{k} {v}" for k, v in fixed.items())
     hw = f"nodes x per_node = {plan.hardware.nodes} x {plan.hardware.per_node} = {world}"
     if len(fixed) == 3 and product != world:
-        yield SpecIssue(("layout",), f"tp x pp x dp = {shown.replace(' x ', ' × ')} = {product}, but {hw}",
+        yield SpecIssue(("layout",), f"tp x pp x dp = {lay.tp} x {lay.pp} x {lay.dp} = {product}, but {hw}",
                         "make the product equal the number of devices, or set one of them to auto")
     elif fixed and world % product:
         yield SpecIssue(("layout",), f"{shown} = {product} does not divide the {world} devices ({hw})",

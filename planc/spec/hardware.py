@@ -53,7 +53,8 @@ class HardwareSpec(SpecModel):
             return data
         data = dict(data)
         data.pop("world_size", None)  # computed; present in plan.json
-        preset = HARDWARE_PRESETS.get(data.get("device"), {})
+        device = data.get("device")
+        preset = HARDWARE_PRESETS.get(device, {}) if isinstance(device, str) else {}
         if preset and "peak_fp32" not in data and "peak" in data:
             # A plan that overrides the bf16 peak but not fp32 keeps the preset's ratio.
             data["peak_fp32"] = preset["peak_fp32"] * _as_number(data["peak"]) / preset["peak"]

@@ -8,6 +8,7 @@ the returned notes, so `planc check` can tell the user (e.g. GPT-NeoX's parallel
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -16,25 +17,37 @@ class HFConfigError(ValueError):
     """A config.json planc cannot read; the message says what is wrong and what to do."""
 
 
+#: Hugging Face config.json files are a few kilobytes; refuse to read anything far larger.
+MAX_CONFIG_BYTES = 1 << 20
+
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox")
 
 
 def read_hf_config(path: Path) -> tuple[dict[str, Any], list[str]]:
     """Return (model keys, notes) for the Hugging Face config at ``path``."""
     try:
-        text = path.read_text(encoding="utf-8")
+        info = path.stat()
+        if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_CONFIG_BYTES:
+            with path.open("rb") as handle:  # bounded: a config.json is a few kilobytes
+                text = handle.read(MAX_CONFIG_BYTES + 1).decode("utf-8")
     except FileNotFoundError:
         raise HFConfigError(f"config file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # also UnicodeDecodeError, and a NUL byte in the path
         raise HFConfigError(f"cannot read {path}: {exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise HFConfigError(f"{path} is not a regular file")
+    if info.st_size > MAX_CONFIG_BYTES or len(text) > MAX_CONFIG_BYTES:
+        raise HFConfigError(f"{path} is too large for a config.json (over {MAX_CONFIG_BYTES:,} bytes)")
     try:
         config = json.loads(text)
     except json.JSONDecodeError as exc:
         raise HFConfigError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except RecursionError:
+        raise HFConfigError(f"{path} is nested too deeply to be a config.json") from None
     if not isinstance(config, dict):
         raise HFConfigError(f"{path} must hold a JSON object, as a Hugging Face config.json does")
     model_type = config.get("model_type")
-    reader = _READERS.get(model_type)
+    reader = _READERS.get(model_type) if isinstance(model_type, str) else None
     if reader is None:
         raise HFConfigError(
             f"{path}: model_type {model_type!r} is not supported; planc reads "
@@ -46,6 +59,8 @@ def read_hf_config(path: Path) -> tuple[dict[str, Any], list[str]]:
         keys = reader(config, notes)
     except KeyError as exc:
         raise HFConfigError(f"{path}: a {model_type} config needs the key {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:  # e.g. "rope_theta": "fast"
+        raise HFConfigError(f"{path}: a value has the wrong type ({exc})") from None
     keys = {k: v for k, v in keys.items() if v is not None}
     for key, value in keys.items():
         if isinstance(value, float) and key not in ("rope_theta", "norm_eps") and value.is_integer():

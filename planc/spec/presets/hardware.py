@@ -10,9 +10,24 @@ Conventions (the cost model relies on them):
   vendors quote bidirectional totals, so 600 GB/s NVLink3 is 300 GB/s here.
 - ``inter_node_bw`` is the network injection bandwidth per device, one direction: a DGX A100 has
   one 200 Gb/s HDR InfiniBand port per GPU = 25 GB/s.
-- ``efficiency`` is the fraction of ``peak`` that the large bf16 GEMMs of a transformer layer
-  sustain in practice (kernel efficiency, not MFU: communication and bubbles are modelled
-  separately). Sources are given per device; see docs/cost-model.md.
+- ``efficiency`` is the fraction of ``peak`` that large, well-shaped bf16 GEMMs *sustain* under
+  full load (kernel efficiency, not MFU: shapes, attention, elementwise traffic, communication
+  and bubbles are modelled separately by planc.cost). Source: Bekman, "Machine Learning
+  Engineering", compute/accelerator (github.com/stas00/ml-engineering), which measures the
+  Maximum Achievable Matmul FLOPS (MAMF, a boost-clock burst) and the Maximum Sustainable
+  Matmul FLOPS (MSMF, power-saturated, "matches real training throughput") with mamf-finder.py:
+
+  ========= ============ ============ ====================================================
+  device    MAMF / peak  MSMF / peak  efficiency used
+  ========= ============ ============ ====================================================
+  A100 SXM  267.9 / 312  --           0.73 = 0.859 x 0.849 (H200's MSMF/MAMF ratio)
+  H100 SXM  792.1 / 989  --           0.68 = 0.801 x 0.849
+  H200      828.0 / 989  702.9 / 989  0.71 (MSMF)
+  B200      1732.6/2250  1455.7/2250  0.65 (MSMF)
+  MI300X    781.9 / 1307 --           0.60 (MAMF; the card runs at its power cap from the
+                                      first kernel, so there is no burst to discount)
+  V100      --           --           0.73, assumed equal to A100 (no published measurement)
+  ========= ============ ============ ====================================================
 - Latencies are the per-message start-up cost (alpha) of NCCL within a node (NVLink) and across
   nodes (InfiniBand/RoCE), order-of-magnitude figures from NCCL's tuning model.
 """
@@ -28,21 +43,21 @@ HARDWARE_PRESETS: dict[str, dict] = {
     # planc uses the fp16 rate for bf16 plans), 15.7 TFLOPS fp32, 900 GB/s HBM2, NVLink2 300 GB/s
     # total. DGX-1V: 4 x 100 Gb/s EDR IB for 8 GPUs = 6.25 GB/s per GPU.
     "V100-32GB": dict(memory=32 * GiB, peak=125 * TFLOPS, peak_fp32=15.7 * TFLOPS, hbm_bw=900 * GB,
-                      intra_node_bw=150 * GB, inter_node_bw=6.25 * GB, per_node=8, efficiency=0.65),
+                      intra_node_bw=150 * GB, inter_node_bw=6.25 * GB, per_node=8, efficiency=0.73),
     # NVIDIA A100 Tensor Core GPU data sheet (2021): 312 TFLOPS bf16 dense, 19.5 TFLOPS fp32,
     # 40GB: 1,555 GB/s; 80GB: 2,039 GB/s; NVLink3 600 GB/s total. DGX A100: 8 x 200 Gb/s HDR IB.
     "A100-40GB": dict(memory=40 * GiB, peak=312 * TFLOPS, peak_fp32=19.5 * TFLOPS, hbm_bw=1555 * GB,
-                      intra_node_bw=300 * GB, inter_node_bw=25 * GB, per_node=8, efficiency=0.75),
+                      intra_node_bw=300 * GB, inter_node_bw=25 * GB, per_node=8, efficiency=0.73),
     "A100-80GB": dict(memory=80 * GiB, peak=312 * TFLOPS, peak_fp32=19.5 * TFLOPS, hbm_bw=2039 * GB,
-                      intra_node_bw=300 * GB, inter_node_bw=25 * GB, per_node=8, efficiency=0.75),
+                      intra_node_bw=300 * GB, inter_node_bw=25 * GB, per_node=8, efficiency=0.73),
     # NVIDIA H100 Tensor Core GPU data sheet (SXM5): 989 TFLOPS bf16 dense (1,979 with sparsity),
     # 67 TFLOPS fp32, 3.35 TB/s HBM3, NVLink4 900 GB/s total. DGX H100: 8 x 400 Gb/s ConnectX-7.
     "H100-SXM": dict(memory=80 * GiB, peak=989 * TFLOPS, peak_fp32=67 * TFLOPS, hbm_bw=3350 * GB,
-                     intra_node_bw=450 * GB, inter_node_bw=50 * GB, per_node=8, efficiency=0.70),
+                     intra_node_bw=450 * GB, inter_node_bw=50 * GB, per_node=8, efficiency=0.68),
     # NVIDIA H200 data sheet (SXM): same compute as H100, 141 GB HBM3e at 4.8 TB/s;
     # nvidia-smi reports 143771 MiB = 140.4 GiB.
     "H200": dict(memory=140 * GiB, peak=989 * TFLOPS, peak_fp32=67 * TFLOPS, hbm_bw=4800 * GB,
-                 intra_node_bw=450 * GB, inter_node_bw=50 * GB, per_node=8, efficiency=0.70),
+                 intra_node_bw=450 * GB, inter_node_bw=50 * GB, per_node=8, efficiency=0.71),
     # NVIDIA DGX B200 data sheet: 1,440 GB for 8 GPUs (180 GB each), 72 PFLOPS fp8 training
     # (dense) for 8 -> 2.25 PFLOPS bf16 dense per GPU; HBM3e 8 TB/s; NVLink5 1.8 TB/s total;
     # 8 x 400 Gb/s ConnectX-7.
@@ -52,7 +67,7 @@ HARDWARE_PRESETS: dict[str, dict] = {
     # 163.4 TFLOPS fp32 matrix; 7 Infinity Fabric links of 128 GB/s (bidirectional) each
     # -> 448 GB/s one direction; one 400 Gb/s NIC per GPU.
     "MI300X": dict(memory=192 * GiB, peak=1307.4 * TFLOPS, peak_fp32=163.4 * TFLOPS, hbm_bw=5300 * GB,
-                   intra_node_bw=448 * GB, inter_node_bw=50 * GB, per_node=8, efficiency=0.50),
+                   intra_node_bw=448 * GB, inter_node_bw=50 * GB, per_node=8, efficiency=0.60),
     # CPU processes over gloo, for laptop runs and tests. Rough, modest figures: a few cores'
     # worth of fp32 GEMM per process and loopback TCP between processes. Nobody plans a real
     # run on these numbers; they keep `planc explain` meaningful for CPU plans.

@@ -1,0 +1,70 @@
+"""From a validated plan to a runnable program: plan the layout, gather the strategies, emit.
+
+``compile_plan`` is what ``planc compile`` and ``planc run`` share. It never imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planc.codegen.emit import Prediction, StrategyCall, emit_program, torchrun_command
+from planc.errors import PlanError
+from planc.spec import Layout, Plan
+
+
+@dataclass(frozen=True)
+class CompiledPlan:
+    plan: Plan
+    layout: Layout
+    strategies: tuple[StrategyCall, ...]
+    prediction: Prediction
+    fits: bool
+    program: str
+    warnings: tuple[str, ...] = ()
+
+
+def compile_plan(plan: Plan, *, tolerance: float | None = None, force: bool = False,
+                 program_name: str = "train.py") -> CompiledPlan:
+    """Choose the layout (the planner), check and collect the active strategies, emit the program.
+
+    Raises :class:`PlanError` when the strategies reject the layout, or when the layout is
+    predicted not to fit in device memory (unless ``force``).
+    """
+    from planc.planner import choose
+    from planc.strategies.registry import load_registry
+
+    choice = choose(plan, tolerance=tolerance)
+    estimate = choice.estimate
+    prediction = Prediction(memory_bytes=estimate.memory_bytes, capacity_bytes=estimate.capacity,
+                            step_s=estimate.step_s, tokens_per_s=estimate.tokens_per_s)
+    if not choice.fits and not force:
+        from planc.units import format_bytes
+
+        raise PlanError(
+            f"the layout {choice.layout.describe()} needs {format_bytes(prediction.memory_bytes)} per device, "
+            f"but {plan.hardware.device} has {format_bytes(prediction.capacity_bytes)}",
+            hint=(choice.suggestion or "run `planc explain` to see what would fit")
+            + "; pass --force to emit the program anyway",
+        )
+    registry = load_registry()
+    issues = registry.check(plan, choice.layout)
+    if issues:
+        raise PlanError("; ".join(issue.message for issue in issues),
+                        hint=next((i.hint for i in issues if i.hint), None))
+    calls = tuple(
+        StrategyCall(
+            name=strategy.name,
+            module=strategy.module.__name__,
+            builtin=strategy.builtin,
+            description=strategy.description,
+            options=strategy.options_for(plan).model_dump(mode="json"),
+        )
+        for strategy in registry.active(plan, choice.layout)
+    )
+    program = emit_program(plan, choice.layout, calls, prediction=prediction, program_name=program_name)
+    warnings = tuple(str(problem) for problem in registry.problems)
+    return CompiledPlan(plan=plan, layout=choice.layout, strategies=calls, prediction=prediction,
+                        fits=choice.fits, program=program, warnings=warnings)
+
+
+__all__ = ["CompiledPlan", "compile_plan", "emit_program", "torchrun_command", "StrategyCall", "Prediction"]

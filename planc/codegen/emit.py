@@ -1,0 +1,159 @@
+"""Write the training program for a plan and its chosen layout.
+
+The program reads like nanoGPT: a docstring with the exact torchrun command and the prediction,
+the plan and layout as plain data, then mesh -> model -> each strategy's ``apply`` in composition
+order -> init -> optimizer -> loop. It imports planc's runtime and strategies, never its CLI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from planc import __version__
+from planc.codegen.literals import identifier_for, inert_text, keyword_arguments, python_literal
+from planc.spec import Layout, Plan
+from planc.units import format_bytes
+
+#: The order the built-ins compose in, and why; printed above the strategy calls.
+COMPOSITION_COMMENT = """\
+    # Strategies, in composition order: pipeline split -> tensor parallel -> recompute ->
+    # precision -> data parallel. Each wraps PyTorch's own implementation; bf16 comes before
+    # FSDP because FSDP2 takes its mixed-precision policy when it wraps the model."""
+
+
+@dataclass(frozen=True)
+class StrategyCall:
+    """One active strategy as the program spells it."""
+
+    name: str
+    module: str
+    builtin: bool
+    description: str
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The planner's numbers the docstring quotes."""
+
+    memory_bytes: float
+    capacity_bytes: float
+    step_s: float
+    tokens_per_s: float
+
+
+def torchrun_command(plan: Plan, program: str = "train.py") -> str:
+    """The command that launches ``program`` for this plan's world (on every node when multi-node)."""
+    hw = plan.hardware
+    if hw.nodes == 1:
+        return f"torchrun --standalone --nproc-per-node {hw.per_node} {program}"
+    return (f"torchrun --nnodes {hw.nodes} --nproc-per-node {hw.per_node} --rdzv-backend c10d "
+            f"--rdzv-endpoint $MASTER_ADDR:29500 {program}")
+
+
+def emit_program(
+    plan: Plan,
+    layout: Layout,
+    strategies: Sequence[StrategyCall],
+    *,
+    prediction: Prediction | None = None,
+    program_name: str = "train.py",
+) -> str:
+    """The text of a runnable training program (see the module docstring)."""
+    program_name = inert_text(program_name, limit=80)
+    taken: set[str] = {"job", "args", "parser", "main", "train", "shutdown", "Job", "Plan", "Layout",
+                       "PLAN", "LAYOUT", "argparse", "load_registry"}
+    builtin_imports, plugin_lines, apply_lines = [], [], []
+    for call in strategies:
+        if call.builtin:
+            variable = call.module.rsplit(".", 1)[-1]
+            taken.add(variable)
+            builtin_imports.append(variable)
+        else:
+            variable = identifier_for(call.name, taken)
+            plugin_lines.append(f"{variable} = load_registry()[{call.name!r}].module")
+        apply_lines.append(f"    # {inert_text(call.name, 40)}: {inert_text(call.description, 90)}")
+        apply_lines.append(f"    {variable}.apply(job, {variable}.Options({keyword_arguments(call.options)}))")
+
+    imports = ["import argparse", "", "from planc.runtime.job import Job",
+               "from planc.runtime.loop import shutdown, train", "from planc.spec import Layout, Plan"]
+    if builtin_imports:
+        imports.append(f"from planc.strategies import {', '.join(sorted(builtin_imports))}")
+    if plugin_lines:
+        imports.append("from planc.strategies.registry import load_registry")
+        plugin_block = ("\n# Third-party strategies come through the same entry-point registry planc planned with.\n"
+                        + "\n".join(plugin_lines) + "\n")
+    else:
+        plugin_block = ""
+    if not apply_lines:
+        apply_lines = ["    # No strategy: one process trains the whole model."]
+        composition = ""
+    else:
+        composition = COMPOSITION_COMMENT + "\n"
+
+    plan_data = plan.model_dump(mode="json")
+    layout_data = layout.model_dump(mode="json")
+    return f'''"""{_docstring(plan, layout, strategies, prediction, program_name)}"""
+
+{chr(10).join(imports)}
+{plugin_block}
+# The validated plan, as plain data (what `planc check --json` prints). Derived values such as
+# the parameter count are recomputed on load, never trusted from here.
+PLAN = Plan.model_validate(
+    {python_literal(plan_data, indent=4)}
+)
+
+# The layout planc chose: every `auto` of the plan resolved.
+LAYOUT = Layout({keyword_arguments(layout_data)})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Train the plan's model (run under torchrun).")
+    parser.add_argument("--steps", type=int, default=PLAN.train.steps, help="optimizer steps to train")
+    parser.add_argument("--out", default=".", help="run directory for metrics.jsonl and checkpoints")
+    args = parser.parse_args()
+
+    # Process group, the ("pp", "dp", "tp") device mesh, and the full model on the meta device.
+    job = Job.create(PLAN, LAYOUT)
+
+{composition}{chr(10).join(apply_lines)}
+
+    # Same starting weights on every layout: each parameter depends only on (seed, its name).
+    job.init_weights()
+    job.build_optimizer()
+    try:
+        train(job, steps=args.steps, out_dir=args.out)
+    finally:
+        shutdown()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def _docstring(plan: Plan, layout: Layout, strategies, prediction, program_name: str) -> str:
+    m, hw = plan.model, plan.hardware
+    name = inert_text(m.name or "model", 60)
+    source = inert_text(plan.source or "a plan", 100)
+    accumulation = layout.grad_accumulation(plan.train.global_batch)
+    lines = [
+        f"{name}: a training program generated by planc {__version__} from {source}.",
+        "",
+        "Run it with:",
+        "",
+        f"    {torchrun_command(plan, program_name)}",
+        "",
+        f"Model       {m.params:,} parameters, {m.layers} layers, hidden {m.hidden}, sequence {m.seq_len}",
+        f"Hardware    {hw.world_size} x {inert_text(hw.device, 40)} ({hw.nodes} node(s) x {hw.per_node})",
+        f"Batch       {plan.train.global_batch} sequences = {plan.tokens_per_step:,} tokens per step "
+        f"({layout.micro_batch} per micro-batch, {accumulation} micro-batch(es) per rank), {plan.train.precision}",
+        f"Layout      {layout.describe()}",
+        f"Strategies  {', '.join(inert_text(s.name, 40) for s in strategies) or 'none'}",
+    ]
+    if prediction is not None:
+        lines.append(
+            f"Predicted   {format_bytes(prediction.memory_bytes)} of {format_bytes(prediction.capacity_bytes)} "
+            f"per device; step {prediction.step_s:.3g} s; {prediction.tokens_per_s:,.0f} tokens/s")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,81 @@
+"""``planc explain FILE``: what layout planc chooses for a plan, and why, with numbers.
+
+Exit status: 0 when a fitting layout is chosen; 1 when nothing fits or the plan's fixed layout
+does not fit (the explanation is still printed, with what would fit).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from planc.errors import PlanError
+
+HELP = "explain the layout planc chooses: memory, step time, throughput, and why not simpler"
+DESCRIPTION = (
+    "Plan the layout of FILE (a .plan file, or a plan.json) and explain the choice: memory per "
+    "device, step time broken into compute, communication and bubble, throughput, the bottleneck, "
+    "why each simpler strategy was rejected, and the next-best layouts. Exits 1 when nothing fits."
+)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("file", help="the .plan file (or a plan.json written by planc)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument("--svg", metavar="OUT", help="also write a picture of memory and pipeline schedule")
+    parser.add_argument("--tolerance", type=float, default=None,
+                        help="pick the simplest layout within this fraction of the best throughput "
+                             "(default: the plan's layout.tolerance, 0.05)")
+    parser.add_argument("--top", type=int, default=5, metavar="K", help="how many alternatives to list (default 5)")
+
+
+def read_plan(path_text: str):
+    """A validated Plan from a .plan file (via the DSL) or a plan.json."""
+    path = Path(path_text)
+    if not path.is_file():
+        raise PlanError(f"no such file: {path_text}", hint="give the path of a .plan file")
+    if path.suffix == ".json":
+        from planc.spec import Plan
+
+        try:
+            return Plan.from_json(path.read_text()).model_copy(update={"source": str(path)})
+        except ValueError as exc:
+            raise PlanError(f"{path_text} is not a valid plan.json: {exc}",
+                            hint="pass a .plan file, or a plan.json written by planc") from None
+    try:
+        from planc.dsl.load import load_plan
+    except ImportError:
+        raise PlanError("this planc has no .plan reader (planc.dsl) installed",
+                        hint="install the complete planc package, or pass a plan.json") from None
+    return load_plan(path)
+
+
+def run(args) -> int:
+    from planc.explain.report import render_text, to_dict
+    from planc.planner import NoLegalLayout, choose
+
+    if args.tolerance is not None and not 0 <= args.tolerance < 1:
+        raise PlanError(f"--tolerance {args.tolerance} is outside [0, 1)", hint="e.g. --tolerance 0.05 for 5%")
+    if args.top < 0:
+        raise PlanError("--top must be 0 or more")
+    plan = read_plan(args.file)
+    try:
+        choice = choose(plan, tolerance=args.tolerance, top_k=args.top)
+    except NoLegalLayout as exc:
+        raise PlanError(str(exc), hint="set some layout keys to auto, or change the device count") from None
+    if args.json:
+        json.dump(to_dict(plan, choice), sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render_text(plan, choice, top_k=args.top))
+    if args.svg:
+        from planc.explain.svg import render_svg
+
+        Path(args.svg).write_text(render_svg(plan, choice))
+    if not choice.fits:
+        what = "the plan's fixed layout does not fit" if choice.fixed else "no layout fits"
+        hint = f"; {choice.suggestion}" if choice.suggestion else ""
+        print(f"planc: {what} in {choice.estimate.capacity / 2**30:.1f} GiB per device{hint}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,98 @@
+"""``planc run FILE``: compile into a run directory and launch torchrun (or run in place under it)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HELP = "compile a plan into a run directory and train it under torchrun"
+DESCRIPTION = (
+    "Compile the plan into a run directory (plan.json, train.py, metrics.jsonl, checkpoints/) and "
+    "launch it with torchrun on this machine. A multi-node plan prints the torchrun command for "
+    "each node instead (--slurm writes an sbatch script). Under torchrun already, it trains in place. "
+    "Running again with the same --out resumes from the newest checkpoint."
+)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("file", help="the .plan file")
+    parser.add_argument("--out", help="run directory (default: runs/<plan>-<timestamp>)")
+    parser.add_argument("--steps", type=int, help="optimizer steps to train (default: the plan's train.steps)")
+    parser.add_argument("--tolerance", type=float, default=None, help="planner tolerance (default: the plan's)")
+    parser.add_argument("--force", action="store_true", help="run even when the layout is predicted not to fit")
+    parser.add_argument("--slurm", action="store_true", help="write launch.slurm into the run directory and stop")
+    parser.add_argument("--print", dest="print_only", action="store_true",
+                        help="write the run directory and print the launch command(s) without running")
+
+
+def run(args) -> int:
+    from planc import launch
+    from planc.codegen import compile_plan
+    from planc.dsl.load import load_plan
+    from planc.errors import PlanError
+
+    if args.steps is not None and args.steps < 1:
+        raise PlanError(f"--steps must be at least 1, got {args.steps}")
+    plan_path = Path(args.file)
+    plan = load_plan(plan_path)
+    compiled = compile_plan(plan, tolerance=args.tolerance, force=args.force)
+    if launch.under_torchrun():
+        return _run_in_place(compiled, Path(args.out or "."), args.steps)
+
+    run_dir = Path(args.out) if args.out else launch.default_run_dir(plan_path)
+    launch.write_run_dir(run_dir, compiled)
+    for warning in compiled.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    hw = plan.hardware
+    print(f"planc: {plan.model.name or 'model'} · {compiled.layout.describe()} · "
+          f"{hw.world_size} process(es) · run directory {run_dir}", file=sys.stderr)
+
+    if args.slurm:
+        script = run_dir / "launch.slurm"
+        launch.write_text_atomically(script, launch.slurm_script(compiled, run_dir, steps=args.steps))
+        print(f"wrote {script}; submit it with: sbatch {script}")
+        return 0
+    if hw.nodes > 1 or args.print_only:
+        commands = (launch.multi_node_commands(compiled, run_dir, steps=args.steps) if hw.nodes > 1
+                    else [f"cd {run_dir} && " + " ".join(launch.torchrun_argv(compiled, steps=args.steps)[1:])
+                          .replace("-m torch.distributed.run", "torchrun")])
+        if hw.nodes > 1:
+            print(f"This plan spans {hw.nodes} nodes. Copy {run_dir} to every node (or use a shared "
+                  f"filesystem), set MASTER_ADDR to node 0's address, and run on node i the i-th line:")
+        for command in commands:
+            print(command)
+        return 0
+
+    launch.check_local_devices(compiled)
+    status = launch.launch_local(compiled, run_dir, steps=args.steps)
+    records = launch.last_metrics(run_dir)
+    if status == 130:
+        print(f"planc: interrupted; {run_dir} keeps metrics.jsonl and the last complete checkpoint", file=sys.stderr)
+        return 130
+    if status != 0:
+        raise PlanError(f"training failed (torchrun exited with {status})",
+                        hint=f"the ranks' messages are above; metrics so far are in {run_dir / 'metrics.jsonl'}")
+    if records:
+        first, last = records[0], records[-1]
+        print(f"planc: done — {len(records)} step(s) logged, loss {first['loss']:.4f} → {last['loss']:.4f}; "
+              f"{run_dir / 'metrics.jsonl'}", file=sys.stderr)
+    return 0
+
+
+def _run_in_place(compiled, out_dir: Path, steps: int | None) -> int:
+    """Already a torchrun worker: build the same job the program would, and train it here."""
+    from planc import launch
+    from planc.runtime.compose import compose
+    from planc.runtime.loop import shutdown, train
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    import os
+
+    if os.environ.get("RANK", "0") == "0":
+        launch.write_run_dir(out_dir, compiled)
+    job = compose(compiled.plan, compiled.layout)
+    try:
+        train(job, steps=steps, out_dir=out_dir)
+    finally:
+        shutdown()
+    return 0

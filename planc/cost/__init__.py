@@ -1,0 +1,26 @@
+"""planc's analytical cost model: memory per device, time per step, for any layout.
+
+Pure functions with cited formulas (see docs/cost-model.md):
+
+- :mod:`planc.cost.params`   parameters per pipeline stage and TP shard
+- :mod:`planc.cost.memory`   model states (ZeRO), activations (Korthikanti), buffers
+- :mod:`planc.cost.flops`    FLOPs per step (Narayanan Eq. 3)
+- :mod:`planc.cost.compute`  kernel times (roofline, wave quantization)
+- :mod:`planc.cost.comm`     alpha-beta collectives
+- :mod:`planc.cost.builtin`  the built-in strategies' cost passes
+- :mod:`planc.cost.model`    base terms -> passes -> fixed overheads
+
+Entry point: ``evaluate(plan, layout) -> Estimate``.
+"""
+
+from planc.cost.context import ContextCache, CostContext, build_context
+from planc.cost.estimate import CommCost, CostPass, Estimate, StageMemory, Term
+from planc.cost.model import base_estimate, evaluate, finalize, run_passes
+from planc.cost.passes import active_cost_passes
+from planc.cost.profile import MEGATRON_LM_2021, PLANC_RUNTIME, RuntimeProfile, StateBytes
+
+__all__ = [
+    "CommCost", "ContextCache", "CostContext", "CostPass", "Estimate", "MEGATRON_LM_2021",
+    "PLANC_RUNTIME", "RuntimeProfile", "StageMemory", "StateBytes", "Term", "active_cost_passes",
+    "base_estimate", "build_context", "evaluate", "finalize", "run_passes",
+]

@@ -1,0 +1,49 @@
+"""Alpha-beta costs of the collectives (Hockney 1994; Thakur, Rabenseifner & Gropp 2005).
+
+A message of n bytes over a link of bandwidth beta and start-up latency alpha costs
+alpha + n / beta. For a group of p ranks whose slowest hop has (alpha, beta) — see
+:class:`planc.hardware.GroupLink` — and a buffer of n bytes (the full, unsharded size):
+
+- ring all-reduce (reduce-scatter then all-gather): 2 (p - 1) alpha + 2 (p - 1)/p * n / beta
+- tree all-reduce (NCCL's double binary tree, Sanders et al. 2009): 2 log2(p) alpha + 2 n / beta
+  — the latency term grows with log p instead of p; NCCL picks whichever is faster, so do we;
+- ring reduce-scatter / all-gather: (p - 1) alpha + (p - 1)/p * n / beta
+- point-to-point: alpha + n / beta.
+"""
+
+from __future__ import annotations
+
+import math
+
+from planc.hardware.topology import GroupLink
+
+
+def all_reduce_seconds(nbytes: float, link: GroupLink) -> float:
+    """Faster of ring and tree all-reduce of ``nbytes`` over the group."""
+    p = link.size
+    if p <= 1 or nbytes <= 0:
+        return 0.0
+    alpha, beta = link.latency, link.bandwidth
+    ring = 2 * (p - 1) * alpha + 2 * (p - 1) / p * nbytes / beta
+    tree = 2 * math.ceil(math.log2(p)) * alpha + 2 * nbytes / beta
+    return min(ring, tree)
+
+
+def reduce_scatter_seconds(nbytes: float, link: GroupLink) -> float:
+    """Ring reduce-scatter of an ``nbytes`` buffer (each rank keeps nbytes / p)."""
+    p = link.size
+    if p <= 1 or nbytes <= 0:
+        return 0.0
+    return (p - 1) * link.latency + (p - 1) / p * nbytes / link.bandwidth
+
+
+def all_gather_seconds(nbytes: float, link: GroupLink) -> float:
+    """Ring all-gather into an ``nbytes`` buffer (each rank contributes nbytes / p)."""
+    return reduce_scatter_seconds(nbytes, link)
+
+
+def p2p_seconds(nbytes: float, link: GroupLink) -> float:
+    """One point-to-point transfer of ``nbytes``."""
+    if link.size <= 1 or nbytes <= 0:
+        return 0.0
+    return link.latency + nbytes / link.bandwidth

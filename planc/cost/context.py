@@ -1,0 +1,200 @@
+"""The :class:`CostContext`: everything a cost pass needs to know about one layout.
+
+A context is the layout's geometry, worked out once: parameters per pipeline rank and TP
+shard, micro-batches and tokens per micro-batch, the dtypes the program runs in, per-micro-batch
+compute times of a block and of each representative rank, activation bytes per block, and the
+links of the tp / dp / pp process groups on the hardware graph. Passes read it and never change
+it.
+
+:class:`ContextCache` memoises the parts shared between layouts of one plan (group links,
+stage splits, block times), so the planner pays for each only once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planc.cost.compute import (
+    Device,
+    LayerTimes,
+    block_times,
+    device_for,
+    embedding_times,
+    head_times,
+)
+from planc.cost.memory import LayerActivations, layer_activation_bytes, logits_bytes, runtime_state_bytes
+from planc.cost.params import StageParams, representative_ranks, stage_params
+from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile, StateBytes
+from planc.hardware.topology import GroupLink, Topology, topology_for
+from planc.spec.layout import Layout
+from planc.spec.plan import Plan
+
+
+@dataclass(frozen=True, slots=True)
+class StageTimes:
+    """Per-micro-batch seconds of one pipeline rank (all its chunks, embedding/head included)."""
+
+    rank: int
+    forward: float
+    backward: float
+    backward_weight: float
+    """Weight-gradient GEMMs only (zero-bubble's W)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CostContext:
+    """One layout of one plan, ready to be costed."""
+
+    plan: Plan
+    layout: Layout
+    profile: RuntimeProfile
+    stages: tuple[StageParams, ...]
+    """Representative pipeline ranks (first, second, last), per TP shard."""
+    times: tuple[StageTimes, ...]
+    """Per-micro-batch times of the same ranks."""
+    micro_batches: int
+    """Micro-batches per optimizer step on one data-parallel rank: global_batch / (dp x b)."""
+    tokens_per_microbatch: int
+    compute_bytes: int
+    """Bytes per element the GEMMs and saved activations use (bf16 2, fp32 4)."""
+    residual_bytes: int
+    """Bytes per element of the residual stream (fp32 under autocast)."""
+    grad_reduce_bytes: int
+    """Bytes per gradient element in data-parallel reductions (fp32)."""
+    state_bytes: StateBytes
+    device: Device
+    layer: LayerTimes
+    """One block, one micro-batch, one device."""
+    layer_act: LayerActivations
+    """Activation bytes of one block per micro-batch, per recomputation variant."""
+    logits: float
+    """Logits + loss bytes of one micro-batch on the last stage."""
+    links: dict
+    """GroupLink per group: "tp", "dp", "pp" (collectives) and "pp_p2p" (neighbours)."""
+    capacity: float
+    """Memory per device, bytes."""
+
+    @property
+    def model(self):
+        return self.plan.model
+
+    @property
+    def boundary_bytes(self) -> float:
+        """Bytes of the tensor one pipeline stage hands the next per micro-batch (per device).
+
+        The residual stream (tokens x h); under sequence parallelism, or with Megatron's
+        scatter/gather optimization, each TP rank sends its 1/t.
+        """
+        full = self.residual_bytes * self.tokens_per_microbatch * self.model.hidden
+        lay = self.layout
+        if lay.sequence_parallel or (self.profile.p2p_scatter_gather and lay.tp > 1):
+            return full / lay.tp
+        return full
+
+    @property
+    def slowest(self) -> StageTimes:
+        """The rank whose micro-batch takes longest: it sets the pipeline's pace."""
+        return max(self.times, key=lambda t: t.forward + t.backward)
+
+    def stage(self, rank: int) -> StageParams:
+        for s in self.stages:
+            if s.rank == rank:
+                return s
+        raise KeyError(rank)
+
+
+def dtypes(plan: Plan, zero: int, profile: RuntimeProfile) -> tuple[int, int]:
+    """(compute bytes, residual bytes) of the program.
+
+    bf16 with DDP/ZeRO-1 runs under ``torch.autocast``: GEMMs in bf16, but the parameters, the
+    embedding output and hence the residual stream stay fp32. FSDP's bf16 parameters
+    (ZeRO-2/3) make the whole forward bf16.
+    """
+    if plan.train.precision == "fp32":
+        return 4, 4
+    residual = profile.residual_bytes or (4 if zero <= 1 else 2)
+    return 2, residual
+
+
+class ContextCache:
+    """Memoised pieces of contexts for one plan and profile."""
+
+    def __init__(self, plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME) -> None:
+        self.plan = plan
+        self.profile = profile
+        self.topology: Topology = topology_for(plan.hardware)
+        self.device = device_for(plan.hardware, plan.train.precision)
+        self._stages: dict = {}
+        self._links: dict = {}
+        self._blocks: dict = {}
+        self._edges: dict = {}
+
+    def stages(self, tp: int, pp: int, v: int) -> tuple[StageParams, ...]:
+        key = (tp, pp, v)
+        found = self._stages.get(key)
+        if found is None:
+            model = self.plan.model
+            found = tuple(stage_params(model, tp, pp, v, r) for r in representative_ranks(pp))
+            self._stages[key] = found
+        return found
+
+    def links(self, layout: Layout) -> dict:
+        key = (layout.tp, layout.dp, layout.pp)
+        found = self._links.get(key)
+        if found is None:
+            dims, topo = layout.dims, self.topology
+            found = {"tp": topo.group("tp", dims), "dp": topo.group("dp", dims),
+                     "pp": topo.group("pp", dims), "pp_p2p": topo.pipeline_p2p(dims)}
+            self._links[key] = found
+        return found
+
+    def block(self, b: int, tp: int, sp: bool, e: int, r: int) -> tuple[LayerTimes, LayerActivations]:
+        key = (b, tp, sp, e, r)
+        found = self._blocks.get(key)
+        if found is None:
+            model, profile = self.plan.model, self.profile
+            found = (block_times(model, b, tp, sp, self.device, e, r, profile),
+                     layer_activation_bytes(model, b, tp, sp, e, r, profile))
+            self._blocks[key] = found
+        return found
+
+    def edges(self, b: int, tp: int, sp: bool, e: int, r: int) -> tuple:
+        """(embedding fwd, bwd), (head fwd, bwd) and logits bytes for one micro-batch."""
+        key = (b, tp, sp, e, r)
+        found = self._edges.get(key)
+        if found is None:
+            model = self.plan.model
+            found = (embedding_times(model, b, tp, self.device, r),
+                     head_times(model, b, tp, sp, self.device, e, r),
+                     logits_bytes(model, b, tp, e))
+            self._edges[key] = found
+        return found
+
+
+def build_context(plan: Plan, layout: Layout, profile: RuntimeProfile = PLANC_RUNTIME,
+                  cache: ContextCache | None = None) -> CostContext:
+    """Work out the geometry of ``layout`` for ``plan``."""
+    if cache is None or cache.plan is not plan or cache.profile is not profile:
+        cache = ContextCache(plan, profile)
+    lay = layout
+    e, r = dtypes(plan, lay.zero, profile)
+    b, tp, sp = lay.micro_batch, lay.tp, lay.sequence_parallel
+    layer, layer_act = cache.block(b, tp, sp, e, r)
+    (emb_f, emb_b), (head_f, head_b), logits = cache.edges(b, tp, sp, e, r)
+    stages = cache.stages(tp, lay.pp, lay.virtual_stages)
+    times = []
+    for st in stages:
+        fwd = st.layers * layer.forward + (emb_f if st.embedding else 0.0) + (head_f if st.head else 0.0)
+        bwd = st.layers * layer.backward + (emb_b if st.embedding else 0.0) + (head_b if st.head else 0.0)
+        times.append(StageTimes(rank=st.rank, forward=fwd, backward=bwd,
+                                backward_weight=st.layers * layer.backward_weight))
+    state_bytes = profile.state_bytes or runtime_state_bytes(plan.train.precision, plan.train.optimizer, lay.zero)
+    return CostContext(
+        plan=plan, layout=lay, profile=profile, stages=stages, times=tuple(times),
+        micro_batches=lay.grad_accumulation(plan.train.global_batch),
+        tokens_per_microbatch=b * plan.model.seq_len,
+        compute_bytes=e, residual_bytes=r,
+        grad_reduce_bytes=int(state_bytes.grads) if profile.state_bytes else 4,
+        state_bytes=state_bytes, device=cache.device, layer=layer, layer_act=layer_act,
+        logits=logits, links=cache.links(lay), capacity=plan.hardware.memory,
+    )

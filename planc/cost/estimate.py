@@ -1,0 +1,240 @@
+"""The :class:`Estimate`: what one layout costs, as named parts that cost passes add to.
+
+An estimate is an immutable value. The core builds the terms every program has (model states,
+one micro-batch of activations, compute, the optimizer step); then each active strategy's
+``cost(ctx, estimate, options)`` returns a new estimate with its own terms added or changed
+(pipeline: micro-batches in flight, bubble, p2p; data parallel: sharding and gradient traffic;
+a third-party plugin: anything, e.g. scaling the ``dp`` traffic or moving optimizer states off
+the device). Use the ``with_*`` helpers; never mutate.
+
+Memory is kept per representative pipeline rank (:class:`StageMemory`): the worst one is the
+device's requirement. Time is per optimizer step on the slowest rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Callable, NamedTuple, TypeVar
+
+_T = TypeVar("_T")
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def replace(obj: _T, **changes) -> _T:
+    """``dataclasses.replace`` for these frozen, slotted values, without re-running __init__
+    (five times faster; the planner replaces a few hundred thousand of them per search)."""
+    cls = type(obj)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in fields(cls))
+    new = object.__new__(cls)
+    setter = object.__setattr__
+    for name in names:
+        setter(new, name, changes[name] if name in changes else getattr(obj, name))
+    return new
+
+
+class Term(NamedTuple):
+    """A named amount (bytes or seconds) that explain can show on its own line."""
+
+    name: str
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class StageMemory:
+    """Bytes on one device of one pipeline rank."""
+
+    rank: int
+    params: float
+    """Working copy of the parameters."""
+    master: float
+    """fp32 master parameters kept besides the working copy."""
+    grads: float
+    optimizer: float
+    """Optimizer states (Adam m and v, SGD momentum)."""
+    act_per_layer: float
+    """Activation bytes one block keeps per micro-batch (depends on recomputation, TP, SP)."""
+    act_layers: float
+    """Block-micro-batches held at the peak: blocks on this rank x micro-batches in flight."""
+    act_extra: tuple[Term, ...] = ()
+    """Other activations: logits and loss, the recompute working set."""
+    transient: tuple[Term, ...] = ()
+    """Buffers: FSDP gathers, DDP buckets, pipeline receive buffers, runtime, allocator margin."""
+
+    @property
+    def activations(self) -> float:
+        return self.act_per_layer * self.act_layers + sum(t.value for t in self.act_extra)
+
+    @property
+    def transient_bytes(self) -> float:
+        return sum(t.value for t in self.transient)
+
+    @property
+    def model_states(self) -> float:
+        return self.params + self.master + self.grads + self.optimizer
+
+    @property
+    def total(self) -> float:
+        return self.model_states + self.activations + self.transient_bytes
+
+    def updated(self, *, transient: tuple[Term, ...] = (), extra: tuple[Term, ...] = (),
+                **fields) -> "StageMemory":
+        """A copy with ``fields`` replaced and ``transient`` / ``extra`` terms appended."""
+        if transient:
+            fields["transient"] = self.transient + transient
+        if extra:
+            fields["act_extra"] = self.act_extra + extra
+        return replace(self, **fields)
+
+    def with_transient(self, name: str, value: float) -> "StageMemory":
+        return self.updated(transient=(Term(name, value),))
+
+    def with_extra(self, name: str, value: float) -> "StageMemory":
+        return self.updated(extra=(Term(name, value),))
+
+
+@dataclass(frozen=True, slots=True)
+class CommCost:
+    """Communication of one process group per step."""
+
+    group: str
+    """"tp", "dp", "pp", or a name a plugin chooses."""
+    volume: float
+    """Bytes each device sends per step."""
+    total: float
+    """Seconds the transfers take if nothing overlaps them."""
+    exposed: float
+    """Seconds they add to the step (not hidden behind compute)."""
+    medium: str = ""
+    """Links crossed: "nvlink", "network" or "local"."""
+    detail: str = ""
+    """What the traffic is, for explain (e.g. "all-reduce fp32 gradients")."""
+
+    def scaled(self, factor: float) -> "CommCost":
+        return replace(self, volume=self.volume * factor, total=self.total * factor,
+                       exposed=self.exposed * factor)
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """Memory per device and time per step of one layout."""
+
+    stages: tuple[StageMemory, ...]
+    """Memory of the representative pipeline ranks (first, second, last)."""
+    compute: float
+    """Device compute per step on the slowest rank, recomputation included (seconds)."""
+    recompute: float = 0.0
+    """Part of ``compute`` spent recomputing activations."""
+    bubble_slots: float = 0.0
+    """Idle time of the pipeline, in micro-batch slots (set by the pipeline pass)."""
+    optimizer: float = 0.0
+    """Optimizer step (seconds)."""
+    comm: tuple[CommCost, ...] = ()
+    other: tuple[Term, ...] = ()
+    """Further seconds on the critical path (e.g. a plugin's host transfers)."""
+    notes: tuple[str, ...] = ()
+    # Set by the core at finalisation:
+    micro_batches: int = 1
+    capacity: float = 0.0
+    world_size: int = 1
+    tokens_per_step: int = 0
+    model_flops: float = 0.0
+    hardware_flops: float = 0.0
+    peak: float = 1.0
+    bubble: float = 0.0
+    """Pipeline bubble in seconds (bubble_slots x the slot time), filled in by finalisation."""
+    peak_memory: float = 0.0
+    """Bytes of the worst stage, filled in by finalisation (0 before)."""
+
+    # -- helpers for cost passes -----------------------------------------------------------
+
+    def replace(self, **changes) -> "Estimate":
+        return replace(self, **changes)
+
+    def updated(self, *, stage_fn: Callable[[StageMemory], StageMemory] | None = None,
+                comm: CommCost | None = None, **fields) -> "Estimate":
+        """One copy with every change a pass makes: ``stage_fn`` applied to each stage's memory,
+        ``comm`` added (replacing its group's entry), ``fields`` replaced."""
+        if stage_fn is not None:
+            fields["stages"] = tuple(stage_fn(s) for s in self.stages)
+        if comm is not None:
+            fields["comm"] = tuple(c for c in self.comm if c.group != comm.group) + (comm,)
+        return replace(self, **fields)
+
+    def map_stages(self, fn: Callable[[StageMemory], StageMemory]) -> "Estimate":
+        """Apply ``fn`` to every representative stage's memory."""
+        return replace(self, stages=tuple(fn(s) for s in self.stages))
+
+    def comm_of(self, group: str) -> CommCost | None:
+        for c in self.comm:
+            if c.group == group:
+                return c
+        return None
+
+    def with_comm(self, cost: CommCost) -> "Estimate":
+        """Add ``cost``, replacing an earlier entry of the same group."""
+        rest = tuple(c for c in self.comm if c.group != cost.group)
+        return replace(self, comm=rest + (cost,))
+
+    def with_time(self, name: str, seconds: float) -> "Estimate":
+        """Add ``seconds`` on the critical path under ``name``."""
+        return replace(self, other=self.other + (Term(name, seconds),))
+
+    def with_note(self, note: str) -> "Estimate":
+        return replace(self, notes=self.notes + (note,))
+
+    # -- results ---------------------------------------------------------------------------
+
+    @property
+    def memory(self) -> StageMemory:
+        """The worst pipeline rank: the memory every device must have."""
+        return max(self.stages, key=lambda s: s.total)
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.peak_memory or self.memory.total
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_bytes <= self.capacity
+
+    @property
+    def exposed_comm(self) -> float:
+        return sum(c.exposed for c in self.comm)
+
+    @property
+    def step_s(self) -> float:
+        return (self.compute + self.bubble + self.optimizer + self.exposed_comm
+                + sum(t.value for t in self.other))
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_s
+
+    @property
+    def model_tflops_per_device(self) -> float:
+        return self.model_flops / self.step_s / self.world_size / 1e12
+
+    @property
+    def hardware_tflops_per_device(self) -> float:
+        return self.hardware_flops / self.step_s / self.world_size / 1e12
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation (Chowdhery et al. 2022, App. B)."""
+        return self.model_flops / (self.step_s * self.world_size * self.peak)
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs utilisation (recomputation counted)."""
+        return self.hardware_flops / (self.step_s * self.world_size * self.peak)
+
+
+@dataclass(frozen=True)
+class CostPass:
+    """One strategy's cost contribution, as the cost model runs it."""
+
+    name: str
+    cost: Callable
+    options: object = None

@@ -1,0 +1,246 @@
+"""Memory per device: model states (ZeRO), activations (Korthikanti), and fixed overheads.
+
+Every function is pure and returns bytes. Symbols follow the papers: Psi parameters, N_d the
+data-parallel degree, s sequence length, b micro-batch, h hidden, a heads, t tensor-parallel
+degree, L layers, p pipeline stages, v virtual stages (model chunks per rank), m micro-batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from planc.cost.profile import RuntimeProfile, StateBytes
+from planc.spec.model import ModelSpec
+
+GiB = 2**30
+
+# -- model states (ZeRO paper, Sec. 5) ---------------------------------------------------------
+
+#: Bytes per parameter of the optimizer's own states (fp32): Adam/AdamW keep the first and
+#: second moments (Kingma & Ba 2015, Alg. 1): 4 + 4; SGD with momentum one buffer: 4.
+OPTIMIZER_STATE_BYTES = {"adam": 8, "adamw": 8, "sgd": 4}
+
+
+def runtime_state_bytes(precision: str, optimizer: str, zero: int) -> StateBytes:
+    """Per-parameter bytes of the model states in planc's runtime, and why.
+
+    - fp32, or bf16 with ZeRO 0/1 (DDP / ZeroRedundancyOptimizer + ``torch.autocast``):
+      parameters stay fp32 and are the working copy (4), no separate master (0), fp32 grads (4).
+      Autocast's transient bf16 weight copies are the ``bf16`` strategy's term, not a state.
+    - bf16 with ZeRO 2 (FSDP2, ``reshard_after_forward=False``, MixedPrecisionPolicy(param bf16,
+      reduce fp32)): the sharded fp32 parameters act as master (4, sharded), the unsharded bf16
+      parameters stay gathered from forward to backward (2, not sharded), fp32 sharded grads (4).
+    - bf16 with ZeRO 3 (FSDP2, reshard after forward): only the sharded fp32 parameters persist
+      (master 4); the gathered bf16 copy of one or two blocks is transient (see
+      :func:`fsdp_gather_bytes`), so the working copy counts 0 here.
+    - fp32 with ZeRO 2: as bf16 but the unsharded working copy is fp32 (4).
+
+    The optimizer adds :data:`OPTIMIZER_STATE_BYTES`. Totals for Adam: 16 B/param in all cases
+    (ZeRO-2 bf16: 2 + 4 + 4 + 8 = 18, of which only the 2 are not sharded).
+    """
+    opt = OPTIMIZER_STATE_BYTES[optimizer]
+    if zero <= 1:
+        return StateBytes(working=4, master=0, grads=4, optimizer=opt)
+    working = 0 if zero == 3 else (2 if precision == "bf16" else 4)
+    return StateBytes(working=working, master=4, grads=4, optimizer=opt)
+
+
+class ModelStates(NamedTuple):
+    """Per-device bytes of the model states, split as the ZeRO paper splits them."""
+
+    params: float
+    """Working copy of the parameters (plus nothing else)."""
+    master: float
+    """fp32 master copy of the parameters, if kept separately."""
+    grads: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.params + self.master + self.grads + self.optimizer
+
+
+def model_state_bytes(psi: float, n_d: int, zero: int, per_param: StateBytes) -> ModelStates:
+    """Model-state memory per device (Rajbhandari et al. 2019, Sec. 5, Figure 1).
+
+    With K the optimizer-state multiplier (master + optimizer bytes):
+
+    - baseline DP:          (2 + 2 + K) Psi
+    - P_os   (ZeRO-1):      2 Psi + 2 Psi + K Psi / N_d
+    - P_os+g (ZeRO-2):      2 Psi + (2 + K) Psi / N_d
+    - P_os+g+p (ZeRO-3):    (2 + 2 + K) Psi / N_d
+
+    written here for any :class:`StateBytes` (the paper's mixed-precision Adam is
+    ``working=2, grads=2, master+optimizer=12``). ``psi`` is the parameter count on this device
+    *after* tensor/pipeline sharding; ZeRO then divides over the ``n_d`` data-parallel ranks.
+    """
+    n = max(1, n_d)
+    os_shard = n if zero >= 1 else 1   # P_os: optimizer states (with the fp32 master)
+    g_shard = n if zero >= 2 else 1    # P_g: gradients
+    p_shard = n if zero >= 3 else 1    # P_p: parameters
+    return ModelStates(per_param.working * psi / p_shard, per_param.master * psi / os_shard,
+                       per_param.grads * psi / g_shard, per_param.optimizer * psi / os_shard)
+
+
+# -- activations (Korthikanti et al. 2022, Table 2, adapted) -----------------------------------
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """Bytes one transformer block keeps for backward, per micro-batch, on one device."""
+
+    none: float
+    """No recomputation: everything autograd saves."""
+    selective: float
+    """Selective recomputation (see :func:`layer_activation_bytes`)."""
+    full: float
+    """Full recomputation: only the block's input is kept."""
+
+
+def gemm_input_copies(model: ModelSpec, compute_bytes: int, residual_bytes: int) -> tuple[int, int]:
+    """How many copies of the attention and MLP inputs the block's GEMMs save.
+
+    planc's block runs separate wq, wk, wv (and SwiGLU's w1, w3) linears on one normed input.
+    Under ``torch.autocast`` that input is fp32 (the residual stream is), and autocast casts it
+    to bf16 once *per linear*, each linear saving its own copy: 3 for attention, 1 (GELU) or 2
+    (SwiGLU) for the MLP. When the input already has the compute dtype the linears share it.
+    """
+    if residual_bytes == compute_bytes:
+        return 1, 1
+    return 3, (1 if model.mlp == "gelu" else 2)
+
+
+def layer_activation_bytes(model: ModelSpec, b: int, tp: int, sp: bool, compute_bytes: int,
+                           residual_bytes: int, profile: RuntimeProfile) -> LayerActivations:
+    """Activation bytes of one block for one micro-batch (Korthikanti et al. 2022, Table 2).
+
+    Korthikanti's count for a GPT block with dropout and materialized attention, 16-bit, is
+    ``s b h (34 + 5 a s / h)`` without parallelism, ``s b h (10 + 24/t + 5 a s/(h t))`` with TP
+    and ``s b h (34/t + 5 a s/(h t))`` with TP + SP. We rebuild it term by term, so the same
+    code covers planc's model: pre-norm blocks, GELU or SwiGLU, GQA, no dropout, and fused SDPA
+    attention (no s x s matrix: Q, K, V, the output O and the fp32 row log-sum-exp).
+
+    With e = compute bytes, r = residual-stream bytes, g = kv_heads / heads, T = s b tokens and
+    h_s = h/t under SP (else h), the saved tensors are:
+
+    - norm inputs: 2 r T h_s (the residual stream; fp32 under autocast);
+    - inputs of the QKV and MLP-in GEMMs (norm outputs), e T h each, times
+      :func:`gemm_input_copies` — replicated under TP; under SP torch saves the all-gathered
+      tensor (``sp_saves_gathered_input``), Megatron the 1/t shard and gathers again;
+    - Q, K, V: e T h (1 + 2g) / t;  attention output O: copies x e T h / t;
+    - flash: log-sum-exp 4 T a / t;  materialized: scores softmax (e), dropout mask (1) and
+      dropout output (e) over a s^2 b / t elements — Korthikanti's 5 a s^2 b;
+    - MLP: GELU: its input and output, 2 e T f / t; SwiGLU: gate, up, silu(gate), product,
+      4 e T f / t;
+    - dropout masks (1 byte) after attention and MLP: 2 T h_s.
+
+    Selective recomputation: for materialized attention, Korthikanti's (recompute the s^2
+    part). For fused attention there is no s^2 part; planc's policy (op-level activation
+    checkpointing, ``planc.strategies.recompute``) keeps the outputs of the matmuls, of
+    attention and of the TP collectives, and recomputes norms, casts, RoPE and activation
+    functions: block input r T h_s; under SP the two all-gathered block inputs r T h; QKV
+    output; O and the log-sum-exp; the two projection matmul outputs e T h (partial sums under
+    TP) and, under TP, the collectives' outputs e T h_s; the MLP-in output(s) e T f / t.
+
+    Full recomputation keeps the block input only: r T h_s (Korthikanti Table 2: 2 s b h / t
+    with SP).
+    """
+    s, h, a, f = model.seq_len, model.hidden, model.heads, model.ffn
+    T = s * b
+    e, r = compute_bytes, residual_bytes
+    g = model.kv_heads / model.heads
+    h_s = h / tp if sp else h
+    gemm_in = h / tp if (sp and not profile.sp_saves_gathered_input) else h
+    mlp_tensors = 2 if model.mlp == "gelu" else 4
+    mlp_in_outputs = 1 if model.mlp == "gelu" else 2
+    attn_copies, mlp_copies = gemm_input_copies(model, e, r)
+
+    norm_inputs = 2 * r * T * h_s
+    gemm_inputs = (attn_copies + mlp_copies) * e * T * gemm_in
+    qkv = e * T * h * (1 + 2 * g) / tp
+    out = profile.attention_output_copies * e * T * h / tp
+    mlp = mlp_tensors * e * T * f / tp
+    masks = 2 * T * h_s if profile.dropout else 0.0
+    if profile.attention == "flash":
+        attention_core = 4.0 * T * a / tp  # fp32 log-sum-exp per row and head
+    else:
+        attention_core = (2 * e + (1 if profile.dropout else 0)) * a * s * T / tp
+    none = norm_inputs + gemm_inputs + qkv + out + mlp + masks + attention_core
+
+    block_input = r * T * h_s
+    if profile.attention == "materialized":
+        selective = none - attention_core
+    else:
+        gathered = 2 * r * T * h if (sp and tp > 1) else 0.0
+        projections = 2 * e * T * h + (2 * e * T * h_s if tp > 1 else 0.0)
+        selective = (block_input + gathered + qkv + e * T * h / tp + 4.0 * T * a / tp
+                     + projections + mlp_in_outputs * e * T * f / tp)
+    return LayerActivations(none=none, selective=selective, full=block_input)
+
+
+def logits_bytes(model: ModelSpec, b: int, tp: int, compute_bytes: int) -> float:
+    """Peak bytes of the output logits and loss for one micro-batch on the last stage.
+
+    The head GEMM writes e bytes per logit; the loss upcasts to fp32 (4) and log-softmax keeps
+    its fp32 output (4) for backward (vocab-parallel: / t). Korthikanti et al. 2022 count the
+    fp32 logits as 4 s b V; we add the 16-bit GEMM output and the upcast copy alive with it.
+    """
+    return (compute_bytes + 8) * model.seq_len * b * model.padded_vocab / tp
+
+
+# -- micro-batches in flight (pipeline schedules) ----------------------------------------------
+
+def chunks_in_flight(schedule: str | None, pp: int, v: int, m: int, rank: int) -> int:
+    """Chunk-micro-batches whose activations pipeline rank ``rank`` holds at its peak.
+
+    - no pipeline: 1 (gradient accumulation runs micro-batches one after another);
+    - GPipe (Huang et al. 2019): all m forwards before any backward: m;
+    - 1F1B (Narayanan et al. 2021, Sec. 2.2.1; torch ``Schedule1F1B``): rank i warms up with
+      p - i forwards: min(p - i, m);
+    - interleaved (Sec. 2.2.2; torch ``ScheduleInterleaved1F1B``): rank i warms up with
+      (v - 1) p + 2 (p - 1 - i) chunk forwards, one more in flight: capped at v m. On rank 0
+      this is v p + p - 1 chunks of L/(p v) layers, i.e. Korthikanti's
+      L (1 + (p - 1)/(p v)) layers' worth;
+    - zero-bubble (Qi et al. 2023, ZB-H1; torch ``ScheduleInterleavedZeroBubble``, ZB1P):
+      warm-up (v - 1) p + (p - 1 - i), so rank 0 holds v p chunks — the same peak as 1F1B
+      ("ZB-H1 ... peak memory no greater than 1F1B").
+    """
+    if pp == 1 or schedule is None:
+        return 1
+    if schedule == "gpipe":
+        return m * v
+    if schedule == "1f1b":
+        return min(pp - rank, m)
+    if schedule == "interleaved":
+        return min((v - 1) * pp + 2 * (pp - 1 - rank) + 1, v * m)
+    if schedule == "zero-bubble":
+        return min((v - 1) * pp + (pp - 1 - rank) + 1, v * m)
+    raise ValueError(f"unknown schedule {schedule!r}")
+
+
+# -- fixed overheads ---------------------------------------------------------------------------
+
+#: CUDA context, cuBLAS/cuDNN workspaces and NCCL's internal buffers, per GPU: a fixed term.
+#: The CUDA context alone takes ~0.3-0.5 GiB outside PyTorch's allocator; cuBLAS keeps a
+#: workspace per stream and NCCL a few MiB per channel and peer. 1 GiB is a round estimate.
+DEVICE_RUNTIME_OVERHEAD = 1 * GiB
+
+#: PyTorch's caching allocator rounds blocks up and fragments under changing shapes; we reserve
+#: this fraction of everything else. A stated allowance, not a measured constant.
+ALLOCATOR_MARGIN = 0.05
+
+#: DDP's gradient bucket size (planc's ddp/zero1 option ``bucket``, default 25 MB; torch's
+#: ``bucket_cap_mb=25``).
+DDP_BUCKET_BYTES = 25e6
+
+
+def fsdp_gather_bytes(largest_unit: int, zero: int, compute_bytes: int, grad_reduce_bytes: int) -> float:
+    """Transient bytes of FSDP2 for the largest unit (a block, the embedding or the head).
+
+    ZeRO-3: the all-gathered parameters of the running unit and of the prefetched next one
+    (2 units x e bytes). Both stages: the unit's unsharded gradients in compute precision and
+    their fp32 copy handed to reduce-scatter (``MixedPrecisionPolicy(reduce_dtype=fp32)``).
+    """
+    gathered = 2 * largest_unit * compute_bytes if zero == 3 else 0
+    grads = largest_unit * (compute_bytes + (grad_reduce_bytes if grad_reduce_bytes != compute_bytes else 0))
+    return gathered + grads

@@ -1,0 +1,104 @@
+"""The cost model's driver: base terms, then each strategy's pass, then the fixed overheads.
+
+    estimate = finalize(ctx, pass_n(... pass_1(ctx, base_estimate(ctx)) ...))
+
+:func:`base_estimate` holds what every program pays, layout or not: the model states of one
+rank's parameters (replicated), the activations of one micro-batch without recomputation, the
+compute of all micro-batches, the optimizer step. The strategies' passes (see
+:mod:`planc.cost.builtin` and plugins) add their own terms in composition order.
+:func:`finalize` adds the runtime's fixed memory and the allocator margin, and prices the
+pipeline bubble from the final micro-batch time.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Iterable
+
+from planc.cost.compute import optimizer_step_seconds
+from planc.cost.context import ContextCache, CostContext, build_context
+from planc.cost.estimate import CostPass, Estimate, StageMemory, Term
+from planc.cost.flops import hardware_flops_per_step, model_flops_per_step
+from planc.cost.memory import ALLOCATOR_MARGIN, DEVICE_RUNTIME_OVERHEAD, model_state_bytes
+from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
+from planc.spec.layout import Layout
+from planc.spec.plan import Plan
+
+
+@lru_cache(maxsize=64)
+def _flops(model, tokens: int, recompute: str) -> float:
+    if recompute == "none":
+        return model_flops_per_step(model, tokens)
+    return hardware_flops_per_step(model, tokens, recompute)
+
+
+def base_estimate(ctx: CostContext) -> Estimate:
+    """The terms of a program with no strategy: one device's share, one micro-batch at a time."""
+    stages = []
+    for st in ctx.stages:
+        states = model_state_bytes(st.params, 1, 0, ctx.state_bytes)
+        extra = (Term("logits and loss (1 micro-batch)", ctx.logits),) if st.head else ()
+        stages.append(StageMemory(rank=st.rank, params=states.params, master=states.master,
+                                  grads=states.grads, optimizer=states.optimizer,
+                                  act_per_layer=ctx.layer_act.none, act_layers=float(st.layers),
+                                  act_extra=extra))
+    slow = ctx.slowest
+    m = ctx.micro_batches
+    plan, model = ctx.plan, ctx.model
+    tokens = plan.tokens_per_step
+    return Estimate(
+        stages=tuple(stages),
+        compute=m * (slow.forward + slow.backward),
+        optimizer=optimizer_step_seconds(max(st.params for st in ctx.stages), plan.train.optimizer, ctx.device),
+        micro_batches=m,
+        capacity=ctx.capacity,
+        world_size=plan.world_size,
+        tokens_per_step=tokens,
+        model_flops=_flops(model, tokens, "none"),
+        hardware_flops=_flops(model, tokens, ctx.layout.recompute),
+        peak=ctx.device.peak,
+    )
+
+
+_MARGIN_NAME = f"allocator margin ({ALLOCATOR_MARGIN:.0%})"
+_RUNTIME_NAME = "CUDA context and library workspaces"
+
+
+def finalize(ctx: CostContext, est: Estimate) -> Estimate:
+    """Fixed memory terms and the bubble in seconds.
+
+    The bubble is ``bubble_slots`` micro-batch slots, a slot being one micro-batch's compute
+    plus its exposed tensor-parallel communication (both scale with the micro-batch count).
+    """
+    tp = est.comm_of("tp")
+    slot = (est.compute + (tp.exposed if tp else 0.0)) / est.micro_batches
+    fixed = 0.0 if ctx.plan.hardware.is_cpu else DEVICE_RUNTIME_OVERHEAD
+
+    stages = []
+    for s in est.stages:
+        terms = (Term(_RUNTIME_NAME, fixed),) if fixed else ()
+        margin = Term(_MARGIN_NAME, ALLOCATOR_MARGIN * (s.total + fixed))
+        stages.append(s.updated(transient=terms + (margin,)))
+    peak = max(s.total for s in stages)
+    return est.replace(stages=tuple(stages), bubble=est.bubble_slots * slot, peak_memory=peak)
+
+
+def run_passes(ctx: CostContext, passes: Iterable[CostPass]) -> Estimate:
+    """Base terms, every pass in order, then :func:`finalize`."""
+    est = base_estimate(ctx)
+    for p in passes:
+        est = p.cost(ctx, est, p.options)
+    return finalize(ctx, est)
+
+
+def evaluate(plan: Plan, layout: Layout, *, profile: RuntimeProfile = PLANC_RUNTIME,
+             passes: Iterable[CostPass] | None = None, cache: ContextCache | None = None) -> Estimate:
+    """Predict memory per device and time per step of ``layout`` for ``plan``.
+
+    ``passes`` default to the strategies active for the layout
+    (:func:`planc.cost.passes.active_cost_passes`); pass your own list to add a plugin's term.
+    """
+    from planc.cost.passes import active_cost_passes
+
+    ctx = build_context(plan, layout, profile, cache)
+    return run_passes(ctx, active_cost_passes(plan, layout) if passes is None else passes)

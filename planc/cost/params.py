@@ -1,0 +1,141 @@
+"""Parameters per pipeline stage and per tensor-parallel shard.
+
+Counts start from the exact numbers of :class:`~planc.spec.ModelSpec` (``params_per_layer``,
+``params_embedding``, ``params_output``: the model the runtime builds) and split them the way
+the runtime does:
+
+- **Pipeline** (Narayanan et al. 2021, Sec. 2.2): the ``layers`` blocks are cut into
+  ``pp * v`` contiguous chunks as evenly as possible; when they do not divide, the *first*
+  chunks get one extra layer each. Rank ``r`` holds chunks ``r, r + pp, r + 2 pp, ...``
+  (interleaved schedule). The embedding lives on the first chunk (rank 0), the final norm and
+  output head on the last chunk (rank pp - 1). Putting the extra layers first keeps the last
+  stage, which also runs the output GEMM and the loss, from being the slowest.
+- **Tensor parallel** (Shoeybi et al. 2019, Sec. 3; torch DTensor colwise/rowwise plans): the
+  QKV and MLP-in matrices are split by columns (their biases too), the attention-out and
+  MLP-out matrices by rows (their biases are *replicated*: added after the all-reduce); norms
+  are replicated; the embedding and output head are split by vocabulary rows (vocab-parallel).
+  Learned position embeddings are replicated.
+- **Tied embeddings** with pp > 1: the last stage keeps its own copy of the embedding matrix as
+  the head (Megatron's ``shared_embedding``), counted there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from planc.spec.model import ModelSpec
+
+
+def chunk_layer_counts(layers: int, chunks: int) -> tuple[int, ...]:
+    """Layers of each of ``chunks`` contiguous chunks; the first ``layers % chunks`` get one more.
+
+    >>> chunk_layer_counts(10, 4)
+    (3, 3, 2, 2)
+    """
+    if not 1 <= chunks <= layers:
+        raise ValueError(f"cannot cut {layers} layers into {chunks} non-empty chunks")
+    base, extra = divmod(layers, chunks)
+    return tuple(base + (1 if c < extra else 0) for c in range(chunks))
+
+
+def stage_layer_counts(layers: int, pp: int, virtual_stages: int = 1) -> tuple[int, ...]:
+    """Layers held by each pipeline rank (the sum of its ``virtual_stages`` chunks).
+
+    This is the split the runtime uses; keep both in step.
+
+    >>> stage_layer_counts(10, 4)
+    (3, 3, 2, 2)
+    >>> stage_layer_counts(10, 2, 2)   # chunks (3, 3, 2, 2): rank 0 holds chunks 0 and 2
+    (5, 5)
+    """
+    chunks = chunk_layer_counts(layers, pp * virtual_stages)
+    return tuple(sum(chunks[r::pp]) for r in range(pp))
+
+
+def layer_params_per_shard(model: ModelSpec, tp: int) -> int:
+    """Parameters of one transformer block held by one TP rank.
+
+    Column-parallel (sharded with their biases): QKV, MLP-in (gelu fc1; swiglu gate and up).
+    Row-parallel (weights sharded, biases replicated): attention-out, MLP-out. Norms replicated.
+    At tp = 1 this equals ``model.params_per_layer``.
+    """
+    h, f, kv = model.hidden, model.ffn, model.kv_dim
+    matrices = 2 if model.mlp == "gelu" else 3
+    sharded = 2 * h * h + 2 * h * kv + matrices * h * f
+    replicated = 2 * model.norm_params
+    if model.bias:
+        sharded += (h + 2 * kv) + (matrices - 1) * f  # column-parallel biases
+        replicated += 2 * h  # row-parallel biases (attention-out, MLP-out)
+    return sharded // tp + replicated
+
+
+def embedding_params_per_shard(model: ModelSpec, tp: int) -> int:
+    """Vocab-parallel token embedding (rows / tp) plus the replicated learned positions."""
+    positions = model.seq_len * model.hidden if model.position == "learned" else 0
+    return model.padded_vocab * model.hidden // tp + positions
+
+
+def head_params_per_shard(model: ModelSpec, tp: int, pp: int) -> int:
+    """Final norm (replicated) and the vocab-parallel output head on the last stage.
+
+    A tied head shares the embedding matrix when both sit on one stage (pp = 1); with pp > 1
+    the last stage keeps a copy.
+    """
+    head = model.padded_vocab * model.hidden // tp
+    if model.tie_embeddings and pp == 1:
+        head = 0
+    return model.norm_params + head
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """What one pipeline rank holds, per TP shard."""
+
+    rank: int
+    """Pipeline rank (0 = first stage)."""
+    layers: int
+    """Transformer blocks on this rank (all its chunks)."""
+    chunk_layers: tuple[int, ...]
+    """Blocks of each of its ``v`` chunks."""
+    embedding: bool
+    """Holds the token embedding (rank 0)."""
+    head: bool
+    """Holds the final norm, output head and loss (rank pp - 1)."""
+    params: int
+    """Parameters on one device of this rank (after TP sharding)."""
+    layer_params: int
+    """Parameters of one block on one device."""
+    largest_unit: int
+    """Largest single module (block, embedding or head) on one device: the unit FSDP gathers."""
+
+
+@lru_cache(maxsize=4096)
+def stage_params(model: ModelSpec, tp: int, pp: int, virtual_stages: int, rank: int) -> StageParams:
+    """Parameters held by pipeline rank ``rank`` on one of its TP devices."""
+    chunks = chunk_layer_counts(model.layers, pp * virtual_stages)[rank::pp]
+    layers = sum(chunks)
+    per_layer = layer_params_per_shard(model, tp)
+    params = layers * per_layer
+    units = [per_layer]
+    first, last = rank == 0, rank == pp - 1
+    if first:
+        embedding = embedding_params_per_shard(model, tp)
+        params += embedding
+        units.append(embedding)
+    if last:
+        head = head_params_per_shard(model, tp, pp)
+        params += head
+        units.append(head)
+    return StageParams(rank=rank, layers=layers, chunk_layers=chunks, embedding=first, head=last,
+                       params=params, layer_params=per_layer, largest_unit=max(units))
+
+
+def representative_ranks(pp: int) -> tuple[int, ...]:
+    """Pipeline ranks whose memory and time bound all others: first, second, last.
+
+    Rank 0 has the most layers, the embedding and the most micro-batches in flight; the last
+    rank has the head and the logits; rank 1 is the first to hold both activation and gradient
+    receive buffers. Ranks 2 .. pp-2 hold no more than rank 1.
+    """
+    return tuple(sorted({0, min(1, pp - 1), pp - 1}))

@@ -1,0 +1,112 @@
+"""What the program being costed actually does: the implementation choices the formulas depend on.
+
+The cost model prices *a program*, not an abstract layout. Two programs with the same layout
+differ in what they keep in memory and how many bytes their kernels move: PyTorch eager with
+``scaled_dot_product_attention`` stores no s x s matrix, Megatron-LM 2021 did; torch's pipeline
+stages allocate a receive buffer per micro-batch, Megatron's only for the one in flight. A
+:class:`RuntimeProfile` names these choices, so every formula states which program it describes.
+
+:data:`PLANC_RUNTIME` is the program planc emits (the default everywhere).
+:data:`MEGATRON_LM_2021` is the system of Narayanan et al. 2021, used to check the model
+against their published Table 1 (the tests and ``bench/``); it is not a planner option.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter of each model state (ZeRO paper Sec. 5 terms).
+
+    ``working`` is the copy the forward/backward compute with (fp16/bf16 in the paper's mixed
+    precision, fp32 when the program keeps fp32 parameters and autocast casts on the fly);
+    ``master`` an fp32 master copy kept besides it (0 when the working copy is already fp32);
+    ``grads`` the gradients; ``optimizer`` the optimizer's own states (Adam: m and v).
+    ZeRO stage 1 shards master + optimizer, stage 2 also grads, stage 3 also the working copy.
+    """
+
+    working: float
+    master: float
+    grads: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.working + self.master + self.grads + self.optimizer
+
+
+#: ZeRO's mixed-precision Adam (Rajbhandari et al. 2019, Sec. 3.1 and 5): fp16 params (2) and
+#: grads (2), and K = 12 bytes of fp32 master params (4), momentum (4) and variance (4).
+ZERO_PAPER_MIXED_ADAM = StateBytes(working=2, master=4, grads=2, optimizer=8)
+
+
+@dataclass(frozen=True)
+class RuntimeProfile:
+    """Implementation choices of the costed program that change memory or time."""
+
+    name: str
+    attention: Literal["flash", "materialized"] = "flash"
+    """flash: fused attention (SDPA) keeps Q, K, V, O and the row log-sum-exp, never s x s;
+    materialized: scores, softmax and its dropout go through HBM (pre-FlashAttention)."""
+    dropout: bool = False
+    """Dropout after attention and MLP (1-byte masks stored, Korthikanti et al. 2022 Sec. 4.1)."""
+    fused_elementwise: bool = False
+    """Fused LayerNorm / bias-GeLU / bias-dropout-add kernels (Megatron) instead of one eager
+    PyTorch kernel per elementwise op."""
+    sp_saves_gathered_input: bool = True
+    """Under sequence parallelism, the column-parallel linear saves its *all-gathered* input
+    (torch DTensor); Megatron keeps the 1/t shard and gathers again in backward
+    (Korthikanti et al. 2022, end of Sec. 4.2.2)."""
+    attention_output_copies: int = 2
+    """Copies of the attention output kept for backward: SDPA saves O in (b, a, s, d) layout and
+    the output projection saves the transposed contiguous copy (2); Megatron keeps one."""
+    pp_recv_buffers: Literal["per_microbatch", "in_flight"] = "per_microbatch"
+    """torch.distributed.pipelining allocates an activation and a gradient receive buffer for
+    *every* micro-batch up front (stage.py ``_setup_forward_recv_info``); Megatron only for those
+    in flight."""
+    pp_p2p_blocking: bool = False
+    """Megatron 2021 waits on every pipeline send/receive; torch's schedules post them
+    asynchronously, so only the warm-up/cool-down hops sit on the critical path."""
+    p2p_scatter_gather: bool = False
+    """Send 1/t of a stage boundary tensor per TP rank and all-gather it inside the node
+    (Narayanan et al. 2021, Sec. 4.1 'scatter/gather optimization')."""
+    dp_overlap: bool = True
+    """Data-parallel gradient reduction overlaps the backward pass (torch DDP buckets, FSDP)."""
+    ddp_bucket_copy: bool = True
+    """torch DDP (``gradient_as_bucket_view=False``, the default planc's ``ddp`` keeps) holds a
+    flat copy of every gradient in its buckets; Megatron reduces its contiguous grad buffer."""
+    state_bytes: StateBytes | None = None
+    """Fixed per-parameter state bytes; ``None`` derives them from precision and ZeRO stage as
+    planc's runtime does (see :func:`planc.cost.memory.runtime_state_bytes`)."""
+    residual_bytes: int | None = None
+    """Bytes per element of the residual stream; ``None``: fp32 under autocast (fp32 params),
+    bf16 under FSDP's bf16 parameters."""
+
+
+#: The program planc emits: PyTorch eager, SDPA (flash) attention, no dropout, autocast bf16
+#: (fp32 params) for DDP/ZeRO-1 and FSDP2 MixedPrecisionPolicy(bf16 params, fp32 reduce) for
+#: ZeRO-2/3, torch.distributed.pipelining schedules, DTensor tensor/sequence parallelism.
+PLANC_RUNTIME = RuntimeProfile(name="planc runtime (PyTorch eager, SDPA)")
+
+#: Megatron-LM as run for Narayanan et al. 2021 (arXiv 2104.04473): fp16 mixed precision with
+#: fp32 master weights and fp32 main grads (2 + 4 + 4 + 8 bytes), fused kernels, softmax over
+#: materialized scores with dropout, blocking p2p with the scatter/gather optimization, gradient
+#: all-reduce after the backward pass.
+MEGATRON_LM_2021 = RuntimeProfile(
+    name="Megatron-LM 2021 (Narayanan et al.)",
+    attention="materialized",
+    dropout=True,
+    fused_elementwise=True,
+    sp_saves_gathered_input=False,
+    attention_output_copies=1,
+    pp_recv_buffers="in_flight",
+    pp_p2p_blocking=True,
+    p2p_scatter_gather=True,
+    dp_overlap=False,
+    ddp_bucket_copy=False,
+    state_bytes=StateBytes(working=2, master=4, grads=4, optimizer=8),
+    residual_bytes=2,
+)

@@ -1,0 +1,113 @@
+"""``load_plan(path) -> Plan``: the one way every later stage reads a ``.plan`` file.
+
+Reading is defensive: a missing file, a directory, a device or pipe, an unreadable, binary,
+non-UTF-8, empty or oversized file each gives a :class:`~planc.errors.PlanError` that says so —
+never a traceback, and never an unbounded read.
+
+Strategy names that ``use`` may refer to come from the entry points of the group
+``planc.strategies`` (their *names* only: plugins are not imported to check a plan), restricted
+by ``PLANC_PLUGINS`` when it is set, as the plugin registry does.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import stat
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from planc.dsl.lower import build
+from planc.dsl.parser import parse
+from planc.errors import PlanError, SourceLocation
+from planc.spec import Plan
+from planc.strategies.api import ENTRY_POINT_GROUP, RESTRICT_ENV
+
+#: A plan is a few dozen lines; anything this large is not one (and is not read whole).
+MAX_PLAN_BYTES = 256 * 1024
+
+
+def known_strategies() -> frozenset[str]:
+    """Names registered under ``planc.strategies``, restricted by ``PLANC_PLUGINS`` if set."""
+    names = {entry_point.name for entry_point in entry_points(group=ENTRY_POINT_GROUP)}
+    restrict = os.environ.get(RESTRICT_ENV, "").strip()
+    if restrict:
+        names &= {name.strip() for name in restrict.split(",") if name.strip()}
+    return frozenset(names)
+
+
+def load_plan(path: str | os.PathLike) -> Plan:
+    """Read, parse and validate the plan at ``path``; raise PlanError(s) for anything wrong."""
+    path = Path(path)
+    text = read_plan_text(path)
+    return load_plan_text(text, str(path), base_dir=path.parent)
+
+
+def load_plan_text(text: str, filename: str = "<plan>", *, base_dir: str | os.PathLike | None = None) -> Plan:
+    """Parse and validate plan ``text``; ``filename`` is what error messages show; relative paths
+    in the plan (``model from``, ``train.data``) resolve against ``base_dir`` (default: cwd)."""
+    plan_file = parse(text, filename)
+    return build(plan_file, base_dir=Path(base_dir) if base_dir is not None else None,
+                 known_strategies=known_strategies())
+
+
+def read_plan_text(path: Path) -> str:
+    """The text of a plan file, or a PlanError saying why it cannot be one."""
+    shown = str(path)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise PlanError(f"{shown}: no such file", hint=_not_found_hint(path)) from None
+    except OSError as exc:
+        raise PlanError(f"cannot read {shown}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise PlanError(f"{shown} is a directory, not a .plan file",
+                        hint="give the path of a .plan file, e.g. plans/tiny-cpu.plan") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise PlanError(f"{shown} is not a regular file", hint="give the path of a .plan file") from None
+    if info.st_size > MAX_PLAN_BYTES:
+        raise PlanError(f"{shown} is too large for a plan ({info.st_size:,} bytes; the limit is "
+                        f"{MAX_PLAN_BYTES:,})", hint="is this the right file? A .plan file is a few dozen lines")
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_PLAN_BYTES + 1)
+    except PermissionError:
+        raise PlanError(f"cannot read {shown}: permission denied", hint="check the file's permissions") from None
+    except OSError as exc:
+        raise PlanError(f"cannot read {shown}: {exc.strerror or exc}") from None
+    if len(data) > MAX_PLAN_BYTES:  # it grew after stat()
+        raise PlanError(f"{shown} is too large for a plan (over {MAX_PLAN_BYTES:,} bytes)")
+    return decode_plan_bytes(data, shown)
+
+
+def decode_plan_bytes(data: bytes, shown: str) -> str:
+    """UTF-8 text (a leading byte-order mark is dropped), or a PlanError for binary or empty data."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    if not data.strip():
+        raise PlanError(f"{shown} is empty", hint="a plan needs at least a model, a hardware and a train block; "
+                        "see plans/tiny-cpu.plan")
+    if b"\x00" in data[:8192]:
+        raise PlanError(f"{shown} is not a text file (it contains NUL bytes)", hint="is this the right file?")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        readable = data.decode("utf-8", errors="replace")
+        before = data[:exc.start].decode("utf-8", errors="replace")
+        line = before.count("\n") + 1
+        column = len(before) - (before.rfind("\n") + 1) + 1
+        raise PlanError(f"the file is not valid UTF-8 text (byte 0x{data[exc.start]:02x} here)",
+                        location=SourceLocation(shown, line, column), source=readable,
+                        hint="save the file as UTF-8 text") from None
+
+
+def _not_found_hint(path: Path) -> str | None:
+    if path.suffix != ".plan" and path.with_suffix(".plan").is_file():
+        return f"did you mean {path.with_suffix('.plan')}?"
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        plans = sorted(p.name for p in parent.iterdir() if p.suffix == ".plan")[:200] if parent.is_dir() else []
+    except OSError:
+        plans = []
+    close = difflib.get_close_matches(path.name, plans, n=1, cutoff=0.6)
+    return f"did you mean {parent / close[0]}?" if close else None

@@ -1,0 +1,184 @@
+"""The cluster as a networkx graph, and the bandwidth a process group gets on it.
+
+Graph
+-----
+Vertices are the devices (global ranks ``0 .. nodes*per_node-1``, attribute ``node``), one
+NVSwitch vertex per node (``("nvswitch", n)``) and one vertex for the network fabric
+(:data:`FABRIC`). Every device has two edges:
+
+- to its node's switch: ``kind="nvlink"``, ``bandwidth = intra_node_bw`` (per device, one
+  direction), ``latency = intra_node_latency``;
+- to the fabric, through its own NIC: ``kind="network"``, ``bandwidth = inter_node_bw``,
+  ``latency = inter_node_latency``.
+
+This is the DGX shape (NVSwitch inside a node, one NIC per GPU, a non-blocking fat tree between
+nodes — Narayanan et al. 2021, Sec. 5; NVIDIA DGX A100/H100 user guides). The fabric vertex
+stands for a full-bisection network: the per-device NIC is the bottleneck, not the core.
+
+Placing a group
+---------------
+Which ranks form a group follows from the mesh order of :class:`~planc.spec.ParallelDims`
+(rank = (pp_rank * dp + dp_rank) * tp + tp_rank: tp innermost, then dp, then pp). A ring
+collective over a group is limited by its slowest hop:
+
+- members that share a node talk over NVLink: ``min`` of their NVLink edges;
+- a group spanning several nodes crosses each node boundary through the NICs of *its own
+  members in that node*: NCCL runs one ring (channel) per NIC, so the group's bandwidth across
+  a node cut is the **sum** of those members' NIC edges (k members per node -> k x
+  inter_node_bw, NCCL's "bus bandwidth" across nodes), and the slowest node bounds the ring.
+
+The group's bandwidth is the minimum of the two; its per-message latency (alpha) is the
+network's when it crosses nodes, NVLink's otherwise. Concurrent groups of the same kind use
+disjoint devices and hence disjoint NICs, so they do not share this bandwidth.
+
+Speed: a topology is built once per hardware description (cached), and a group's link once per
+(kind, tp, dp, pp) — the planner never builds a graph per layout.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
+
+import networkx as nx
+
+from planc.spec.hardware import HardwareSpec
+from planc.spec.parallel_dims import ParallelDims
+
+#: The network fabric vertex (all NICs connect to it).
+FABRIC = ("network",)
+
+GROUP_KINDS = ("tp", "dp", "pp")
+
+
+@dataclass(frozen=True)
+class GroupLink:
+    """Where a process group landed: its size and the bottleneck of the links it crosses."""
+
+    size: int
+    """Number of ranks in the group."""
+    bandwidth: float
+    """Bottleneck bandwidth per rank for a ring over the group, bytes/s (one direction)."""
+    latency: float
+    """Per-message start-up cost (alpha), seconds."""
+    nodes: int
+    """Number of nodes the group spans."""
+    per_node: int
+    """Members of the group in each node it spans."""
+
+    @property
+    def crosses_nodes(self) -> bool:
+        return self.nodes > 1
+
+    @property
+    def medium(self) -> str:
+        """``"nvlink"`` inside a node, ``"network"`` across nodes, ``"local"`` for one rank."""
+        if self.size == 1:
+            return "local"
+        return "network" if self.crosses_nodes else "nvlink"
+
+
+def group_ranks(kind: str, dims: ParallelDims, rank: int = 0) -> list[int]:
+    """The global ranks of the ``kind`` group ("tp", "dp" or "pp") that contains ``rank``.
+
+    Follows the mesh order of :class:`ParallelDims`: tp innermost, then dp, then pp.
+    """
+    c = dims.coordinates(rank)
+    if kind == "tp":
+        return [(c["pp"] * dims.dp + c["dp"]) * dims.tp + t for t in range(dims.tp)]
+    if kind == "dp":
+        return [(c["pp"] * dims.dp + d) * dims.tp + c["tp"] for d in range(dims.dp)]
+    if kind == "pp":
+        return [(p * dims.dp + c["dp"]) * dims.tp + c["tp"] for p in range(dims.pp)]
+    raise ValueError(f"unknown group kind {kind!r}; expected one of {GROUP_KINDS}")
+
+
+class Topology:
+    """The device graph of one hardware description, with cached group placements."""
+
+    def __init__(self, hardware: HardwareSpec) -> None:
+        self.hardware = hardware
+        self.graph = _build_graph(hardware)
+        self._links: dict[tuple, GroupLink] = {}
+
+    @property
+    def world_size(self) -> int:
+        return self.hardware.world_size
+
+    def node_of(self, rank: int) -> int:
+        return self.graph.nodes[rank]["node"]
+
+    def link_of(self, ranks: list[int]) -> GroupLink:
+        """Bottleneck bandwidth and latency of a ring collective over ``ranks``."""
+        g = self.graph
+        by_node: dict[int, list[int]] = defaultdict(list)
+        for r in ranks:
+            by_node[g.nodes[r]["node"]].append(r)
+        hw = self.hardware
+        if len(ranks) <= 1:
+            return GroupLink(size=len(ranks), bandwidth=float("inf"), latency=0.0, nodes=1, per_node=1)
+        limits: list[float] = []
+        if any(len(members) > 1 for members in by_node.values()):
+            # Hops inside a node: device -> NVSwitch -> device; the slowest member's link bounds it.
+            limits.append(min(g.edges[r, ("nvswitch", n)]["bandwidth"]
+                              for n, members in by_node.items() if len(members) > 1 for r in members))
+        crosses = len(by_node) > 1
+        if crosses:
+            # Across nodes: one ring per NIC, so a node's cut carries the sum of its members' NICs.
+            limits.append(min(sum(g.edges[r, FABRIC]["bandwidth"] for r in members)
+                              for members in by_node.values()))
+        latency = hw.inter_node_latency if crosses else hw.intra_node_latency
+        per_node = min(len(m) for m in by_node.values())
+        return GroupLink(size=len(ranks), bandwidth=min(limits), latency=latency,
+                         nodes=len(by_node), per_node=per_node)
+
+    def group(self, kind: str, dims: ParallelDims) -> GroupLink:
+        """The link of the ``kind`` group of ``dims`` (all groups of a kind are congruent)."""
+        key = (kind, dims.tp, dims.dp, dims.pp)
+        link = self._links.get(key)
+        if link is None:
+            link = self._links[key] = self.link_of(group_ranks(kind, dims))
+        return link
+
+    def p2p(self, a: int, b: int) -> GroupLink:
+        """One device-to-device transfer: NVLink inside a node, the two NICs across nodes."""
+        g = self.graph
+        na, nb = g.nodes[a]["node"], g.nodes[b]["node"]
+        if na == nb:
+            bw = min(g.edges[a, ("nvswitch", na)]["bandwidth"], g.edges[b, ("nvswitch", nb)]["bandwidth"])
+            return GroupLink(size=2, bandwidth=bw, latency=self.hardware.intra_node_latency, nodes=1, per_node=2)
+        bw = min(g.edges[a, FABRIC]["bandwidth"], g.edges[b, FABRIC]["bandwidth"])
+        return GroupLink(size=2, bandwidth=bw, latency=self.hardware.inter_node_latency, nodes=2, per_node=1)
+
+    def pipeline_p2p(self, dims: ParallelDims) -> GroupLink:
+        """The link between pipeline neighbours (rank 0 and the first rank of stage 1)."""
+        key = ("pp-p2p", dims.tp, dims.dp, dims.pp)
+        link = self._links.get(key)
+        if link is None:
+            if dims.pp == 1:
+                link = GroupLink(size=1, bandwidth=float("inf"), latency=0.0, nodes=1, per_node=1)
+            else:
+                link = self.p2p(0, dims.dp * dims.tp)
+            self._links[key] = link
+        return link
+
+
+def _build_graph(hw: HardwareSpec) -> nx.Graph:
+    # Bulk construction with shared keyword attributes: ~50 ms for 16,384 devices.
+    graph = nx.Graph()
+    per_node, ranks = hw.per_node, range(hw.world_size)
+    graph.add_nodes_from(ranks)
+    nx.set_node_attributes(graph, {rank: rank // per_node for rank in ranks}, "node")
+    graph.add_node(FABRIC, kind="fabric")
+    graph.add_edges_from(((rank, ("nvswitch", rank // per_node)) for rank in ranks), kind="nvlink",
+                         bandwidth=hw.intra_node_bw, latency=hw.intra_node_latency)
+    graph.add_edges_from(((rank, FABRIC) for rank in ranks), kind="network",
+                         bandwidth=hw.inter_node_bw, latency=hw.inter_node_latency)
+    return graph
+
+
+@lru_cache(maxsize=16)
+def topology_for(hardware: HardwareSpec) -> Topology:
+    """The (cached) topology of a hardware description."""
+    return Topology(hardware)

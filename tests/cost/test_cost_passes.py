@@ -1,0 +1,76 @@
+"""Cost passes: the built-ins run in composition order, and a third-party pass can add or
+change a term (what a strategy plugin's ``cost(ctx, estimate, options)`` does)."""
+
+import pytest
+
+from planc.cost import CostPass, active_cost_passes, evaluate
+from planc.cost.estimate import replace
+from planc.spec import Layout, build_plan
+
+
+def plan():
+    return build_plan({"model": {"preset": "gpt2-medium"}, "hardware": {"device": "A100-80GB", "nodes": 2},
+                       "train": {"global_batch": 64}})
+
+
+def layout(**kw):
+    base = dict(tp=2, pp=2, dp=4, zero=0, recompute="full", schedule="1f1b", micro_batch=2)
+    base.update(kw)
+    return Layout(**base)
+
+
+def test_active_passes_in_composition_order():
+    names = [p.name for p in active_cost_passes(plan(), layout())]
+    assert names == ["pipeline", "tensor_parallel", "recompute", "bf16", "ddp"]
+    assert [p.name for p in active_cost_passes(plan(), layout(zero=1))][-1] == "zero1"
+    assert [p.name for p in active_cost_passes(plan(), layout(zero=3))][-1] == "fsdp"
+    single = Layout(tp=1, pp=1, dp=16, zero=2, recompute="none", schedule=None, micro_batch=1)
+    assert [p.name for p in active_cost_passes(plan(), single)] == ["bf16", "fsdp"]
+
+
+def powersgd(ctx, est, options):
+    """A fake PowerSGD: compresses the gradient all-reduce by ``options['ratio']``."""
+    dp = est.comm_of("dp")
+    return est.with_comm(dp.scaled(options["ratio"]))
+
+
+def cpu_offload(ctx, est, options):
+    """A fake optimizer offload: states leave the device; copying them costs host-link time."""
+    moved = max(s.optimizer + s.master for s in est.stages)
+    est = est.map_stages(lambda s: replace(s, optimizer=0.0, master=0.0))
+    return est.with_time("optimizer state transfers over PCIe", 2 * moved / options["pcie_bw"])
+
+
+def test_a_plugin_pass_scales_dp_traffic():
+    p, lay = plan(), layout()
+    passes = active_cost_passes(p, lay)
+    base = evaluate(p, lay, passes=passes)
+    compressed = evaluate(p, lay, passes=passes + [CostPass("powersgd", powersgd, {"ratio": 0.1})])
+    before, after = base.comm_of("dp"), compressed.comm_of("dp")
+    assert after.volume == pytest.approx(0.1 * before.volume)
+    assert after.exposed == pytest.approx(0.1 * before.exposed)
+    assert compressed.step_s == pytest.approx(base.step_s - 0.9 * before.exposed)
+
+
+def test_a_plugin_pass_moves_optimizer_memory_off_the_device():
+    p, lay = plan(), layout()
+    passes = active_cost_passes(p, lay)
+    base = evaluate(p, lay, passes=passes)
+    off = evaluate(p, lay, passes=passes + [CostPass("offload", cpu_offload, {"pcie_bw": 25e9})])
+    assert off.memory.optimizer == 0
+    # the allocator margin is 5% of the rest, so the saving is 1.05 x the states
+    saved = base.memory.optimizer + base.memory.master
+    assert base.memory_bytes - off.memory_bytes == pytest.approx(1.05 * saved, rel=1e-6)
+    assert off.step_s > base.step_s
+    assert dict((t.name, t.value) for t in off.other)["optimizer state transfers over PCIe"] > 0
+
+
+def test_passes_do_not_mutate_their_input():
+    p, lay = plan(), layout()
+    from planc.cost import base_estimate, build_context
+    ctx = build_context(p, lay)
+    est = base_estimate(ctx)
+    snapshot = (est.stages, est.compute, est.comm)
+    for cp in active_cost_passes(p, lay):
+        cp.cost(ctx, est, cp.options)
+    assert (est.stages, est.compute, est.comm) == snapshot

@@ -1,0 +1,67 @@
+"""FLOPs, collectives and kernel times: hand-derived values."""
+
+import math
+
+import pytest
+
+from planc.cost.comm import all_gather_seconds, all_reduce_seconds, p2p_seconds, reduce_scatter_seconds
+from planc.cost.compute import Device, gemm_seconds, wave_efficiency
+from planc.cost.flops import hardware_flops_per_step, model_flops_per_step, narayanan_eq3
+from planc.hardware import GroupLink
+from planc.spec import build_plan
+
+
+def test_narayanan_eq3_for_their_gpt():
+    # l = 2, h = 128, s = 64, V = 256, B = 4: 96 B s l h^2 (1 + s/6h + V/16lh)
+    m = build_plan({"model": dict(layers=2, hidden=128, heads=4, vocab=256, seq_len=64, vocab_multiple=1),
+                    "hardware": {"device": "cpu"}, "train": {"global_batch": 4}}).model
+    tokens = 4 * 64
+    expected = 96 * 4 * 64 * 2 * 128**2 * (1 + 64 / (6 * 128) + 256 / (16 * 2 * 128))
+    assert narayanan_eq3(4, 64, 2, 128, 256) == pytest.approx(expected)
+    assert hardware_flops_per_step(m, tokens, "full") == pytest.approx(expected)
+    # without recomputation: 72 B s l h^2 (1 + s/6h + V/(12 l h))
+    assert model_flops_per_step(m, tokens) == pytest.approx(
+        72 * 4 * 64 * 2 * 128**2 * (1 + 64 / (6 * 128) + 256 / (12 * 2 * 128)))
+    assert hardware_flops_per_step(m, tokens, "selective") == model_flops_per_step(m, tokens)
+
+
+LINK = GroupLink(size=4, bandwidth=100e9, latency=1e-5, nodes=1, per_node=4)
+
+
+def test_ring_collectives():
+    n = 1e9
+    # ring all-reduce: 2 (p-1) alpha + 2 (p-1)/p n / beta = 6e-5 + 1.5e-2; tree: 4 alpha + 2e-2
+    assert all_reduce_seconds(n, LINK) == pytest.approx(6e-5 + 0.015)
+    # reduce-scatter and all-gather: 3 alpha + 0.75 n / beta
+    assert reduce_scatter_seconds(n, LINK) == pytest.approx(3e-5 + 0.0075)
+    assert all_gather_seconds(n, LINK) == reduce_scatter_seconds(n, LINK)
+    assert p2p_seconds(n, LINK) == pytest.approx(1e-5 + 0.01)
+    one = GroupLink(size=1, bandwidth=float("inf"), latency=0.0, nodes=1, per_node=1)
+    assert all_reduce_seconds(n, one) == 0.0
+
+
+def test_tree_wins_for_small_messages_on_many_ranks():
+    big = GroupLink(size=1024, bandwidth=25e9, latency=1e-5, nodes=1024, per_node=1)
+    # ring latency 2 x 1023 x 1e-5 = 20 ms; tree 2 x 10 x 1e-5 = 0.2 ms
+    n = 1e6
+    tree = 2 * 10 * 1e-5 + 2 * n / 25e9
+    assert all_reduce_seconds(n, big) == pytest.approx(tree)
+
+
+def test_wave_quantization():
+    # 108 SMs. M = 2048, N = 2304: best of 256x128 (8 x 18 = 144 tiles, 1.33 waves -> 0.67),
+    # 128x256 (16 x 9 = 144, same) and 128x128 (16 x 18 = 288 tiles, 2.67 waves -> 0.89).
+    assert wave_efficiency(2048, 2304, 108) == pytest.approx(288 / 108 / 3)
+    # full waves: 128x128 tiles, M = 1536, N = 1152: 12 x 9 = 108 tiles = exactly one wave
+    assert wave_efficiency(1536, 1152, 108) == 1.0
+    assert wave_efficiency(10, 10, None) == 1.0  # CPUs have no waves
+
+
+def test_gemm_roofline():
+    dev = Device(peak=100e12, efficiency=0.5, hbm_bw=1e12, sms=None)
+    # compute-bound: 2 x 4096^3 / 50e12
+    assert gemm_seconds(4096, 4096, 4096, dev, 2) == pytest.approx(2 * 4096**3 / 50e12)
+    # memory-bound (K = 1): bytes 2 (m + n + m n) over 0.85 TB/s
+    m = n = 4096
+    assert gemm_seconds(m, 1, n, dev, 2) == pytest.approx(2 * (m + n + m * n) / (1e12 * 0.85))
+    assert math.isclose(gemm_seconds(64, 64, 64, dev, 2, batch=8), 8 * gemm_seconds(64, 64, 64, dev, 2))

@@ -1,0 +1,101 @@
+"""Model states and activations: hand-derived values and the papers' closed forms."""
+
+import pytest
+
+from planc.cost.memory import (
+    chunks_in_flight,
+    fsdp_gather_bytes,
+    layer_activation_bytes,
+    model_state_bytes,
+    runtime_state_bytes,
+)
+from planc.cost.profile import MEGATRON_LM_2021, PLANC_RUNTIME, ZERO_PAPER_MIXED_ADAM
+from planc.spec import build_plan
+
+
+def gpt(**kw):
+    base = dict(layers=4, hidden=1024, heads=16, vocab=1024, seq_len=2048)
+    base.update(kw)
+    return build_plan({"model": base, "hardware": {"device": "cpu"}, "train": {"global_batch": 8}}).model
+
+
+def test_zero_formulas():
+    # Psi = 1e9, N_d = 8, K = 12: baseline 16 GB; P_os 2+2+12/8 = 5.5; P_os+g 2+14/8 = 3.75; P_os+g+p 2
+    psi = 1e9
+    expected = {0: 16e9, 1: 5.5e9, 2: 3.75e9, 3: 2e9}
+    for stage, total in expected.items():
+        assert model_state_bytes(psi, 8, stage, ZERO_PAPER_MIXED_ADAM).total == pytest.approx(total)
+
+
+def test_runtime_state_bytes():
+    # DDP/ZeRO-1 (autocast, fp32 params): 4 + 0 + 4 + 8 = 16; SGD momentum 4 + 0 + 4 + 4 = 12
+    assert runtime_state_bytes("bf16", "adamw", 0).total == 16
+    assert runtime_state_bytes("bf16", "sgd", 1).total == 12
+    # FSDP ZeRO-2 bf16: unsharded bf16 working copy 2 + sharded fp32 4 + grads 4 + Adam 8
+    sb = runtime_state_bytes("bf16", "adam", 2)
+    assert (sb.working, sb.master, sb.grads, sb.optimizer) == (2, 4, 4, 8)
+    # ZeRO-3: the gathered copy is transient
+    assert runtime_state_bytes("bf16", "adam", 3).working == 0
+    # ZeRO-2 with 8 ranks, 1e9 params: 2e9 + (4 + 4 + 8) e9 / 8 = 4e9
+    assert model_state_bytes(1e9, 8, 2, sb).total == pytest.approx(4e9)
+
+
+def test_korthikanti_table2_reproduced_by_the_megatron_profile():
+    # Korthikanti et al. 2022, Table 2 (per layer, 16-bit, dropout, materialized attention):
+    #   none: s b h (34 + 5 a s / h);  TP: s b h (10 + 24/t + 5 a s/(h t));  TP+SP: s b h (34/t + 5 a s/(h t))
+    #   selective + SP: 34 s b h / t;  full + SP: 2 s b h / t
+    m = gpt()
+    s, b, h, a = 2048, 2, 1024, 16
+    sbh = s * b * h
+    act = layer_activation_bytes(m, b, 1, False, 2, 2, MEGATRON_LM_2021)
+    assert act.none == pytest.approx(sbh * (34 + 5 * a * s / h))
+    t = 4
+    act = layer_activation_bytes(m, b, t, False, 2, 2, MEGATRON_LM_2021)
+    assert act.none == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)))
+    act = layer_activation_bytes(m, b, t, True, 2, 2, MEGATRON_LM_2021)
+    assert act.none == pytest.approx(sbh * (34 / t + 5 * a * s / (h * t)))
+    assert act.selective == pytest.approx(sbh * 34 / t)
+    assert act.full == pytest.approx(2 * sbh / t)
+
+
+def test_planc_runtime_activations_golden():
+    # Fused attention, no dropout, bf16 GEMMs (e = 2), fp32 residual (r = 4), MHA, GELU f = 4h, no TP:
+    #   norm inputs 2 r = 8; GEMM inputs: autocast casts the fp32 norm output once per linear,
+    #   wq, wk, wv and w1 each save a bf16 copy: 4 e = 8; Q, K, V 3 e = 6; O twice 2 e = 4;
+    #   MLP 2 e x 4 = 16 -> 42 s b h, plus the fp32 log-sum-exp 4 a s b
+    m = gpt()
+    s, b, h, a = 2048, 1, 1024, 16
+    act = layer_activation_bytes(m, b, 1, False, 2, 4, PLANC_RUNTIME)
+    assert act.none == pytest.approx(42 * s * b * h + 4 * a * s * b)
+    # in bf16 throughout (FSDP's bf16 parameters, r = e = 2) the linears share one input:
+    # 2 r = 4, 2 e = 4, 6, 4, 16 -> 34 s b h
+    assert layer_activation_bytes(m, b, 1, False, 2, 2, PLANC_RUNTIME).none == pytest.approx(
+        34 * s * b * h + 4 * a * s * b)
+    # selective keeps: block input r = 4, QKV 6, O 2 + lse, attention-out 2, MLP-in output 2 x 4 = 8, MLP-out 2
+    assert act.selective == pytest.approx((4 + 6 + 2 + 2 + 8 + 2) * s * b * h + 4 * a * s * b)
+    assert act.full == pytest.approx(4 * s * b * h)
+
+
+def test_gqa_shrinks_k_and_v():
+    mha, gqa = gpt(), gpt(kv_heads=4)
+    # K and V are kv_heads / heads = 1/4 the size of Q: 2 e (1 - 1/4) s b h fewer bytes
+    diff = layer_activation_bytes(mha, 1, 1, False, 2, 2, PLANC_RUNTIME).none \
+        - layer_activation_bytes(gqa, 1, 1, False, 2, 2, PLANC_RUNTIME).none
+    assert diff == pytest.approx(2 * 2 * 0.75 * 2048 * 1024)
+
+
+def test_in_flight_micro_batches():
+    # GPipe: all m; 1F1B: p - rank; interleaved rank 0: v p + p - 1 chunks (Korthikanti: L (1 + (p-1)/(p v)))
+    assert chunks_in_flight("gpipe", 4, 1, 16, 0) == 16
+    assert chunks_in_flight("1f1b", 4, 1, 16, 0) == 4
+    assert chunks_in_flight("1f1b", 4, 1, 16, 3) == 1
+    assert chunks_in_flight("interleaved", 4, 2, 16, 0) == 2 * 4 + 4 - 1
+    assert chunks_in_flight("zero-bubble", 4, 1, 16, 0) == 4  # ZB-H1: 1F1B's peak
+    assert chunks_in_flight("1f1b", 8, 1, 3, 0) == 3  # capped by the micro-batches
+    assert chunks_in_flight(None, 1, 1, 16, 0) == 1
+
+
+def test_fsdp_buffers():
+    # ZeRO-3, unit of 1e6 params, bf16 gather, fp32 reduce: 2 gathered units x 2 B + grads (2 + 4) B
+    assert fsdp_gather_bytes(10**6, 3, 2, 4) == 2 * 2e6 + 6e6
+    assert fsdp_gather_bytes(10**6, 2, 2, 4) == 6e6

@@ -1,0 +1,48 @@
+"""docs/language.md documents every key the schema accepts, and its generated tables are current."""
+
+import re
+
+import pytest
+
+from planc.dsl.doc_tables import update
+from planc.spec import BLOCKS, block_keys
+from planc.spec.presets import HARDWARE_PRESETS, MODEL_PRESETS
+from planc.units import UNITS
+from .helpers import ROOT
+
+DOC = ROOT / "docs" / "language.md"
+
+
+def section(name: str) -> str:
+    """The text under the heading ``### `name` `` up to the next heading of that level or above."""
+    text = DOC.read_text(encoding="utf-8")
+    match = re.search(rf"^### `{name}`\n(.*?)(?=^##? |^### )", text, re.DOTALL | re.MULTILINE)
+    assert match, f"docs/language.md has no section for the {name} block"
+    return match.group(1)
+
+
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_every_key_is_documented_in_its_block_section(block):
+    documented = set(re.findall(r"^\| `(\w+)` \|", section(block), re.MULTILINE))
+    missing = set(block_keys(block)) - documented
+    assert not missing, f"keys of the {block} block missing from docs/language.md: {sorted(missing)}"
+
+
+def test_units_and_presets_are_documented():
+    text = DOC.read_text(encoding="utf-8")
+    for name in [*UNITS, *MODEL_PRESETS, *HARDWARE_PRESETS]:
+        assert f"| `{name}` |" in text, name
+
+
+def test_generated_tables_are_up_to_date():
+    text = DOC.read_text(encoding="utf-8")
+    assert update(text) == text, "run: python -m planc.dsl.doc_tables docs/language.md"
+
+
+def test_the_documented_example_is_a_valid_plan():
+    from planc.dsl import load_plan_text
+
+    text = DOC.read_text(encoding="utf-8")
+    first_block = re.search(r"```\n(# GPT-3 175B.*?)```", text, re.DOTALL).group(1)
+    plan = load_plan_text(first_block, "docs-example.plan")
+    assert plan.model.name == "gpt3-175b" and plan.world_size == 1024

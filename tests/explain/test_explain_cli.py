@@ -1,0 +1,89 @@
+"""``planc explain``: text, --json, --svg and exit status, on plan.json files.
+
+(.plan files go through planc.dsl; these tests write plan.json so they do not depend on it.)
+"""
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from planc.cli import main
+from planc.spec import build_plan
+
+
+def write(tmp_path, name, raw):
+    path = tmp_path / f"{name}.json"
+    path.write_text(build_plan(raw, source=name).to_json())
+    return str(path)
+
+
+FITS = {"model": {"preset": "gpt2-medium"}, "hardware": {"device": "A100-80GB", "nodes": 1},
+        "train": {"global_batch": 64}}
+PIPELINE = {"model": {"preset": "llama2-13b", "seq_len": 2048}, "hardware": {"device": "A100-40GB", "nodes": 2},
+            "train": {"global_batch": 64}, "layout": {"pp": 4, "tp": 2, "schedule": "1f1b"}}
+TOO_BIG = {"model": {"preset": "llama2-7b"}, "hardware": {"device": "A100-80GB", "nodes": 1, "per_node": 1},
+           "train": {"global_batch": 8, "micro_batch": 1},
+           "layout": {"tp": 1, "pp": 1, "dp": 1, "zero": 0, "recompute": "none"}}
+
+
+def test_text_explanation(tmp_path, capsys):
+    assert main(["explain", write(tmp_path, "fits", FITS)]) == 0
+    out = capsys.readouterr().out
+    for part in ("chosen", "memory per device", "step time", "throughput", "bottleneck", "MFU"):
+        assert part in out
+
+
+def test_json_has_the_documented_keys(tmp_path, capsys):
+    assert main(["explain", write(tmp_path, "fits", FITS), "--json", "--top", "3"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert set(d["layout"]) == {"tp", "pp", "dp", "zero", "recompute", "schedule", "micro_batch",
+                                "virtual_stages", "sequence_parallel"}
+    assert {"params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "transient_bytes",
+            "total_bytes", "capacity_bytes"} <= set(d["memory"])
+    assert {"step_s", "compute_s", "bubble_s", "exposed_comm_s"} <= set(d["time"])
+    assert {"tokens_per_s", "model_tflops_per_device", "hardware_tflops_per_device", "mfu"} <= set(d["throughput"])
+    assert d["model"]["params"] == build_plan(FITS).model.params
+    assert d["fits"] is True and len(d["alternatives"]) <= 3
+    assert all({"strategy", "reason"} <= set(r) for r in d["rejected"])
+    # the memory parts add up to the total
+    m = d["memory"]
+    parts = m["params_bytes"] + m["grads_bytes"] + m["optimizer_bytes"] + m["activations_bytes"] + m["transient_bytes"]
+    assert parts == pytest.approx(m["total_bytes"])
+    # and the step time to its parts
+    t = d["time"]
+    assert t["step_s"] == pytest.approx(t["compute_s"] + t["recompute_s"] + t["bubble_s"] + t["optimizer_s"]
+                                        + sum(t["exposed_comm_s"].values()) + sum(t["other_s"].values()))
+
+
+def test_pipeline_timeline_and_svg(tmp_path, capsys):
+    svg = tmp_path / "out.svg"
+    code = main(["explain", write(tmp_path, "pp", PIPELINE), "--svg", str(svg)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "pipeline schedule (1f1b, 4 stages" in out and "rank   0 |" in out
+    root = ET.fromstring(svg.read_text())
+    assert root.tag.endswith("svg")
+    assert len(root.findall(".//{http://www.w3.org/2000/svg}rect")) > 10
+
+
+def test_a_fixed_layout_that_does_not_fit_exits_1_and_says_what_would(tmp_path, capsys):
+    assert main(["explain", write(tmp_path, "big", TOO_BIG)]) == 1
+    captured = capsys.readouterr()
+    assert "DOES NOT FIT" in captured.out
+    assert "does not fit" in captured.err and "short by" in captured.err
+
+
+def test_bad_arguments_are_clear_errors(tmp_path, capsys):
+    assert main(["explain", str(tmp_path / "missing.json")]) == 1
+    assert "no such file" in capsys.readouterr().err
+    assert main(["explain", write(tmp_path, "fits", FITS), "--tolerance", "2"]) == 1
+    assert "--tolerance" in capsys.readouterr().err
+
+
+def test_explain_never_imports_torch():
+    code = ("import sys; from planc.cli import main; import planc.planner, planc.explain.report, planc.explain.svg; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)

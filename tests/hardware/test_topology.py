@@ -1,0 +1,62 @@
+"""Placing process groups on the device graph: hand-derived cases."""
+
+from planc.hardware import FABRIC, group_ranks, topology_for
+from planc.spec import ParallelDims, build_plan
+
+
+def hardware(nodes=4, per_node=8):
+    return build_plan({"model": {"preset": "gpt2"}, "hardware": {"device": "A100-80GB", "nodes": nodes,
+                       "per_node": per_node}, "train": {"global_batch": 64}}).hardware
+
+
+def test_graph_shape():
+    topo = topology_for(hardware())
+    g = topo.graph
+    # 32 devices + 4 switches + the fabric; each device: one NVLink edge, one NIC edge
+    assert g.number_of_nodes() == 32 + 4 + 1
+    assert g.number_of_edges() == 64
+    assert g.edges[9, ("nvswitch", 1)]["bandwidth"] == 300e9
+    assert g.edges[9, FABRIC]["bandwidth"] == 25e9
+
+
+def test_group_ranks_follow_mesh_order():
+    dims = ParallelDims(tp=2, pp=2, dp=8, world_size=32)
+    # rank = (pp * dp + dp_rank) * tp + tp_rank
+    assert group_ranks("tp", dims, 5) == [4, 5]
+    assert group_ranks("dp", dims, 0) == [0, 2, 4, 6, 8, 10, 12, 14]
+    assert group_ranks("pp", dims, 3) == [3, 19]
+
+
+def test_tp_inside_a_node_dp_across():
+    topo = topology_for(hardware())
+    dims = ParallelDims(tp=8, pp=1, dp=4, world_size=32)
+    tp, dp = topo.group("tp", dims), topo.group("dp", dims)
+    assert (tp.bandwidth, tp.nodes, tp.medium) == (300e9, 1, "nvlink")
+    # one member per node: a single NIC per node cut -> 25 GB/s, network latency
+    assert (dp.bandwidth, dp.nodes, dp.per_node, dp.medium) == (25e9, 4, 1, "network")
+    assert dp.latency == topo.hardware.inter_node_latency
+
+
+def test_nics_add_up_when_a_group_has_several_members_per_node():
+    topo = topology_for(hardware())
+    dims = ParallelDims(tp=2, pp=1, dp=16, world_size=32)
+    dp = topo.group("dp", dims)
+    # 4 members per node: 4 x 25 = 100 GB/s across nodes, below NVLink's 300
+    assert (dp.per_node, dp.bandwidth) == (4, 100e9)
+    dims = ParallelDims(tp=1, pp=1, dp=32, world_size=32)
+    # 8 per node: min(300 NVLink, 8 x 25 = 200) = 200 GB/s
+    assert topo.group("dp", dims).bandwidth == 200e9
+
+
+def test_single_node_dp_uses_nvlink_and_pipeline_neighbours():
+    topo = topology_for(hardware(nodes=1))
+    dims = ParallelDims(tp=1, pp=2, dp=4, world_size=8)
+    assert topo.group("dp", dims).medium == "nvlink"
+    assert topo.pipeline_p2p(dims).bandwidth == 300e9  # ranks 0 and 4 share the node
+    topo4 = topology_for(hardware(nodes=4))
+    dims = ParallelDims(tp=8, pp=4, dp=1, world_size=32)
+    assert topo4.pipeline_p2p(dims).bandwidth == 25e9  # rank 0 -> rank 8: next node
+
+
+def test_topology_is_cached_per_hardware():
+    assert topology_for(hardware()) is topology_for(hardware())
