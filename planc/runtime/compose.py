@@ -4,7 +4,7 @@
 
     job = Job.create(plan, layout)
     for strategy in registry.active(plan, layout):       # composition order (AFTER, topologically)
-        strategy.apply(job, strategy.options_for(plan))
+        strategy.apply(job, strategy.options_for(plan, layout))
     job.init_weights()
     job.build_optimizer()
 
@@ -30,7 +30,7 @@ def compose(plan: Plan, layout: Layout, *, registry=None, device=None) -> Job:
         raise SpecError(issues)
     job = Job.create(plan, layout, device=device)
     for strategy in active:
-        strategy.apply(job, strategy.options_for(plan))
+        strategy.apply(job, strategy.options_for(plan, layout))
     job.init_weights()
     job.build_optimizer()
     return job

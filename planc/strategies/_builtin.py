@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
+from typing import Any, Callable, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 
 #: The composition order of the built-ins, outermost transformation first (each one's AFTER says
 #: the same thing edge by edge; tests check that the sort reproduces this list).
@@ -24,20 +24,26 @@ def after(name: str) -> tuple[str, ...]:
 
 
 class StrategyOptions(BaseModel):
-    """Base of the built-ins' Options: frozen, unknown keys rejected, each field documented."""
+    """Base of the built-ins' Options: frozen, unknown keys rejected, each field documented.
+
+    Fields named in ``FROM_LAYOUT`` default to None ("as the layout says"); validated with a
+    ``{"layout": layout}`` context (what :meth:`LoadedStrategy.options_for` passes when it knows
+    the layout), they are filled in from it, so an emitted program spells out the actual values.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
+    #: field name -> how the layout determines it.
+    FROM_LAYOUT: ClassVar[dict[str, Callable[[Any], Any]]] = {}
 
-def builtin_cost(name: str, ctx, estimate, options):
-    """The cost model's pass for built-in strategy ``name`` (``planc.cost.builtin.<name>``).
-
-    Until the cost model is installed this is the identity (the estimate is returned unchanged).
-    """
-    try:
-        builtin = importlib.import_module("planc.cost.builtin")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("planc.cost", "planc.cost.builtin"):
-            raise
-        return estimate
-    return getattr(builtin, name)(ctx, estimate, options)
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_layout(cls, data: Any, info: ValidationInfo) -> Any:
+        layout = (info.context or {}).get("layout")
+        if layout is None or not isinstance(data, dict):
+            return data
+        filled = dict(data)
+        for name, rule in cls.FROM_LAYOUT.items():
+            if filled.get(name) is None:
+                filled[name] = rule(layout)
+        return filled

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from planc.strategies._builtin import StrategyOptions, after, builtin_cost
+from planc.cost.builtin import bf16 as cost  # noqa: F401  (the plan-time cost pass)
+from planc.strategies._builtin import StrategyOptions, after
 
 NAME = "bf16"
 API_VERSION = 1
@@ -40,10 +41,6 @@ def check(plan, layout, options: Options) -> str | None:
         return "bf16 needs train { precision = bf16 }"
     return None
 
-
-def cost(ctx, estimate, options: Options):
-    """2-byte weights/activations for compute, fp32 master copy (planc.cost.builtin.bf16)."""
-    return builtin_cost(NAME, ctx, estimate, options)
 
 
 def apply(job, options: Options) -> None:

@@ -11,7 +11,8 @@ as plain parameters (see :mod:`planc.runtime.local_shards`).
 from __future__ import annotations
 
 from planc.spec.fields import Bytes
-from planc.strategies._builtin import StrategyOptions, after, builtin_cost
+from planc.cost.builtin import ddp as cost  # noqa: F401  (the plan-time cost pass)
+from planc.strategies._builtin import StrategyOptions, after
 
 NAME = "ddp"
 API_VERSION = 1
@@ -36,10 +37,6 @@ def check(plan, layout, options: Options) -> str | None:
         return "needs more than one data-parallel rank (layout dp > 1)"
     return None
 
-
-def cost(ctx, estimate, options: Options):
-    """Gradient all-reduce over the data-parallel group (planc.cost.builtin.ddp)."""
-    return builtin_cost(NAME, ctx, estimate, options)
 
 
 def apply(job, options: Options) -> None:

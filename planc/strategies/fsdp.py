@@ -17,7 +17,8 @@ all micro-batches but the last. With ``bf16`` active, FSDP2 takes its ``MixedPre
 
 from __future__ import annotations
 
-from planc.strategies._builtin import StrategyOptions, after, builtin_cost
+from planc.cost.builtin import fsdp as cost  # noqa: F401  (the plan-time cost pass)
+from planc.strategies._builtin import StrategyOptions, after
 
 NAME = "fsdp"
 API_VERSION = 1
@@ -27,6 +28,8 @@ AFTER = after(NAME)
 
 class Options(StrategyOptions):
     """Options of ``use fsdp { ... }``."""
+
+    FROM_LAYOUT = {"reshard_after_forward": lambda layout: layout.zero == 3}
 
     reshard_after_forward: bool | None = None
     """Free gathered parameters after forward (ZeRO-3) or keep them until backward (ZeRO-2);
@@ -45,10 +48,6 @@ def check(plan, layout, options: Options) -> str | None:
                 f"layout zero = {layout.zero} (ZeRO-3 reshards, ZeRO-2 does not); set the zero stage instead")
     return None
 
-
-def cost(ctx, estimate, options: Options):
-    """Sharded model states; parameter all-gathers and gradient reduce-scatters (planc.cost.builtin.fsdp)."""
-    return builtin_cost(NAME, ctx, estimate, options)
 
 
 def reshards(layout, options: Options) -> bool:

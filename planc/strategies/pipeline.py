@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from planc.strategies._builtin import StrategyOptions, after, builtin_cost
+from planc.cost.builtin import pipeline as cost  # noqa: F401  (the plan-time cost pass)
+from planc.strategies._builtin import StrategyOptions, after
 
 NAME = "pipeline"
 API_VERSION = 1
@@ -113,10 +114,6 @@ ZERO_BUBBLE_DATA_PARALLEL = (
     "DistributedDataParallel never sees and which FSDP only handles when parameters stay gathered; "
     "with data parallelism use zero = 2, or the interleaved schedule")
 
-
-def cost(ctx, estimate, options: Options):
-    """Weights / pp, activations of the micro-batches in flight, bubble (p-1)/(v m) (planc.cost.builtin.pipeline)."""
-    return builtin_cost(NAME, ctx, estimate, options)
 
 
 def apply(job, options: Options) -> None:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from planc.strategies._builtin import StrategyOptions, after, builtin_cost
+from planc.cost.builtin import recompute as cost  # noqa: F401  (the plan-time cost pass)
+from planc.strategies._builtin import StrategyOptions, after
 
 NAME = "recompute"
 API_VERSION = 1
@@ -27,6 +28,8 @@ AFTER = after(NAME)
 
 class Options(StrategyOptions):
     """Options of ``use recompute { ... }``."""
+
+    FROM_LAYOUT = {"mode": lambda layout: layout.recompute if layout.recompute != "none" else None}
 
     mode: Literal["full", "selective"] | None = None
     """full (recompute each block) or selective (save matmul/attention outputs); default: the layout's."""
@@ -47,10 +50,6 @@ def check(plan, layout, options: Options) -> str | None:
                 "set layout { recompute = ... } instead")
     return None
 
-
-def cost(ctx, estimate, options: Options):
-    """Less activation memory, one more forward (full) or its cheap ops (selective) (planc.cost.builtin.recompute)."""
-    return builtin_cost(NAME, ctx, estimate, options)
 
 
 def apply(job, options: Options) -> None:

@@ -122,17 +122,19 @@ class LoadedStrategy:
                 return index
         return None
 
-    def options_for(self, plan) -> BaseModel:
+    def options_for(self, plan, layout=None) -> BaseModel:
         """Validate the plan's ``use NAME { ... }`` options with the module's ``Options`` (defaults if absent).
 
-        Raises :class:`~planc.spec.SpecError` addressed to ``("uses", index, "options", key)`` so the
+        The validation context is ``{"plan": plan, "layout": layout}``: an Options model may fill
+        layout-dependent defaults from it (the built-ins do), so an emitted program shows the
+        values that will run. Raises :class:`~planc.spec.SpecError` addressed to ``("uses", index, "options", key)`` so the
         DSL layer can point at the offending option; an unknown option gets a did-you-mean hint.
         """
         index = self.use_index(plan)
         raw = dict(plan.uses[index].options) if index is not None else {}
-        return self.validate_options(raw, index)
+        return self.validate_options(raw, index, context={"plan": plan, "layout": layout})
 
-    def validate_options(self, raw: dict[str, Any], index: int | None = None) -> BaseModel:
+    def validate_options(self, raw: dict[str, Any], index: int | None = None, context: dict | None = None) -> BaseModel:
         model = self.options_model
         fields = list(model.model_fields)
         base = ("uses", index if index is not None else 0, "options")
@@ -147,7 +149,7 @@ class LoadedStrategy:
         if issues:
             raise SpecError(issues)
         try:
-            return model.model_validate(raw)
+            return model.model_validate(raw, context=context)
         except ValidationError as exc:
             for err in exc.errors():
                 key = err["loc"][0] if err["loc"] else None
@@ -209,7 +211,7 @@ class Registry:
             return issues + [SpecIssue(("uses",), error.message, error.hint)]
         for strategy in active:
             try:
-                options = strategy.options_for(plan)
+                options = strategy.options_for(plan, layout)
             except SpecError as error:
                 issues += error.issues
                 continue

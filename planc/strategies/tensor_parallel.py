@@ -16,7 +16,8 @@ Over the "tp" mesh dimension (Shoeybi et al. 2019, §3; PyTorch's ``torch.distri
 
 from __future__ import annotations
 
-from planc.strategies._builtin import StrategyOptions, after, builtin_cost
+from planc.cost.builtin import tensor_parallel as cost  # noqa: F401  (the plan-time cost pass)
+from planc.strategies._builtin import StrategyOptions, after
 
 NAME = "tensor_parallel"
 API_VERSION = 1
@@ -26,6 +27,8 @@ AFTER = after(NAME)
 
 class Options(StrategyOptions):
     """Options of ``use tensor_parallel { ... }``."""
+
+    FROM_LAYOUT = {"sequence_parallel": lambda layout: layout.sequence_parallel}
 
     sequence_parallel: bool | None = None
     """Shard norms along the sequence (default: the layout's sequence_parallel)."""
@@ -57,10 +60,6 @@ def check(plan, layout, options: Options) -> str | None:
 def uses_sequence_parallel(layout, options: Options) -> bool:
     return layout.sequence_parallel if options.sequence_parallel is None else options.sequence_parallel
 
-
-def cost(ctx, estimate, options: Options):
-    """Weights and activations / tp; two all-reduces (or RS+AG) per block (planc.cost.builtin.tensor_parallel)."""
-    return builtin_cost(NAME, ctx, estimate, options)
 
 
 def apply(job, options: Options) -> None:

@@ -9,7 +9,8 @@ DistributedDataParallel, as in ``ddp``.
 from __future__ import annotations
 
 from planc.spec.fields import Bytes
-from planc.strategies._builtin import StrategyOptions, after, builtin_cost
+from planc.cost.builtin import zero1 as cost  # noqa: F401  (the plan-time cost pass)
+from planc.strategies._builtin import StrategyOptions, after
 
 NAME = "zero1"
 API_VERSION = 1
@@ -34,10 +35,6 @@ def check(plan, layout, options: Options) -> str | None:
         return "ZeRO-1 shards the optimizer over data parallelism and needs dp > 1"
     return None
 
-
-def cost(ctx, estimate, options: Options):
-    """Optimizer state / dp, plus the parameter broadcast after the step (planc.cost.builtin.zero1)."""
-    return builtin_cost(NAME, ctx, estimate, options)
 
 
 def apply(job, options: Options) -> None:
