@@ -38,9 +38,12 @@ def make_layout(**fields) -> Layout:
     return Layout(**values)
 
 
-def case(name, world, family="gpt", *, layers=4, tie=False, precision="fp32", uses=(), **layout) -> dict:
+def case(name, world, family="gpt", *, layers=4, tie=False, precision="fp32", uses=(), same_until=None,
+         **layout) -> dict:
+    """``same_until=k``: the case equals the reference for its first k steps, then must leave it
+    (a strategy that changes the maths on purpose, e.g. gradient compression)."""
     plan = make_plan(world, family, layers=layers, tie=tie, precision=precision, uses=uses)
-    return {"name": name, "world": world, "plan": plan,
+    return {"name": name, "world": world, "plan": plan, "same_until": same_until,
             "layout": make_layout(**layout), "steps": STEPS,
             "tolerance": BF16_TOLERANCE if precision == "bf16" else FP32_TOLERANCE}
 
@@ -82,3 +85,22 @@ CASES = [
     case("pp2-tp2-dp2-ddp-interleaved", 8, "gpt", pp=2, tp=2, dp=2, schedule="interleaved", virtual_stages=2,
          micro_batch=1, recompute="selective"),
 ]
+
+
+def powersgd_installed() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("planc_powersgd") is not None
+
+
+if powersgd_installed():
+    # The third-party plugin (plugins/planc-powersgd) through the same registry as the built-ins.
+    # Before start_iter PowerSGD's hook is a plain all-reduce; from then on it compresses, and
+    # the losses must leave the reference: step k's loss reflects the updates of steps 1..k-1,
+    # so with start_iter = 2 (updates 1 and 2 plain) steps 1-3 match and steps 4-5 do not.
+    CASES += [
+        case("powersgd-before-start", 2, "gpt", dp=2, micro_batch=2,
+             uses=(("powersgd", {"rank": 1, "start_iter": 100}),)),
+        case("powersgd-compressing", 2, "gpt", dp=2, micro_batch=2, same_until=3,
+             uses=(("powersgd", {"rank": 1, "start_iter": 2}),)),
+    ]

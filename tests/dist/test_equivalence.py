@@ -111,6 +111,13 @@ def test_layout_reproduces_reference(case, launches):
     assert len(got["losses"]) == len(reference.losses) == case["steps"]
     differences = [abs(a - b) for a, b in zip(got["losses"], reference.losses)]
     MATRIX[case["name"]] = max(differences)
+    if case["same_until"] is not None:
+        k = case["same_until"]
+        assert max(differences[:k]) <= case["tolerance"], f"{case['name']}: differs before step {k + 1}: {differences}"
+        assert max(differences[k:]) > 100 * case["tolerance"], (
+            f"{case['name']}: expected to leave the reference after step {k}, but |dloss| = {differences}")
+        assert got["losses"][-1] < got["losses"][0]
+        return
     assert max(differences) <= case["tolerance"], (
         f"{case['name']}: per-step |loss - reference| = {[f'{d:.2e}' for d in differences]} "
         f"(tolerance {case['tolerance']:.0e}); losses {got['losses']} vs reference {reference.losses}")

@@ -1,0 +1,100 @@
+"""``planc plugins``: every installed strategy, where it comes from, its options; then any problems.
+
+Built-in strategies are listed like third-party ones (they come through the same entry-point
+group). A plugin that failed to load is listed under "problems" with its distribution, version
+and what is wrong; the exit status is still 0 -- a broken plugin never breaks planc -- unless
+``--strict`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+HELP = "list the installed strategy plugins (built-in and third-party), their options, and any problems"
+DESCRIPTION = ("List every strategy registered under the 'planc.strategies' entry points: its name, "
+               "the distribution and version it comes from, what it does, and its options "
+               "(use NAME { option = value } in a .plan). Plugins that could not be loaded are listed "
+               "with the reason. PLANC_PLUGINS=a,b restricts which are loaded.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the listing as JSON")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when any plugin has a problem")
+
+
+def listing(registry) -> dict:
+    """The registry as plain data (what ``--json`` prints)."""
+    from planc.strategies.registry import describe_options
+
+    strategies = []
+    for name in sorted(registry.strategies, key=lambda n: (not registry.strategies[n].builtin, n)):
+        strategy = registry.strategies[name]
+        strategies.append({
+            "name": name,
+            "distribution": strategy.distribution,
+            "version": strategy.version,
+            "builtin": strategy.builtin,
+            "description": strategy.description,
+            "after": list(strategy.after),
+            "module": strategy.module.__name__,
+            "options": describe_options(strategy.options_model),
+        })
+    problems = [{"name": p.name, "distribution": p.distribution, "version": p.version, "message": p.message,
+                 "skipped": p.skipped} for p in registry.problems]
+    return {"strategies": strategies, "problems": problems}
+
+
+def run(args: argparse.Namespace) -> int:
+    from planc.strategies.registry import load_registry
+
+    data = listing(load_registry())
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(render(data))
+    return 1 if args.strict and data["problems"] else 0
+
+
+def render(data: dict) -> str:
+    lines = []
+    for strategy in data["strategies"]:
+        origin = "built-in" if strategy["builtin"] else f"{strategy['distribution']} {strategy['version']}"
+        lines.append(f"{strategy['name']}  ({origin})")
+        lines.append(f"    {strategy['description']}")
+        if strategy["after"]:
+            lines.append(f"    applied after: {', '.join(strategy['after'])}")
+        for option in strategy["options"]:
+            default = "required" if option["required"] else f"default {_show(option['default'], option['unit'])}"
+            doc = f" -- {option['description']}" if option["description"] else ""
+            kind = option["unit"] or option["type"]
+            lines.append(f"    option {option['name']}: {kind}, {default}{doc}")
+    if data["problems"]:
+        lines.append("")
+        lines.append(f"problems ({len(data['problems'])}):")
+        for problem in data["problems"]:
+            verdict = "skipped" if problem["skipped"] else "warning"
+            origin = f"{problem['distribution']} {problem['version']}".strip()
+            lines.append(f"  {problem['name']} (from {origin}) [{verdict}]: {problem['message']}")
+    return "\n".join(lines)
+
+
+def _show(value, unit: str | None = None) -> str:
+    if unit == "bytes" and isinstance(value, (int, float)):
+        return _decimal_bytes(value)
+    if value is None:
+        return "from the layout"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _decimal_bytes(value: float) -> str:
+    """25e6 -> "25 MB" (as a .plan would write it)."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if value >= size:
+            return f"{value / size:g} {unit}"
+    return f"{value:g} B"
+

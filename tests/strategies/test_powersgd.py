@@ -1,0 +1,98 @@
+"""The third-party PowerSGD plugin (plugins/planc-powersgd): registered, checked and costed like a built-in."""
+
+from __future__ import annotations
+
+import math
+from importlib.util import find_spec
+
+import pytest
+
+if find_spec("planc_powersgd") is None:
+    pytest.skip("planc-powersgd is not installed (pip install -e plugins/planc-powersgd)", allow_module_level=True)
+
+from planc_powersgd.compression import gradient_shapes, matrix_elements, traffic_ratio  # noqa: E402
+
+from planc.cost.model import evaluate  # noqa: E402
+from planc.spec import Layout, build_plan  # noqa: E402
+from planc.spec.issues import SpecError  # noqa: E402
+from planc.strategies.registry import load_registry  # noqa: E402
+
+
+def plan(uses=(), **model):
+    spec = {"layers": 4, "hidden": 256, "heads": 8, "vocab": 1000, "seq_len": 128, **model}
+    return build_plan({"model": spec, "hardware": {"device": "A100-80GB", "per_node": 8},
+                       "train": {"global_batch": 64},
+                       "uses": [{"name": n, "options": o} for n, o in uses]})
+
+
+def layout(**fields):
+    values = dict(tp=1, pp=1, dp=8, zero=0, recompute="none", schedule=None, micro_batch=8)
+    values.update(fields)
+    return Layout(**values)
+
+
+def test_registered_from_its_own_distribution():
+    strategy = load_registry(refresh=True).strategies["powersgd"]
+    assert (strategy.distribution, strategy.version, strategy.builtin) == ("planc-powersgd", "0.1.0", False)
+    assert strategy.after == ("ddp", "zero1")
+
+
+def test_active_only_when_used_and_after_ddp():
+    reg = load_registry()
+    assert [s.name for s in reg.active(plan(), layout())] == ["bf16", "ddp"]
+    used = plan(uses=[("powersgd", {"rank": 2})])
+    assert [s.name for s in reg.active(used, layout())] == ["bf16", "ddp", "powersgd"]
+    assert reg.strategies["powersgd"].options_for(used, layout()).rank == 2
+
+
+@pytest.mark.parametrize("options, message", [({"rank": 0}, "rank"), ({"start_iter": 1}, "start_iter"),
+                                              ({"rnak": 2}, "did you mean 'rank'")])
+def test_options_are_validated(options, message):
+    with pytest.raises(SpecError) as info:
+        load_registry().strategies["powersgd"].options_for(plan(uses=[("powersgd", options)]))
+    assert message in str(info.value.issues[0])
+
+
+def test_check_rejects_fsdp_and_single_rank():
+    reg = load_registry()
+    used = plan(uses=[("powersgd", {})])
+    assert any("FSDP" in i.message for i in reg.check(used, layout(zero=3)))
+    assert any("dp > 1" in i.message for i in reg.check(used, layout(dp=1, tp=8)))
+    assert not reg.check(used, layout())
+
+
+def test_matrix_compression_by_hand():
+    # 1024 x 1024 at rank 4: (1024 + 1024) * 4 = 8192 elements instead of 1,048,576.
+    assert matrix_elements(1024, 1024, 4, 2.0) == (1_048_576, 8192)
+    # 8 x 8 at rank 4: (8 + 8) * 4 = 64, and 64 * 2 >= 64: not worth it, sent whole.
+    assert matrix_elements(8, 8, 4, 2.0) == (64, 64)
+    # 3 x 100: the rank is capped at 3, (103) * 3 = 309, 309 * 2 = 618 >= 300: sent whole.
+    assert matrix_elements(3, 100, 4, 2.0) == (300, 300)
+
+
+@pytest.mark.parametrize("model", [{}, {"mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "kv_heads": 2},
+                                   {"tie_embeddings": True}])
+def test_gradient_shapes_cover_every_parameter(model):
+    spec = plan(**model).model
+    assert sum(math.prod(shape) for shape in gradient_shapes(spec, tp=1)) == spec.params
+
+
+def test_traffic_ratio_by_hand():
+    spec = plan().model  # h 256, ffn 1024, vocab padded 1024, seq 128, gelu with biases, layernorm
+    # rank 4, per block: wq/wk/wv/wo 256x256 -> 512*4 = 2048 each; w1 1024x256, w2 256x1024 -> 1280*4 = 5120
+    # each; 1-D: 2 layernorms x 2 x 256 + biases 256*4 + 1024 + 256 = 3328. Per block 8192 + 10240 + 3328.
+    # Embedding and output 1024x256 -> 5120 each; positions 128x256 -> 384*4 = 1536; final norm 512.
+    compressed = 4 * (8192 + 10240 + 3328) + 2 * 5120 + 1536 + 512
+    assert traffic_ratio(spec, tp=1, rank=4) == pytest.approx(compressed / spec.params)
+
+
+def test_cost_pass_scales_data_parallel_traffic():
+    lay = layout()
+    plain = evaluate(plan(), lay)
+    compressed = evaluate(plan(uses=[("powersgd", {"rank": 4})]), lay)
+    ratio = traffic_ratio(plan().model, tp=1, rank=4)
+    assert compressed.comm_of("dp").volume == pytest.approx(plain.comm_of("dp").volume * ratio)
+    assert compressed.comm_of("dp").total < plain.comm_of("dp").total
+    # Error feedback: one fp32 residual per gradient element on every rank.
+    for before, after in zip(plain.stages, compressed.stages):
+        assert after.transient_bytes - before.transient_bytes == pytest.approx(before.grads)
