@@ -19,7 +19,8 @@ Gradient norms and checkpoints rebuild the DTensor from the spec (:func:`as_dten
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -85,8 +86,6 @@ def wrap_ddp(job, *, bucket_bytes: float) -> None:
     Registers ``no_sync`` as the job's gradient-accumulation switch. The bucket size is given in
     bytes; DDP's ``bucket_cap_mb`` counts MiB.
     """
-    import contextlib
-
     from torch.nn.parallel import DistributedDataParallel
 
     group = job.group("dp")
@@ -117,3 +116,66 @@ def wrap_ddp(job, *, bucket_bytes: float) -> None:
         return stack
 
     job.sync_controls.append(no_sync)
+
+
+@contextlib.contextmanager
+def dtensor_parameters(job) -> Iterator[None]:
+    """For the duration: every local tensor-parallel shard is a DTensor parameter again, in the
+    modules and in the optimizers (their state too), sharing storage with the plain shard.
+
+    So ``torch.distributed.checkpoint`` sees tensor-parallel shards as the DTensors they are and
+    saves (and reshards on load) the whole matrix, not one rank's piece under the full name.
+    Values loaded in place land in the plain shards; anything an optimizer replaced is copied back.
+    """
+    if not job.local_shard_specs:
+        yield
+        return
+    from torch.distributed.tensor import DTensor
+
+    swapped: dict[int, tuple[nn.Parameter, nn.Parameter]] = {}  # id(local) -> (local, dtensor param)
+    for part in job.unwrapped_parts():
+        for sub in part.modules():
+            for name, param in list(sub._parameters.items()):
+                spec = job.local_shard_specs.get(param) if param is not None else None
+                if spec is None:
+                    continue
+                if id(param) not in swapped:
+                    swapped[id(param)] = (param, nn.Parameter(as_dtensor(param.data, spec),
+                                                              requires_grad=param.requires_grad))
+                sub._parameters[name] = swapped[id(param)][1]
+    optimizers = [_inner(o) for o in job.optimizers]
+    for optimizer in optimizers:
+        _swap_optimizer(optimizer, {id(local): (local, view) for local, view in swapped.values()},
+                        lambda t, local: as_dtensor(t, job.local_shard_specs[local]) if t.shape == local.shape else t)
+    try:
+        yield
+    finally:
+        back = {id(view): (view, local) for local, view in swapped.values()}
+        for optimizer in optimizers:
+            _swap_optimizer(optimizer, back, lambda t, view: t.to_local() if isinstance(t, DTensor) else t)
+        for part in job.unwrapped_parts():
+            for sub in part.modules():
+                for name, param in list(sub._parameters.items()):
+                    if param is not None and id(param) in back:
+                        view, local = back[id(param)]
+                        if view.to_local().data_ptr() != local.data_ptr():
+                            with torch.no_grad():
+                                local.copy_(view.to_local())
+                        sub._parameters[name] = local
+
+
+def _inner(optimizer):
+    """The optimizer that holds this rank's state (ZeroRedundancyOptimizer keeps it in ``.optim``)."""
+    return getattr(optimizer, "optim", optimizer)
+
+
+def _swap_optimizer(optimizer, mapping: dict, convert) -> None:
+    """Replace parameters in ``optimizer``'s groups and state by ``mapping[id(p)][1]``, converting
+    state tensors with ``convert(tensor, old_param)``."""
+    for group in optimizer.param_groups:
+        # In place: ZeroRedundancyOptimizer's partition cache holds these very lists.
+        group["params"][:] = [mapping[id(p)][1] if id(p) in mapping else p for p in group["params"]]
+    for old_id, (old, new) in mapping.items():
+        if old in optimizer.state:
+            state = optimizer.state.pop(old)
+            optimizer.state[new] = {k: convert(v, old) if isinstance(v, torch.Tensor) else v for k, v in state.items()}

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from planc.runtime.data import build_data
+from planc.runtime.local_shards import dtensor_parameters
 from planc.runtime.step import train_step
 
 
@@ -42,7 +43,8 @@ def train(job, *, steps: int | None = None, out_dir: str | Path | None = None, d
     if checkpoint_dir is not None:
         from planc.runtime.checkpoint import load_checkpoint, save_checkpoint
     if checkpoint_dir is not None and plan.checkpoint.resume and checkpoint_dir.is_dir():
-        resumed = load_checkpoint(checkpoint_dir, job.model_parts, job.optimizers, job.lr_schedulers)
+        with dtensor_parameters(job):
+            resumed = load_checkpoint(checkpoint_dir, job.model_parts, job.optimizers, job.lr_schedulers)
         start = resumed["step"] if resumed else 0
 
     logger = MetricsLogger(
@@ -61,8 +63,9 @@ def train(job, *, steps: int | None = None, out_dir: str | Path | None = None, d
             logger.log(step + 1, loss=result["loss"], lr=result["lr"], step_s=elapsed, grad_norm=result["grad_norm"])
             records.append({"step": step + 1, **result, "step_s": elapsed})
             if checkpoint_dir is not None and (step + 1) % plan.checkpoint.every == 0:
-                save_checkpoint(checkpoint_dir, step + 1, job.model_parts, job.optimizers, job.lr_schedulers,
-                                keep=plan.checkpoint.keep)
+                with dtensor_parameters(job):
+                    save_checkpoint(checkpoint_dir, step + 1, job.model_parts, job.optimizers, job.lr_schedulers,
+                                    keep=plan.checkpoint.keep)
             if _agreed(interrupted(), job):
                 if dist.get_rank() == 0:
                     print(f"interrupted after step {step + 1}; stopping", flush=True)

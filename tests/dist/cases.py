@@ -24,12 +24,15 @@ FAMILIES = {
 
 
 def make_plan(world: int, family: str, *, layers: int = 4, tie: bool = False, precision: str = "fp32",
-              uses: tuple = ()) -> Plan:
+              uses: tuple = (), checkpoint_every: int | None = None) -> Plan:
     model = dict(layers=layers, hidden=32, heads=4, vocab=96, vocab_multiple=32, seq_len=16,
                  tie_embeddings=tie, **FAMILIES[family])
     train = dict(global_batch=GLOBAL_BATCH, precision=precision, lr=1e-2, warmup_steps=1, steps=STEPS, seed=7)
-    return build_plan({"model": model, "hardware": {"device": "cpu", "per_node": world}, "train": train,
-                       "uses": [{"name": name, "options": options} for name, options in uses]})
+    raw = {"model": model, "hardware": {"device": "cpu", "per_node": world}, "train": train,
+           "uses": [{"name": name, "options": options} for name, options in uses]}
+    if checkpoint_every is not None:
+        raw["checkpoint"] = {"every": checkpoint_every, "dir": "checkpoints", "keep": 1}
+    return build_plan(raw)
 
 
 def make_layout(**fields) -> Layout:
@@ -39,11 +42,12 @@ def make_layout(**fields) -> Layout:
 
 
 def case(name, world, family="gpt", *, layers=4, tie=False, precision="fp32", uses=(), same_until=None,
-         **layout) -> dict:
+         resume_at=None, **layout) -> dict:
     """``same_until=k``: the case equals the reference for its first k steps, then must leave it
-    (a strategy that changes the maths on purpose, e.g. gradient compression)."""
-    plan = make_plan(world, family, layers=layers, tie=tie, precision=precision, uses=uses)
-    return {"name": name, "world": world, "plan": plan, "same_until": same_until,
+    (a strategy that changes the maths on purpose, e.g. gradient compression).
+    ``resume_at=k``: train k steps with a checkpoint every k, then resume in a fresh job."""
+    plan = make_plan(world, family, layers=layers, tie=tie, precision=precision, uses=uses, checkpoint_every=resume_at)
+    return {"name": name, "world": world, "plan": plan, "same_until": same_until, "resume_at": resume_at,
             "layout": make_layout(**layout), "steps": STEPS,
             "tolerance": BF16_TOLERANCE if precision == "bf16" else FP32_TOLERANCE}
 
@@ -68,7 +72,11 @@ CASES = [
     case("pp2-1f1b-tied", 2, "gpt", tie=True, pp=2, schedule="1f1b", micro_batch=2),
     case("bf16-ddp2", 2, "llama", precision="bf16", dp=2, micro_batch=2),
     case("bf16-zero3x2", 2, "gpt", precision="bf16", dp=2, zero=3),
+    case("resume-pp2-interleaved", 2, "llama", pp=2, schedule="interleaved", virtual_stages=2, micro_batch=2,
+         resume_at=3),
     # -- 4 processes ------------------------------------------------------------------------------
+    case("resume-tp2-dp2-zero1-sp", 4, "llama", tp=2, dp=2, zero=1, sequence_parallel=True, resume_at=3),
+    case("resume-tp2-dp2-zero3", 4, "gpt", tp=2, dp=2, zero=3, resume_at=3),
     case("tp2-dp2-ddp-sp", 4, "llama", tp=2, dp=2, sequence_parallel=True, micro_batch=2),
     case("tp2-dp2-zero1", 4, "gpt", tp=2, dp=2, zero=1),
     case("tp2-dp2-zero3-selective", 4, "gpt", tp=2, dp=2, zero=3, recompute="selective"),

@@ -24,12 +24,21 @@ from planc.spec import Layout, Plan
 
 
 def run_case(case: dict) -> dict:
+    """Train the case; with ``resume_at`` k, stop after step k (checkpointing into ``out_dir``), then
+    build a fresh job -- new mesh, new model -- that resumes from the checkpoint and finishes."""
     plan = Plan.model_validate(case["plan"])
     layout = Layout(**case["layout"])
     began = time.perf_counter()
     job = compose(plan, layout)
     facts = gather_facts(job)
-    records = train(job, steps=case["steps"], quiet=True)
+    resume_at = case.get("resume_at")
+    if resume_at is None:
+        records = train(job, steps=case["steps"], quiet=True)
+    else:
+        records = train(job, steps=resume_at, out_dir=case["out_dir"], quiet=True)
+        del job
+        resumed = compose(plan, layout)
+        records += train(resumed, steps=case["steps"], out_dir=case["out_dir"], quiet=True)
     return {"losses": [r["loss"] for r in records], "grad_norms": [r["grad_norm"] for r in records],
             "seconds": time.perf_counter() - began, "facts": facts}
 

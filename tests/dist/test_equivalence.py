@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cases import CASES  # noqa: E402
+from cases import CASES, FP32_TOLERANCE  # noqa: E402
 
 from planc.runtime.reference import train_reference  # noqa: E402
 
@@ -42,7 +42,7 @@ def launch(world: int, tmp_path_factory) -> dict:
     cases_path, results_path = folder / "cases.json", folder / "results.json"
     cases_path.write_text(json.dumps([
         {"name": c["name"], "plan": c["plan"].model_dump(mode="json"), "layout": c["layout"].model_dump(mode="json"),
-         "steps": c["steps"]} for c in cases]))
+         "steps": c["steps"], "resume_at": c["resume_at"], "out_dir": str(folder / c["name"])} for c in cases]))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
                str(RUNNER), str(cases_path), str(results_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -123,6 +123,11 @@ def test_layout_reproduces_reference(case, launches):
         f"(tolerance {case['tolerance']:.0e}); losses {got['losses']} vs reference {reference.losses}")
     # The loss must actually move, or "equal to the reference" would prove little.
     assert reference.losses[-1] < reference.losses[0] - 0.02
+    if case["plan"].train.precision == "bf16":
+        # ... and bf16 must really compute in bf16: it leaves the fp32 trajectory.
+        fp32 = case["plan"].model_copy(update={"train": case["plan"].train.model_copy(update={"precision": "fp32"})})
+        fp32_losses = train_reference(fp32, steps=case["steps"], micro_batch=case["layout"].micro_batch).losses
+        assert max(abs(a - b) for a, b in zip(got["losses"], fp32_losses)) > FP32_TOLERANCE
 
     facts = got["facts"]
     for key, expected in expected_facts(case).items():
