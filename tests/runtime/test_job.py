@@ -1,0 +1,50 @@
+"""The Job in one process without torchrun (a process group of one), and its clear errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from planc.runtime.reference import train_reference
+from planc.spec import build_plan
+
+PLAN = {"model": {"layers": 2, "hidden": 32, "heads": 4, "vocab": 64, "seq_len": 16, "vocab_multiple": 32},
+        "hardware": {"device": "cpu", "per_node": 1},
+        "train": {"global_batch": 4, "precision": "fp32", "lr": 1e-2, "steps": 3, "seed": 3}}
+
+SCRIPT = """
+import json, sys
+from planc.runtime.compose import compose
+from planc.runtime.loop import shutdown, train
+from planc.spec import Layout, build_plan
+plan = build_plan(json.loads(sys.argv[1]))
+layout = Layout(**json.loads(sys.argv[2]))
+try:
+    job = compose(plan, layout)
+    print(json.dumps([r["loss"] for r in train(job, quiet=True)]))
+except RuntimeError as error:
+    print(json.dumps({"error": str(error)}))
+finally:
+    shutdown()
+"""
+
+
+def run(layout: dict) -> object:
+    done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(PLAN), json.dumps(layout)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_single_process_job_matches_the_reference():
+    # micro_batch 2 of 4 rows: two accumulated micro-batches, the same as the reference's.
+    losses = run(dict(tp=1, pp=1, dp=1, zero=0, recompute="selective", schedule=None, micro_batch=2))
+    reference = train_reference(build_plan(PLAN), steps=3, micro_batch=2).losses
+    assert max(abs(a - b) for a, b in zip(losses, reference)) < 1e-5
+
+
+def test_world_size_mismatch_is_explained():
+    out = run(dict(tp=1, pp=1, dp=2, zero=0, recompute="none", schedule=None, micro_batch=2))
+    assert "tp x pp x dp = 1 x 1 x 2 = 2 processes, but this run has 1" in out["error"]
+    assert "torchrun --nproc-per-node 2" in out["error"]
