@@ -46,12 +46,18 @@ class TiedWeight:
     stage a copy for the output projection; after backward the two gradients are all-reduced over
     ``group`` (the ranks of both stages that share the other coordinates), so both copies take the
     same optimizer step and stay equal. ``counted`` is False on the copy so the gradient norm
-    counts the weight once.
+    counts the weight once. The weight is looked up on ``module`` each time, because later
+    strategies may replace the parameter object (FSDP shards it, DDP over TP localises it).
     """
 
-    param: nn.Parameter
+    module: nn.Module
+    name: str
     group: Any
     counted: bool
+
+    @property
+    def param(self) -> nn.Parameter:
+        return self.module._parameters[self.name]
 
 
 @dataclass

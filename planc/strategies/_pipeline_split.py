@@ -67,9 +67,9 @@ def _tie_first_and_last_stage(job) -> None:
                 mine = group
     for part, stage in zip(job.unwrapped_parts(), job.stage_indices):
         if stage == 0:
-            job.tied_weights.append(TiedWeight(part.tok_embeddings.weight, mine, counted=True))
+            job.tied_weights.append(TiedWeight(part.tok_embeddings, "weight", mine, counted=True))
         if stage == job.num_stages - 1:
-            job.tied_weights.append(TiedWeight(part.output.weight, mine, counted=False))
+            job.tied_weights.append(TiedWeight(part.output, "weight", mine, counted=False))
 
 
 def _global_rank(job, pp_rank: int, dp_rank: int, tp_rank: int) -> int:

@@ -72,6 +72,9 @@ CASES = [
     case("pp2-1f1b-tied", 2, "gpt", tie=True, pp=2, schedule="1f1b", micro_batch=2),
     case("bf16-ddp2", 2, "llama", precision="bf16", dp=2, micro_batch=2),
     case("bf16-zero3x2", 2, "gpt", precision="bf16", dp=2, zero=3),
+    case("bf16-tp2-sp", 2, "llama", precision="bf16", tp=2, sequence_parallel=True),
+    case("bf16-pp2-1f1b-selective", 2, "gpt", precision="bf16", pp=2, schedule="1f1b", micro_batch=2,
+         recompute="selective"),
     case("resume-pp2-interleaved", 2, "llama", pp=2, schedule="interleaved", virtual_stages=2, micro_batch=2,
          resume_at=3),
     # -- 4 processes ------------------------------------------------------------------------------
@@ -85,11 +88,15 @@ CASES = [
          micro_batch=1),
     case("pp2-dp2-zero2-zero-bubble", 4, "llama", pp=2, dp=2, zero=2, schedule="zero-bubble", virtual_stages=2,
          micro_batch=1),
+    case("pp2-dp2-zero3-tied-gpipe", 4, "gpt", tie=True, pp=2, dp=2, zero=3, schedule="gpipe", micro_batch=2),
+    case("bf16-pp2-dp2-zero3", 4, "llama", precision="bf16", pp=2, dp=2, zero=3, schedule="1f1b", micro_batch=2),
     case("pp2-tp2-1f1b-sp-selective", 4, "llama", pp=2, tp=2, schedule="1f1b", sequence_parallel=True,
          micro_batch=2, recompute="selective"),
     # -- 8 processes ------------------------------------------------------------------------------
     case("pp2-tp2-dp2-zero3-sp-full", 8, "llama", pp=2, tp=2, dp=2, zero=3, schedule="1f1b",
          sequence_parallel=True, micro_batch=2, recompute="full"),
+    case("pp2-tp2-dp2-zero1-tied-sp", 8, "gpt", tie=True, pp=2, tp=2, dp=2, zero=1, schedule="1f1b",
+         sequence_parallel=True, micro_batch=2),
     case("pp2-tp2-dp2-ddp-interleaved", 8, "gpt", pp=2, tp=2, dp=2, schedule="interleaved", virtual_stages=2,
          micro_batch=1, recompute="selective"),
 ]
