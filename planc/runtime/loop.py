@@ -3,8 +3,9 @@
 ``train(job, steps=..., out_dir=...)`` runs optimizer steps ``start .. steps-1`` on the plan's
 data (every data source maps a step to its global batch, so resuming needs only the step),
 writes ``metrics.jsonl`` and progress lines on rank 0, saves a DCP checkpoint every
-``checkpoint.every`` steps and resumes from the newest complete one. Ctrl-C (SIGINT) finishes the
-step in flight on every rank, then stops cleanly; :func:`shutdown` destroys the process group.
+``checkpoint.every`` steps and resumes from the newest complete one. Ctrl-C (SIGINT, or the
+SIGTERM torchrun forwards) finishes the step in flight on every rank, then stops cleanly;
+:func:`shutdown` destroys the process group.
 """
 
 from __future__ import annotations
@@ -82,25 +83,34 @@ def _agreed(flag: bool, job) -> bool:
 
 @contextmanager
 def _stop_on_interrupt() -> Iterator:
-    """Turn the first SIGINT into a flag checked between steps; a second one interrupts at once."""
+    """Turn the first SIGINT or SIGTERM into a flag checked between steps; a second one interrupts at once.
+
+    Ctrl-C reaches every process of the terminal's process group, torchrun included, which then
+    sends its workers SIGTERM and waits for them: both signals finish the step in flight, save
+    nothing half-written and leave the loop on every rank at the same step (see ``_agreed``).
+    """
     state = {"hit": False}
-    previous = signal.getsignal(signal.SIGINT)
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
 
     def handler(signum, frame):
         if state["hit"]:
-            signal.signal(signal.SIGINT, previous)
+            for sig in signals:
+                signal.signal(sig, previous[sig])
             raise KeyboardInterrupt
         state["hit"] = True
 
     try:
-        signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main thread: leave Ctrl-C alone
+        for sig in signals:
+            signal.signal(sig, handler)
+    except ValueError:  # not the main thread: leave the signals alone
         yield lambda: False
         return
     try:
         yield lambda: state["hit"]
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig in signals:
+            signal.signal(sig, previous[sig])
 
 
 def shutdown() -> None:

@@ -48,3 +48,43 @@ def test_world_size_mismatch_is_explained():
     out = run(dict(tp=1, pp=1, dp=2, zero=0, recompute="none", schedule=None, micro_batch=2))
     assert "tp x pp x dp = 1 x 1 x 2 = 2 processes, but this run has 1" in out["error"]
     assert "torchrun --nproc-per-node 2" in out["error"]
+
+
+INTERRUPTIBLE = """
+import json, sys
+from planc.runtime.compose import compose
+from planc.runtime.loop import shutdown, train
+from planc.spec import Layout, build_plan
+plan = build_plan(json.loads(sys.argv[1]))
+job = compose(plan, Layout(tp=1, pp=1, dp=1, zero=0, recompute="none", schedule=None, micro_batch=4))
+try:
+    records = train(job, steps=100000, out_dir=sys.argv[2])
+    print("finished", len(records), flush=True)
+finally:
+    shutdown()
+"""
+
+
+def test_ctrl_c_finishes_the_step_and_stops(tmp_path):
+    import signal
+    import threading
+
+    process = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE, json.dumps(PLAN), str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    timer = threading.Timer(120, process.kill)  # never hang the suite
+    timer.start()
+    try:
+        for line in process.stdout:  # wait until training has started ("step      2/100000 | loss ...")
+            if line.split("/")[0].split() == ["step", "2"]:
+                break
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        timer.cancel()
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err[-2000:]
+    stopped = int(out.split("interrupted after step ")[1].split(";")[0])
+    assert f"finished {stopped}" in out
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == stopped and json.loads(lines[-1])["step"] == stopped
