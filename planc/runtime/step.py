@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
-from planc.runtime.data import inputs_and_targets
+from planc.runtime.data import inputs_and_targets, local_micro_batches
 from planc.runtime.local_shards import as_dtensor
 from planc.runtime.model import loss_fn
 from planc.runtime.optim import grad_norm
@@ -33,16 +33,14 @@ def train_step(job, batch: torch.Tensor) -> dict[str, float]:
 
     Returns ``{"loss": ..., "grad_norm": ..., "lr": ...}`` (the same numbers on every rank).
     """
-    rows = batch.shape[0] // job.layout.dp
-    dp_rank = job.coordinates["dp"]
-    inputs, targets = inputs_and_targets(batch[dp_rank * rows:(dp_rank + 1) * rows].to(job.device))
-
+    micro_batches = [inputs_and_targets(rows.to(job.device)) for rows in
+                     local_micro_batches(batch, job.coordinates["dp"], job.layout.dp, job.layout.micro_batch)]
     for optimizer in job.optimizers:
         optimizer.zero_grad(set_to_none=True)
     if job.schedule is not None:
-        local_loss = _pipeline_forward_backward(job, inputs, targets)
+        local_loss = _pipeline_forward_backward(job, micro_batches)
     else:
-        local_loss = _accumulate(job, inputs, targets)
+        local_loss = _accumulate(job, micro_batches)
     _sum_tied_gradients(job)
     loss = _global_mean_loss(job, local_loss)
     lr = job.lr_schedulers[0].get_last_lr()[0]
@@ -53,31 +51,29 @@ def train_step(job, batch: torch.Tensor) -> dict[str, float]:
     return {"loss": loss, "grad_norm": grad_norm, "lr": lr}
 
 
-def _accumulate(job, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+def _accumulate(job, micro_batches: list) -> torch.Tensor:
     """Micro-batches through the single model part; gradients reduced only on the last."""
     (model,) = job.model_parts
-    micro = job.layout.micro_batch
-    count = inputs.shape[0] // micro
+    count = len(micro_batches)
     total = torch.zeros((), device=job.device)
-    for index in range(count):
-        rows = slice(index * micro, (index + 1) * micro)
+    for index, (inputs, targets) in enumerate(micro_batches):
         with job.gradient_sync(index == count - 1), job.loss_context():
-            loss = loss_fn(model(inputs[rows]), targets[rows]) / count
+            loss = loss_fn(model(inputs), targets) / count
             loss.backward()
         total += _plain(loss.detach())
     return total
 
 
-def _pipeline_forward_backward(job, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
-    """The schedule splits the rank's rows into micro-batches; the last stage returns their losses."""
+def _pipeline_forward_backward(job, micro_batches: list) -> torch.Tensor | None:
+    """The schedule runs the rank's rows as micro-batches (it splits them again, into the same ones);
+    the last stage returns their losses, None elsewhere."""
+    inputs = torch.cat([x for x, _ in micro_batches])
+    targets = torch.cat([y for _, y in micro_batches])
     losses: list[torch.Tensor] = []
-    kwargs = {}
-    if job.is_first_stage:
-        kwargs["args"] = (inputs,)
-    if job.is_last_stage:
-        kwargs.update(target=targets, losses=losses)
+    args = (inputs,) if job.is_first_stage else ()
+    kwargs = {"target": targets, "losses": losses} if job.is_last_stage else {}
     with job.loss_context():
-        job.schedule.step(*kwargs.pop("args", ()), **kwargs)
+        job.schedule.step(*args, **kwargs)
     if not job.is_last_stage:
         return None
     return torch.stack([_plain(loss.detach()) for loss in losses]).mean()

@@ -24,7 +24,9 @@ Required module attributes
 Optional module attributes
 --------------------------
 ``Options: type[pydantic.BaseModel]``
-    Typed options, validated from the ``use`` block (default: no options allowed).
+    Typed options, validated from the ``use`` block (default: no options allowed). Validation
+    runs with the pydantic context ``{"plan": plan, "layout": layout}`` (layout None before
+    planning), so a validator may fill layout-dependent defaults.
 ``AFTER: tuple[str, ...]``
     Strategies that must be applied before this one when both are active. planc sorts the
     active strategies topologically (networkx); a cycle or an unknown name is reported.

@@ -107,7 +107,7 @@ def check(plan, layout, options: Options) -> str | None:
     return None
 
 
-#: Measured on torch 2.13 (tests/dist): with DDP or ZeRO-1 the losses leave the single-process
+#: Measured on torch 2.13 (tests/distributed): with DDP or ZeRO-1 the losses leave the single-process
 #: reference at step 2 (|dloss| 0.04), with ZeRO-3 too (0.016); ZeRO-2 matches it to 5e-7.
 ZERO_BUBBLE_DATA_PARALLEL = (
     "the zero-bubble schedules compute weight gradients in a separate pass with torch.autograd.grad, which "

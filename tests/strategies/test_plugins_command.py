@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import good_plugin
+from plugin_fixtures import good_plugin
 from planc.cli import main
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import good_plugin
+from plugin_fixtures import good_plugin
 from planc.errors import PlanError
 from planc.spec import Layout, build_plan
 from planc.spec.issues import SpecError

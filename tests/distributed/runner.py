@@ -1,6 +1,6 @@
 """Run equivalence cases under torchrun and write each case's per-step losses as JSON.
 
-    torchrun --standalone --nproc-per-node N tests/dist/runner.py CASES.json RESULTS.json
+    torchrun --standalone --nproc-per-node N tests/distributed/runner.py CASES.json RESULTS.json
 
 ``CASES.json`` is a list of ``{"name", "plan" (Plan JSON), "layout" (Layout fields), "steps"}``;
 every case must have ``tp x pp x dp = N``. Each case builds its own job (and device mesh) through
