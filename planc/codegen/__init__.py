@@ -33,6 +33,11 @@ def compile_plan(plan: Plan, *, tolerance: float | None = None, force: bool = Fa
     from planc.planner import choose
     from planc.strategies.registry import load_registry
 
+    registry = load_registry()
+    issues = registry.validate_uses(plan)  # before planning: the cost passes need valid options
+    if issues:
+        raise PlanError("; ".join(issue.message for issue in issues),
+                        hint=next((i.hint for i in issues if i.hint), None))
     choice = choose(plan, tolerance=tolerance)
     estimate = choice.estimate
     prediction = Prediction(memory_bytes=estimate.memory_bytes, capacity_bytes=estimate.capacity,
@@ -46,7 +51,6 @@ def compile_plan(plan: Plan, *, tolerance: float | None = None, force: bool = Fa
             hint=(choice.suggestion or "run `planc explain` to see what would fit")
             + "; pass --force to emit the program anyway",
         )
-    registry = load_registry()
     issues = registry.check(plan, choice.layout)
     if issues:
         raise PlanError("; ".join(issue.message for issue in issues),

@@ -5,8 +5,10 @@ non-UTF-8, empty or oversized file each gives a :class:`~planc.errors.PlanError`
 never a traceback, and never an unbounded read.
 
 Strategy names that ``use`` may refer to come from the entry points of the group
-``planc.strategies`` (their *names* only: plugins are not imported to check a plan), restricted
-by ``PLANC_PLUGINS`` when it is set, as the plugin registry does.
+``planc.strategies``, restricted by ``PLANC_PLUGINS`` when it is set, as the plugin registry
+does. A plan with ``use`` blocks also has their options validated by the strategies' ``Options``
+models (through the registry: plan-time faces only, no torch), so a misspelled option is
+reported at its line like any other key.
 """
 
 from __future__ import annotations
@@ -48,7 +50,17 @@ def load_plan_text(text: str, filename: str = "<plan>", *, base_dir: str | os.Pa
     in the plan (``model from``, ``train.data``) resolve against ``base_dir`` (default: cwd)."""
     plan_file = parse(text, filename)
     return build(plan_file, base_dir=Path(base_dir) if base_dir is not None else None,
-                 known_strategies=known_strategies())
+                 known_strategies=known_strategies(), check_uses=check_use_options)
+
+
+def check_use_options(plan: Plan) -> list:
+    """The ``use`` blocks' options, validated by each strategy's ``Options`` (loads the plan-time faces
+    of the named strategies only through the registry, which never imports torch)."""
+    if not plan.uses:
+        return []
+    from planc.strategies.registry import load_registry
+
+    return load_registry().validate_uses(plan)
 
 
 def read_plan_text(path: Path) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection
+from typing import Any, Callable, Collection
 
 from planc.dsl import ast
 from planc.dsl.parser import in_source_order
@@ -140,8 +140,13 @@ def build(
     base_dir: Path | None = None,
     known_strategies: Collection[str] | None = None,
     source_name: str | None = None,
+    check_uses: Callable[[Plan], list[SpecIssue]] | None = None,
 ) -> Plan:
-    """Validate a parsed plan; raise every problem in the file as one located PlanErrors."""
+    """Validate a parsed plan; raise every problem in the file as one located PlanErrors.
+
+    ``check_uses(plan)`` (the strategy registry's option validation) may add issues about the
+    ``use`` blocks, addressed ``("uses", i, "options", key)``; they are located like the rest.
+    """
     lowered = lower(plan_file)
     errors = list(lowered.errors)
     plan = None
@@ -154,6 +159,8 @@ def build(
             if missing and missing.group(1) in lowered.meant_blocks:
                 continue  # already reported as the misspelled block
             errors.append(locate(issue, lowered))
+    if plan is not None and check_uses is not None:
+        errors += [locate(issue, lowered) for issue in check_uses(plan)]
     if errors:
         raise PlanErrors(in_source_order(errors))
     assert plan is not None

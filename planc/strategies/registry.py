@@ -204,6 +204,20 @@ class Registry:
             self._order, self._order_key = [self.strategies[n] for n in names], key
         return self._order
 
+    def validate_uses(self, plan, layout=None) -> list[SpecIssue]:
+        """Issues with the options of the plan's ``use`` blocks for the strategies that are loaded
+        (unknown names are the spec's business); addressed ``("uses", i, "options", key)``."""
+        issues: list[SpecIssue] = []
+        for use in plan.uses:
+            strategy = self.strategies.get(use.name)
+            if strategy is None:
+                continue
+            try:
+                strategy.options_for(plan, layout)
+            except SpecError as error:
+                issues += error.issues
+        return issues
+
     def check(self, plan, layout) -> list[SpecIssue]:
         """Problems with the plan's ``use`` blocks and the active strategies, as SpecIssues (empty: all well).
 

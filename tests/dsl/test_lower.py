@@ -3,7 +3,7 @@
 import pytest
 
 from planc.dsl import load_plan_text, parse
-from planc.dsl.lower import locate, lower
+from planc.dsl.lower import build, locate, lower
 from planc.errors import PlanError, PlanErrors
 from planc.spec import SpecIssue
 from planc.units import Quantity
@@ -93,9 +93,19 @@ def test_all_problems_of_a_file_are_reported_together_in_source_order():
 def test_plugin_options_get_quantities_in_base_units_lists_included():
     text = ('model { preset = "gpt2" }\nhardware { device = "cpu" }\ntrain { global_batch = 8 }\n'
             'use ddp { bucket = 25 MB  sizes = [1 KiB, 2]  mode = fast }\n')
-    plan = load_plan_text(text, "x.plan")
+    plan = build(parse(text, "x.plan"), known_strategies={"ddp"})  # lowering only: ddp takes no such options
     assert plan.uses[0].options == {"bucket": 25e6, "sizes": [1024.0, 2], "mode": "fast"}
     assert '"sizes": [\n' in plan.to_json()  # plain JSON numbers, not objects
+
+
+def test_use_options_are_validated_by_the_strategy_and_located():
+    text = ('model { preset = "gpt2" }\nhardware { device = "cpu" }\ntrain { global_batch = 8 }\n'
+            'use ddp { buckt = 25 MB }\n')
+    with pytest.raises(PlanErrors) as caught:
+        load_plan_text(text, "x.plan")
+    (error,) = caught.value.errors
+    assert error.message == "unknown option 'buckt' for strategy 'ddp'"
+    assert error.location.line == 4 and "did you mean 'bucket'" in error.hint
 
 
 def test_a_flood_of_errors_is_cut_short():
