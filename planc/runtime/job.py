@@ -123,6 +123,8 @@ class Job:
 
         device = torch.device(device) if device is not None else default_device(plan)
         init_process_group(device)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)  # also when the caller started the process group itself
         dims = layout.dims
         world = dist.get_world_size()
         if dims.world_size != world:
@@ -254,8 +256,6 @@ def init_process_group(device: torch.device) -> None:
     """Join the torchrun process group (gloo on CPU, nccl on CUDA); a lone process gets a group of one."""
     if dist.is_initialized():
         return
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
     backend = "nccl" if device.type == "cuda" else "gloo"
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         dist.init_process_group(backend)

@@ -68,8 +68,14 @@ def train(job, *, steps: int | None = None, out_dir: str | Path | None = None, d
                     save_checkpoint(checkpoint_dir, step + 1, job.model_parts, job.optimizers, job.lr_schedulers,
                                     keep=plan.checkpoint.keep)
             if _agreed(interrupted(), job):
+                saving = checkpoint_dir is not None and (step + 1) % plan.checkpoint.every != 0
                 if dist.get_rank() == 0:
-                    print(f"interrupted after step {step + 1}; stopping", flush=True)
+                    print(f"interrupted after step {step + 1}; " + ("saving a checkpoint, then " if saving else "")
+                          + "stopping", flush=True)
+                if saving:  # so that running again resumes exactly here
+                    with dtensor_parameters(job):
+                        save_checkpoint(checkpoint_dir, step + 1, job.model_parts, job.optimizers, job.lr_schedulers,
+                                        keep=plan.checkpoint.keep)
                 break
     return records
 

@@ -65,11 +65,12 @@ finally:
 """
 
 
-def test_ctrl_c_finishes_the_step_and_stops(tmp_path):
+def interrupt_run(plan: dict, out_dir) -> tuple[int, str]:
+    """Start a long single-process run, Ctrl-C it after step 2, return (the step it stopped at, stdout)."""
     import signal
     import threading
 
-    process = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE, json.dumps(PLAN), str(tmp_path)],
+    process = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE, json.dumps(plan), str(out_dir)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     timer = threading.Timer(120, process.kill)  # never hang the suite
     timer.start()
@@ -86,5 +87,20 @@ def test_ctrl_c_finishes_the_step_and_stops(tmp_path):
     assert process.returncode == 0, err[-2000:]
     stopped = int(out.split("interrupted after step ")[1].split(";")[0])
     assert f"finished {stopped}" in out
+    return stopped, out
+
+
+def test_ctrl_c_finishes_the_step_and_stops(tmp_path):
+    stopped, out = interrupt_run(PLAN, tmp_path)
+    assert "saving" not in out  # the plan has no checkpoint block
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == stopped and json.loads(lines[-1])["step"] == stopped
+
+
+def test_ctrl_c_saves_a_checkpoint_to_resume_from(tmp_path):
+    from planc.runtime.checkpoint import complete_steps
+
+    plan = {**PLAN, "checkpoint": {"every": 100000, "dir": "ck"}}
+    stopped, out = interrupt_run(plan, tmp_path)
+    assert "saving a checkpoint" in out
+    assert complete_steps(tmp_path / "ck") == [stopped]
