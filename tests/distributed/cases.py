@@ -70,6 +70,8 @@ CASES = [
     case("pp2-zbv", 2, "gpt", pp=2, schedule="zero-bubble", virtual_stages=2, micro_batch=2,
          uses=(("pipeline", {"zero_bubble": "zbv"}),)),
     case("pp2-1f1b-tied", 2, "gpt", tie=True, pp=2, schedule="1f1b", micro_batch=2),
+    case("pp2-interleaved-tied", 2, "gpt", tie=True, pp=2, schedule="interleaved", virtual_stages=2, micro_batch=2),
+    case("zero3x2-tied", 2, "gpt", tie=True, dp=2, zero=3),
     case("bf16-ddp2", 2, "llama", precision="bf16", dp=2, micro_batch=2),
     case("bf16-zero3x2", 2, "gpt", precision="bf16", dp=2, zero=3),
     case("bf16-tp2-sp", 2, "llama", precision="bf16", tp=2, sequence_parallel=True),
