@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 from planc.errors import PlanError, did_you_mean, one_of
 from planc.spec.issues import SpecError, SpecIssue
 from planc.strategies import api
+from planc.strategies._builtin import BUILTIN_ORDER
 
 #: The distribution whose strategies are built-ins (they win every name collision).
 CORE_DISTRIBUTION = "planc"
@@ -99,17 +100,30 @@ class LoadedStrategy:
         rule = getattr(self.module, "enabled", None)
         if rule is None:
             return any(use.name == self.name for use in plan.uses)
-        return bool(rule(plan, layout))
+        return bool(self._call("enabled", rule, plan, layout))
 
     def check(self, plan, layout, options) -> str | None:
         """None when the strategy can apply, else the module's message saying why not."""
         rule = getattr(self.module, "check", None)
-        return rule(plan, layout, options) if rule is not None else None
+        return self._call("check", rule, plan, layout, options) if rule is not None else None
 
     def cost(self, ctx, estimate, options):
         """The module's pure cost pass; the identity when it declares none."""
         rule = getattr(self.module, "cost", None)
-        return rule(ctx, estimate, options) if rule is not None else estimate
+        return self._call("cost", rule, ctx, estimate, options) if rule is not None else estimate
+
+    def _call(self, hook: str, function, *args):
+        """Run a plan-time hook; a third-party plugin's exception becomes a PlanError that names it
+        (a built-in's is a bug in planc and propagates)."""
+        if self.builtin:
+            return function(*args)
+        try:
+            return function(*args)
+        except Exception as exc:
+            raise PlanError(f"strategy plugin '{self.name}' (from {self.distribution} {self.version}) failed in "
+                            f"{hook}(): {type(exc).__name__}: {exc}",
+                            hint=f"report it to the plugin's authors; PLANC_PLUGINS can leave it out "
+                                 f"(e.g. PLANC_PLUGINS={','.join(BUILTIN_ORDER)})") from exc
 
     def apply(self, job, options) -> None:
         """Run time: transform ``job`` with PyTorch's own implementation."""

@@ -253,3 +253,13 @@ def test_loading_the_registry_does_not_import_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_plugin_hook_that_raises_is_named_in_a_plan_error(install_plugin):
+    source = good_plugin("crashy") + "\ndef enabled(plan, layout):\n    raise KeyError('oops')\n"
+    install_plugin("planc-crashy", "0.3", {"crashy": source})
+    reg = load_registry(refresh=True)
+    with pytest.raises(PlanError) as info:
+        reg.active(plan(), layout(dp=8))
+    assert "'crashy' (from planc-crashy 0.3) failed in enabled()" in info.value.message
+    assert "PLANC_PLUGINS" in info.value.hint
