@@ -66,7 +66,7 @@ def compile_plan(plan: Plan, *, tolerance: float | None = None, force: bool = Fa
         for strategy in registry.active(plan, choice.layout)
     )
     program = emit_program(plan, choice.layout, calls, prediction=prediction, program_name=program_name)
-    warnings = tuple(str(problem) for problem in registry.problems)
+    warnings = tuple(str(problem) for problem in registry.problems) + tuple(registry.unused_uses(plan, choice.layout))
     return CompiledPlan(plan=plan, layout=choice.layout, strategies=calls, prediction=prediction,
                         fits=choice.fits, program=program, warnings=warnings)
 

@@ -258,13 +258,15 @@ class Registry:
                 index = strategy.use_index(plan)
                 path = ("uses", index) if index is not None else ("layout",)
                 issues.append(SpecIssue(path, f"{strategy.name}: {message}"))
-        for index, use in enumerate(plan.uses):
-            if use.name in self.strategies and all(s.name != use.name for s in active):
-                issues.append(SpecIssue(("uses", index, "name"),
-                                        f"strategy '{use.name}' does not take part in this layout "
-                                        f"({layout.describe()}), so its options have no effect",
-                                        "remove the use block, or change the layout so the strategy applies"))
         return issues
+
+    def unused_uses(self, plan, layout) -> list[str]:
+        """Warnings for ``use`` blocks of strategies that do not take part in ``layout`` (their options
+        have no effect; with an ``auto`` layout that is the planner's choice, not a mistake)."""
+        active = {s.name for s in self.active(plan, layout)}
+        return [f"use {use.name}: '{use.name}' does not take part in the layout {layout.describe()}, "
+                "so its options have no effect" for use in plan.uses
+                if use.name in self.strategies and use.name not in active]
 
 
 def composition_graph(strategies: Iterable[LoadedStrategy]) -> nx.DiGraph:
