@@ -131,6 +131,8 @@ def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCa
                 continue
             for sp in sps:
                 for schedule, v in schedules:
+                    if not space.schedule_composes(schedule, dp, zero):
+                        continue
                     fits_up_to = 0  # largest micro-batch that fit with less recomputation
                     for recompute in recomputes:
                         fit_here, best_speed = 0, 0.0

@@ -122,6 +122,13 @@ def micro_batch_options(plan: Plan, dp: int) -> list[int]:
     return _divisors(local)
 
 
+def schedule_composes(schedule: str | None, dp: int, zero: int) -> bool:
+    """Whether the schedule works with this kind of data parallelism (``pipeline.check`` rejects the rest):
+    the zero-bubble schedules' separate weight-gradient pass escapes DDP and ZeRO-3 (measured in
+    tests/distributed), so with dp > 1 they run only with ZeRO-2."""
+    return not (schedule == "zero-bubble" and dp > 1 and zero != 2)
+
+
 def schedule_accepts(schedule: str | None, pp: int, m: int) -> bool:
     """torch's constraints on the micro-batch count of a schedule."""
     if schedule is None:
