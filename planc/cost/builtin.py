@@ -308,18 +308,20 @@ def fsdp(ctx: CostContext, est: Estimate, options=None) -> Estimate:
     """FSDP2 ``fully_shard``: ZeRO-2 (``reshard_after_forward=False``) and ZeRO-3.
 
     Over the dp group, per micro-batch: all-gather the bf16 parameters for the forward (ZeRO-3:
-    again for the backward); once per step, on the last micro-batch, reduce-scatter the fp32
-    gradients (``reduce_dtype=fp32``): planc's ``fsdp`` turns gradient sync off for the other
-    micro-batches. With one micro-batch that is the ZeRO paper's volume (Sec. 7.2-7.3: ZeRO-3
-    3 Psi elements, ZeRO-2 2 Psi), here 2 + 2 + 4 and 2 + 4 bytes per parameter.
+    again for the backward) and reduce-scatter the fp32 gradients (``reduce_dtype=fp32``) into
+    the sharded ``.grad`` -- planc's default. With ``accumulate_unsharded`` (and always under
+    pipelining, where torch's ``PipelineStage`` turns sync off for all micro-batches but the last)
+    the reduce-scatter happens once per step instead. With one micro-batch that is the ZeRO
+    paper's volume (Sec. 7.2-7.3: ZeRO-3 3 Psi elements, ZeRO-2 2 Psi), here 2 + 2 + 4 and
+    2 + 4 bytes per parameter.
 
     Prefetching the next block hides a gather behind the previous block's compute; the first
     gather and the last reduce-scatter of each pass stay exposed. One collective per FSDP unit
     (each block, the root), each paying the ring latency.
 
     Memory: states sharded per ZeRO stage; transient one or two gathered blocks and one block's
-    unsharded gradients; and with gradient accumulation (m > 1) FSDP2 keeps the *unsharded*
-    fp32 gradients of the whole stage between micro-batches (``to_accumulated_grad_if_needed``),
+    unsharded gradients; and when sync is deferred with m > 1 micro-batches, FSDP2 keeps the
+    *unsharded* fp32 gradients of the whole stage between them (``to_accumulated_grad_if_needed``),
     4 bytes per parameter that ZeRO's gradient sharding does not remove.
     """
     lay = ctx.layout
@@ -335,32 +337,35 @@ def fsdp(ctx: CostContext, est: Estimate, options=None) -> Estimate:
     gather = units * all_gather_seconds(e * psi / units, link)
     scatter = units * reduce_scatter_seconds(g * psi / units, link)
     gathers = 2 if zero == 3 else 1
-    total = m * gathers * gather + scatter
+    deferred = m > 1 and (lay.pp > 1 or bool(getattr(options, "accumulate_unsharded", False)))
+    scatters = 1 if deferred else m
+    total = m * gathers * gather + scatters * scatter
     if ctx.profile.dp_overlap:
         slow = ctx.slowest
         first_gather = all_gather_seconds(e * unit, link)
         fwd = max(0.0, gather - slow.forward) + first_gather
         bwd_gather = (max(0.0, gather - slow.backward) + first_gather) if zero == 3 else 0.0
-        last_bwd = max(0.0, (gather if zero == 3 else 0.0) + scatter - slow.backward) \
+        bwd_scatter = max(0.0, (gather if zero == 3 else 0.0) + scatter - slow.backward) \
             + reduce_scatter_seconds(g * unit, link)
-        exposed = min(total, m * fwd + (m - 1) * bwd_gather + last_bwd)
+        exposed = min(total, m * fwd + (m - scatters) * bwd_gather + scatters * bwd_scatter)
     else:
         exposed = total
     frac = (lay.dp - 1) / lay.dp
-    comm = CommCost("dp", volume=frac * psi * (m * gathers * e + g), total=total, exposed=exposed,
+    when = "per step" if scatters == 1 else "per micro-batch"
+    comm = CommCost("dp", volume=frac * psi * (m * gathers * e + scatters * g), total=total, exposed=exposed,
                     medium=link.medium,
-                    detail=f"{gathers} parameter all-gather(s) per micro-batch, 1 gradient reduce-scatter per step")
+                    detail=f"{gathers} parameter all-gather(s) per micro-batch, 1 gradient reduce-scatter {when}")
     label = f"FSDP gathered parameters and unsharded gradients (ZeRO-{zero})"
 
     def buffers(s: StageMemory) -> tuple[Term, ...]:
         st = ctx.stage(s.rank)
         terms = (Term(label, fsdp_gather_bytes(st.largest_unit, zero, e, g)),)
-        if m > 1:
+        if deferred:
             terms += (Term("unsharded fp32 gradients kept across micro-batches", g * st.params),)
         return terms
 
     # FSDP2 copies each gathered shard out of the all-gather buffer (read + write e bytes) and
     # casts the gradients to fp32 for the reduce-scatter (read e, write g): memory traffic.
-    copies = psi * (m * gathers * 2 * e + m * (e + g)) / ctx.device.memory_rate
+    copies = psi * (m * gathers * 2 * e + scatters * (e + g)) / ctx.device.memory_rate
     est = _shard_states(ctx, est, zero, buffers, comm)
     return _with_contention(ctx, est.replace(compute=est.compute + copies), comm.total - comm.exposed)

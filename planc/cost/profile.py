@@ -75,9 +75,10 @@ class RuntimeProfile:
     (Narayanan et al. 2021, Sec. 4.1 'scatter/gather optimization')."""
     dp_overlap: bool = True
     """Data-parallel gradient reduction overlaps the backward pass (torch DDP buckets, FSDP)."""
-    ddp_bucket_copy: bool = True
-    """torch DDP (``gradient_as_bucket_view=False``, the default planc's ``ddp`` keeps) holds a
-    flat copy of every gradient in its buckets; Megatron reduces its contiguous grad buffer."""
+    ddp_bucket_copy: bool = False
+    """Whether DDP holds a second, flat copy of every gradient in its buckets (torch's default
+    ``gradient_as_bucket_view=False``). planc's ``ddp`` sets ``gradient_as_bucket_view=True``, so the
+    gradients live in the buckets; Megatron reduces its contiguous grad buffer."""
     state_bytes: StateBytes | None = None
     """Fixed per-parameter state bytes; ``None`` derives them from precision and ZeRO stage as
     planc's runtime does (see :func:`planc.cost.memory.runtime_state_bytes`)."""
@@ -106,7 +107,6 @@ MEGATRON_LM_2021 = RuntimeProfile(
     pp_p2p_blocking=True,
     p2p_scatter_gather=True,
     dp_overlap=False,
-    ddp_bucket_copy=False,
     state_bytes=StateBytes(working=2, master=4, grads=4, optimizer=8),
     residual_bytes=2,
 )

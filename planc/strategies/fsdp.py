@@ -9,8 +9,12 @@ Each transformer block, and then the root of each model part, is ``fully_shard``
 * ZeRO-2 (``reshard_after_forward=False``): the unsharded parameters stay from forward to
   backward; gradients are reduce-scattered and optimizer state is sharded (P_os+g).
 
-Gradient accumulation turns gradient reduction off (``set_requires_gradient_sync(False)``) for
-all micro-batches but the last. With ``bf16`` active, FSDP2 takes its ``MixedPrecisionPolicy``
+Gradient accumulation keeps ZeRO's promise by default: every micro-batch's backward
+reduce-scatters its gradients into the sharded ``.grad`` (1/dp of the fp32 gradients per rank),
+as torchtitan does. ``use fsdp { accumulate_unsharded = true }`` instead turns reduction off
+(``set_requires_gradient_sync(False)``) for all micro-batches but the last: one reduce-scatter per
+step, but FSDP2 then keeps the stage's *unsharded* fp32 gradients between micro-batches (4 bytes
+per parameter). Under pipelining torch's ``PipelineStage`` always does the latter itself. With ``bf16`` active, FSDP2 takes its ``MixedPrecisionPolicy``
 (bf16 compute copies, fp32 sharded master weights, fp32 gradient reduce-scatter) -- which is why
 ``bf16`` is applied before ``fsdp``: FSDP2 takes the policy only when it wraps.
 """
@@ -34,6 +38,10 @@ class Options(StrategyOptions):
     reshard_after_forward: bool | None = None
     """Free gathered parameters after forward (ZeRO-3) or keep them until backward (ZeRO-2);
     default: from the layout's zero stage (3 -> true, 2 -> false)."""
+    accumulate_unsharded: bool = False
+    """With gradient accumulation, reduce-scatter once per step and keep unsharded fp32 gradients
+    between micro-batches (less traffic, 4 bytes per parameter more memory). Default: reduce-scatter
+    every micro-batch, gradients stay sharded."""
 
 
 def enabled(plan, layout) -> bool:
@@ -72,6 +80,9 @@ def apply(job, options: Options) -> None:
         # The root holds the embeddings, the final norm and the head; with pipelining the schedule
         # calls backward soon after forward, so there is nothing to gain from resharding it.
         fully_shard(part, **{**kwargs, "reshard_after_forward": reshard and not job.layout.pp > 1})
+
+    if not options.accumulate_unsharded:
+        return  # FSDP2 reduce-scatters after every backward and accumulates into the sharded grads
 
     @contextlib.contextmanager
     def gradient_sync(sync: bool):

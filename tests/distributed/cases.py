@@ -58,6 +58,8 @@ CASES = [
     case("zero1x2", 2, "llama", dp=2, zero=1),
     case("zero2x2-selective-accum", 2, "gpt", dp=2, zero=2, recompute="selective", micro_batch=2),
     case("zero3x2-full", 2, "llama", dp=2, zero=3, recompute="full"),
+    case("zero3x2-accum-unsharded", 2, "llama", dp=2, zero=3, micro_batch=2,
+         uses=(("fsdp", {"accumulate_unsharded": True}),)),
     case("tp2-accum", 2, "gpt", tp=2),
     case("tp2-sp-gqa-selective", 2, "llama", tp=2, sequence_parallel=True, recompute="selective"),
     case("tp2-sp-learned-full", 2, "gpt", tp=2, sequence_parallel=True, recompute="full"),
