@@ -61,7 +61,7 @@ def compile_plan(plan: Plan, *, tolerance: float | None = None, force: bool = Fa
             module=strategy.module.__name__,
             builtin=strategy.builtin,
             description=strategy.description,
-            options=strategy.options_for(plan, choice.layout).model_dump(mode="json"),
+            options=strategy.options_for(plan, choice.layout).model_dump(mode="json", exclude_defaults=True),
         )
         for strategy in registry.active(plan, choice.layout)
     )

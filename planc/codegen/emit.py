@@ -92,14 +92,14 @@ def emit_program(
     else:
         composition = COMPOSITION_COMMENT + "\n"
 
-    plan_data = plan.model_dump(mode="json")
+    plan_data = plan.model_dump(mode="json", exclude_computed_fields=True)
     layout_data = layout.model_dump(mode="json")
     return f'''"""{_docstring(plan, layout, strategies, prediction, program_name)}"""
 
 {chr(10).join(imports)}
 {plugin_block}
-# The validated plan, as plain data (what `planc check --json` prints). Derived values such as
-# the parameter count are recomputed on load, never trusted from here.
+# The validated plan, as plain data (`planc check --json` prints it with the derived values,
+# such as the parameter count, which are recomputed here on load).
 PLAN = Plan.model_validate(
     {python_literal(plan_data, indent=4)}
 )
