@@ -63,7 +63,7 @@ def emit_program(
     """The text of a runnable training program (see the module docstring)."""
     program_name = inert_text(program_name, limit=80)
     taken: set[str] = {"job", "args", "parser", "main", "train", "shutdown", "Job", "Plan", "Layout",
-                       "PLAN", "LAYOUT", "argparse", "load_registry"}
+                       "PLAN", "LAYOUT", "PREDICTED", "argparse", "load_registry"}
     builtin_imports, plugin_lines, apply_lines = [], [], []
     for call in strategies:
         if call.builtin:
@@ -93,6 +93,16 @@ def emit_program(
         composition = COMPOSITION_COMMENT + "\n"
 
     plan_data = plan.model_dump(mode="json", exclude_computed_fields=True)
+    if prediction is not None:
+        numbers = {"memory_bytes": round(prediction.memory_bytes), "capacity_bytes": round(prediction.capacity_bytes),
+                   "step_s": float(f"{prediction.step_s:.4g}"), "tokens_per_s": round(prediction.tokens_per_s)}
+        prediction_block = ("\n# What planc predicted for this layout (`planc explain` shows how).\n"
+                            f"PREDICTED = {python_literal(numbers)}\n")
+        predicted_print = (
+            "\n        print(f\"predicted: {PREDICTED['memory_bytes'] / 2**30:.2f} GiB per device of \"\n"
+            "              f\"{PREDICTED['capacity_bytes'] / 2**30:.1f}; step {PREDICTED['step_s']:.3g} s\")")
+    else:
+        prediction_block, predicted_print = "", ""
     layout_data = layout.model_dump(mode="json")
     return f'''"""{_docstring(plan, layout, strategies, prediction, program_name)}"""
 
@@ -106,7 +116,7 @@ PLAN = Plan.model_validate(
 
 # The layout planc chose: every `auto` of the plan resolved.
 LAYOUT = Layout({keyword_arguments(layout_data)})
-
+{prediction_block}
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Train the plan's model (run under torchrun).")
@@ -116,6 +126,9 @@ def main() -> None:
 
     # Process group, the ("pp", "dp", "tp") device mesh, and the full model on the meta device.
     job = Job.create(PLAN, LAYOUT)
+    if job.rank == 0:
+        print(f"tokens per step: {{PLAN.tokens_per_step:,}}; parameters: {{PLAN.model.params:,}}; "
+              f"micro-batches per rank: {{LAYOUT.grad_accumulation(PLAN.train.global_batch)}}"){predicted_print}
 
 {composition}{chr(10).join(apply_lines)}
 

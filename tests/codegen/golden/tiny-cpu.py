@@ -83,6 +83,12 @@ PLAN = Plan.model_validate(
 # The layout planc chose: every `auto` of the plan resolved.
 LAYOUT = Layout(tp=1, pp=1, dp=4, zero=0, recompute='none', schedule=None, micro_batch=4, virtual_stages=1, sequence_parallel=False)
 
+# What planc predicted for this layout (`planc explain` shows how).
+PREDICTED = {'memory_bytes': 35107430,
+ 'capacity_bytes': 4294967296,
+ 'step_s': 0.1262,
+ 'tokens_per_s': 32456}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Train the plan's model (run under torchrun).")
@@ -92,6 +98,11 @@ def main() -> None:
 
     # Process group, the ("pp", "dp", "tp") device mesh, and the full model on the meta device.
     job = Job.create(PLAN, LAYOUT)
+    if job.rank == 0:
+        print(f"tokens per step: {PLAN.tokens_per_step:,}; parameters: {PLAN.model.params:,}; "
+              f"micro-batches per rank: {LAYOUT.grad_accumulation(PLAN.train.global_batch)}")
+        print(f"predicted: {PREDICTED['memory_bytes'] / 2**30:.2f} GiB per device of "
+              f"{PREDICTED['capacity_bytes'] / 2**30:.1f}; step {PREDICTED['step_s']:.3g} s")
 
     # Strategies, in composition order: pipeline split -> tensor parallel -> recompute ->
     # precision -> data parallel. Each wraps PyTorch's own implementation; bf16 comes before
