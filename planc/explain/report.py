@@ -126,8 +126,10 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
     add(plan.source or "(plan)")
     add(f"  model     {m.name or 'custom'} · {_num(m.params)} params · "
         f"{model_flops_per_token(m) / 1e12:.3g} TFLOP per token (fwd+bwd)")
-    add(f"  hardware  {hw.world_size} × {hw.device} ({hw.nodes} nodes × {hw.per_node}) · "
-        f"NVLink {_bw(hw.intra_node_bw)} · network {_bw(hw.inter_node_bw)} per device · "
+    nodes = f"{hw.nodes} node{'s' if hw.nodes != 1 else ''}"
+    local_link = "between processes" if hw.is_cpu else "NVLink"
+    add(f"  hardware  {hw.world_size} × {hw.device} ({nodes} × {hw.per_node}) · "
+        f"{local_link} {_bw(hw.intra_node_bw)} · network {_bw(hw.inter_node_bw)} per device · "
         f"{format_bytes(hw.memory)} each")
     add(f"  batch     {tr.global_batch} sequences × {m.seq_len} = {_num(plan.tokens_per_step)} tokens per step · "
         f"{est.micro_batches} micro-batch(es) of {lay.micro_batch} per DP rank")

@@ -17,6 +17,8 @@ EXPECTED_SUMMARIES = {
     "cpu-3d": "tiny-3d, 867 K params, 8 × cpu",
     "from-hf-config": "tiny-llama, 3.16 M params, 4 × cpu",
     "gpt2-small-8xa100": "gpt2, 124 M params, 8 × A100-80GB",
+    # 24 x (12h^2 + 13h) + 2 x 50304h (untied) + 2048h (positions) + 2h = 1,418,842,112 for h = 2048
+    "gpt3-1.3b-8xa100": "gpt3-1.3b, 1.42 B params, 8 × A100-80GB",
     "llama3-8b-8xh100": "llama3-8b, 8.03 B params, 8 × H100-SXM",
     "llama3-70b-64xh100": "llama3-70b, 70.6 B params, 64 × H100-SXM (8 nodes × 8)",
     "gpt3-175b-1024xa100": "gpt3-175b, 175 B params, 1024 × A100-80GB (128 nodes × 8)",
