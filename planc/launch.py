@@ -60,6 +60,13 @@ def torchrun_argv(compiled: CompiledPlan, *, steps: int | None) -> list[str]:
     return argv
 
 
+def local_command(compiled: CompiledPlan, run_dir: Path, *, steps: int | None) -> str:
+    """The single-node launch as a user would type it."""
+    extra = f" --steps {steps}" if steps is not None else ""
+    return (f"cd {shlex.quote(str(run_dir))} && torchrun --standalone --nproc-per-node "
+            f"{compiled.plan.hardware.per_node} {PROGRAM} --out .{extra}")
+
+
 def multi_node_commands(compiled: CompiledPlan, run_dir: Path, *, steps: int | None) -> list[str]:
     """One shell command per node: torchrun with a c10d rendezvous on node 0 ($MASTER_ADDR)."""
     hw = compiled.plan.hardware

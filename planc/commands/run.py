@@ -54,8 +54,7 @@ def run(args) -> int:
         return 0
     if hw.nodes > 1 or args.print_only:
         commands = (launch.multi_node_commands(compiled, run_dir, steps=args.steps) if hw.nodes > 1
-                    else [f"cd {run_dir} && " + " ".join(launch.torchrun_argv(compiled, steps=args.steps)[1:])
-                          .replace("-m torch.distributed.run", "torchrun")])
+                    else [launch.local_command(compiled, run_dir, steps=args.steps)])
         if hw.nodes > 1:
             print(f"This plan spans {hw.nodes} nodes. Copy {run_dir} to every node (or use a shared "
                   f"filesystem), set MASTER_ADDR to node 0's address, and run on node i the i-th line:")
@@ -85,9 +84,9 @@ def _run_in_place(compiled, out_dir: Path, steps: int | None) -> int:
     from planc.runtime.compose import compose
     from planc.runtime.loop import shutdown, train
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     import os
 
+    out_dir.mkdir(parents=True, exist_ok=True)
     if os.environ.get("RANK", "0") == "0":
         launch.write_run_dir(out_dir, compiled)
     job = compose(compiled.plan, compiled.layout)

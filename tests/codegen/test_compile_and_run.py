@@ -123,3 +123,26 @@ def test_multi_node_plan_prints_commands_and_slurm_script(tmp_path, in_root, cap
     script = (out / "launch.slurm").read_text()
     assert "#SBATCH --nodes=8" in script and "#SBATCH --gpus-per-node=8" in script
     assert "srun torchrun --nnodes 8 --nproc-per-node 8" in script
+
+
+def test_print_shows_the_local_command(tmp_path, in_root, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "plans/tiny-cpu.plan", "--out", str(out), "--print", "--steps", "2"]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed == f"cd {out} && torchrun --standalone --nproc-per-node 4 train.py --out . --steps 2"
+    assert not (out / "metrics.jsonl").exists()  # nothing ran
+
+
+@pytest.mark.dist
+def test_planc_run_under_torchrun_trains_in_place(tmp_path, in_root):
+    """Started by torchrun itself, `planc run` builds the job in each rank instead of launching."""
+    out = tmp_path / "run"
+    result = subprocess.run([*TORCHRUN, "--nproc-per-node", "2", "-m", "planc", "run",
+                             "tests/codegen/data/powersgd.plan", "--steps", "2", "--out", str(out)],
+                            env=_env(),
+                            capture_output=True, text=True, timeout=300)
+    if "unknown strategy plugin 'powersgd'" in result.stderr:
+        pytest.skip("planc-powersgd is not installed")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [r["step"] for r in _metrics(out)] == [1, 2]
+    assert (out / "plan.json").exists() and (out / "train.py").exists()
