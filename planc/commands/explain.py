@@ -28,6 +28,10 @@ def add_arguments(parser) -> None:
                         help="pick the simplest layout within this fraction of the best throughput "
                              "(default: the plan's layout.tolerance, 0.05)")
     parser.add_argument("--top", type=int, default=5, metavar="K", help="how many alternatives to list (default 5)")
+    parser.add_argument("--runtime", default="planc", metavar="NAME",
+                        help="predict for this training program: planc (default: the program planc emits) or "
+                             "megatron-lm-2021 (Megatron-LM as Narayanan et al. 2021 ran it: fused kernels, "
+                             "materialized attention; to compare with published runs)")
 
 
 def read_plan(path_text: str):
@@ -59,16 +63,27 @@ def run(args) -> int:
         raise PlanError(f"--tolerance {args.tolerance} is outside [0, 1)", hint="e.g. --tolerance 0.05 for 5%")
     if args.top < 0:
         raise PlanError("--top must be 0 or more")
+    from planc.cost import PROFILES
+    from planc.errors import did_you_mean
+
+    if args.runtime not in PROFILES:
+        raise PlanError(f"unknown --runtime {args.runtime!r}",
+                        hint=did_you_mean(args.runtime, PROFILES) or "one of: " + ", ".join(PROFILES))
+    profile = PROFILES[args.runtime]
     plan = read_plan(args.file)
     try:
-        choice = choose(plan, tolerance=args.tolerance, top_k=args.top)
+        choice = choose(plan, tolerance=args.tolerance, top_k=args.top, profile=profile)
     except NoLegalLayout as exc:
         raise PlanError(str(exc), hint="set some layout keys to auto, or change the device count") from None
     if args.json:
-        json.dump(to_dict(plan, choice), sys.stdout, indent=2, default=str)
+        json.dump({**to_dict(plan, choice), "runtime": args.runtime}, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render_text(plan, choice, top_k=args.top))
+        text = render_text(plan, choice, top_k=args.top)
+        if args.runtime != "planc":
+            first, rest = text.split("\n", 1)
+            text = f"{first}\n  runtime   {profile.name} (a prediction only: planc runs its own program)\n{rest}"
+        sys.stdout.write(text)
     if args.svg:
         from planc.explain.svg import render_svg
 

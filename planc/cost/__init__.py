@@ -17,10 +17,10 @@ from planc.cost.context import ContextCache, CostContext, build_context
 from planc.cost.estimate import CommCost, CostPass, Estimate, StageMemory, Term
 from planc.cost.model import base_estimate, evaluate, finalize, run_passes
 from planc.cost.passes import active_cost_passes
-from planc.cost.profile import MEGATRON_LM_2021, PLANC_RUNTIME, RuntimeProfile, StateBytes
+from planc.cost.profile import MEGATRON_LM_2021, PLANC_RUNTIME, PROFILES, RuntimeProfile, StateBytes
 
 __all__ = [
     "CommCost", "ContextCache", "CostContext", "CostPass", "Estimate", "MEGATRON_LM_2021",
-    "PLANC_RUNTIME", "RuntimeProfile", "StageMemory", "StateBytes", "Term", "active_cost_passes",
+    "PLANC_RUNTIME", "PROFILES", "RuntimeProfile", "StageMemory", "StateBytes", "Term", "active_cost_passes",
     "base_estimate", "build_context", "evaluate", "finalize", "run_passes",
 ]

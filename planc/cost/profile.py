@@ -110,3 +110,9 @@ MEGATRON_LM_2021 = RuntimeProfile(
     state_bytes=StateBytes(working=2, master=4, grads=4, optimizer=8),
     residual_bytes=2,
 )
+
+
+#: Profiles `planc explain --runtime NAME` can predict for. Only "planc" can be compiled and run;
+#: the others answer "what would this layout do in that framework" (e.g. to compare with a
+#: published run).
+PROFILES: dict[str, RuntimeProfile] = {"planc": PLANC_RUNTIME, "megatron-lm-2021": MEGATRON_LM_2021}
