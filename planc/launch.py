@@ -52,8 +52,9 @@ def write_run_dir(run_dir: Path, compiled: CompiledPlan) -> None:
 
 
 def torchrun_argv(compiled: CompiledPlan, *, steps: int | None) -> list[str]:
-    """The local single-node launch: this Python's torchrun, the plan's processes per node."""
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+    """The local single-node launch: this Python's torchrun (through planc's wrapper, which reports a
+    failed rank in one line), the plan's processes per node."""
+    argv = [sys.executable, "-m", "planc.runtime.torchrun", "--standalone",
             "--nproc-per-node", str(compiled.plan.hardware.per_node), PROGRAM, "--out", "."]
     if steps is not None:
         argv += ["--steps", str(steps)]

@@ -69,8 +69,14 @@ def run(args) -> int:
         print(f"planc: interrupted; {run_dir} keeps metrics.jsonl and the last complete checkpoint", file=sys.stderr)
         return 130
     if status != 0:
-        raise PlanError(f"training failed (torchrun exited with {status})",
-                        hint=f"the ranks' messages are above; metrics so far are in {run_dir / 'metrics.jsonl'}")
+        done = f"{records[-1]['step']} step(s) finished" if records else "no step finished"
+        if plan.checkpoint is not None:
+            again = (f"fix the cause, then `planc run {args.file} --out {run_dir}` resumes from the newest "
+                     f"complete checkpoint in {run_dir / plan.checkpoint.dir}")
+        else:
+            again = "the plan has no checkpoint block, so a new run starts over; add `checkpoint { every = N }` to resume after failures"
+        raise PlanError(f"training failed ({done}; metrics in {run_dir / 'metrics.jsonl'})",
+                        hint=f"the failing rank's message is above; {again}")
     if records:
         first, last = records[0], records[-1]
         print(f"planc: done — {len(records)} step(s) logged, loss {first['loss']:.4f} → {last['loss']:.4f}; "

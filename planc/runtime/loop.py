@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import signal
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,7 +55,8 @@ def train(job, *, steps: int | None = None, out_dir: str | Path | None = None, d
         print_every=plan.train.log_every, device=job.device, stream=io.StringIO() if quiet else None,
     )
     records = []
-    with logger, _stop_on_interrupt() as interrupted:
+    step = start
+    with logger, _stop_on_interrupt() as interrupted, _explained_failures(job, lambda: step + 1):
         for step in range(start, total):
             began = time.perf_counter()
             result = train_step(job, data.batch_for_step(step))
@@ -78,6 +80,22 @@ def train(job, *, steps: int | None = None, out_dir: str | Path | None = None, d
                                         keep=plan.checkpoint.keep)
                 break
     return records
+
+
+@contextmanager
+def _explained_failures(job, current_step) -> Iterator[None]:
+    """A lost peer or an out-of-memory error ends this rank with one explaining line (exit 1)
+    instead of a traceback; other errors propagate unchanged."""
+    from planc.runtime.failures import describe_failure
+
+    try:
+        yield
+    except Exception as exc:
+        message = describe_failure(exc, rank=dist.get_rank(), step=current_step())
+        if message is None:
+            raise
+        print(message, file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
 
 
 def _agreed(flag: bool, job) -> bool:

@@ -146,3 +146,25 @@ def test_planc_run_under_torchrun_trains_in_place(tmp_path, in_root):
     assert result.returncode == 0, result.stderr[-3000:]
     assert [r["step"] for r in _metrics(out)] == [1, 2]
     assert (out / "plan.json").exists() and (out / "train.py").exists()
+
+
+@pytest.mark.dist
+def test_a_killed_rank_ends_with_clear_messages(tmp_path, in_root):
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "planc", "run", "plans/tiny-cpu.plan", "--steps", "10000",
+                                "--out", str(out)], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    deadline = time.time() + 120
+    metrics = out / "metrics.jsonl"
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        time.sleep(0.5)
+    ranks = [pid for pid in _processes_in(out) if b"torchrun" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(ranks) == 4, ranks
+    os.kill(max(ranks), signal.SIGKILL)  # the last-started rank
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "was killed by SIGKILL (the first failure)" in stderr
+    assert "lost contact with another rank" in stderr
+    assert "error: training failed" in stderr and "checkpoint" in stderr
+    assert _processes_in(out) == []
