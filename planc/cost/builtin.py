@@ -166,7 +166,8 @@ def recompute(ctx: CostContext, est: Estimate, options=None) -> Estimate:
     """Activation recomputation (Chen et al. 2016; Korthikanti et al. 2022, Sec. 4.3, Table 2).
 
     - selective: blocks keep ``layer_act.selective`` bytes; recomputing costs
-      ``layer.selective_recompute`` per block and micro-batch (no GEMMs for planc's policy).
+      ``layer.selective_recompute`` per block and micro-batch (planc's policy: the elementwise
+      kernels and the attention-out GEMM; no communication).
     - full: blocks keep only their input; the backward of each block first reruns its forward
       (one more forward of every block: Narayanan's 4 passes instead of 3), which under TP also
       reruns the forward's two all-reduces; one block's full activations are alive while it is

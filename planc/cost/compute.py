@@ -113,8 +113,9 @@ class LayerTimes:
     backward_weight: float
     """The weight-gradient GEMMs alone (the W pass of zero-bubble schedules)."""
     selective_recompute: float
-    """What selective recomputation redoes: the elementwise kernels (planc's op-level policy)
-    or, for materialized attention, the s x s part (Korthikanti et al. 2022, Sec. 5)."""
+    """What selective recomputation redoes: the elementwise kernels and the attention-out GEMM
+    (planc's op-level policy) or, for materialized attention, the s x s part (Korthikanti et
+    al. 2022, Sec. 5)."""
 
 
 def block_gemms(model: ModelSpec, tokens: int, tp: int) -> list[tuple[int, int, int]]:
@@ -190,7 +191,8 @@ def block_times(model: ModelSpec, micro_batch: int, tp: int, sp: bool, device: D
         attn_bwd = 2.0 * attn_fwd
     elementwise = block_elementwise_bytes(model, T, tp, sp, compute_bytes, residual_bytes, profile) / device.memory_rate
     if profile.attention == "flash":
-        selective = elementwise
+        h, h_q = model.hidden, model.heads * model.head_dim
+        selective = elementwise + gemm_seconds(T, h_q // tp, h, device, compute_bytes)
     else:
         e = compute_bytes
         scores = (2 * e + ((2 * e + 1) if profile.dropout else 0)) * model.heads * s * T / tp

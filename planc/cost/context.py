@@ -24,7 +24,7 @@ from planc.cost.compute import (
 )
 from planc.cost.memory import LayerActivations, layer_activation_bytes, logits_bytes, runtime_state_bytes
 from planc.cost.params import StageParams, representative_ranks, stage_params
-from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile, StateBytes
+from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile, StateBytes, on_hardware
 from planc.hardware.topology import GroupLink, Topology, topology_for
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
@@ -121,7 +121,7 @@ class ContextCache:
 
     def __init__(self, plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME) -> None:
         self.plan = plan
-        self.profile = profile
+        self.profile = on_hardware(profile, plan.hardware.is_cpu)
         self.topology: Topology = topology_for(plan.hardware)
         self.device = device_for(plan.hardware, plan.train.precision)
         self._stages: dict = {}
@@ -174,6 +174,7 @@ class ContextCache:
 def build_context(plan: Plan, layout: Layout, profile: RuntimeProfile = PLANC_RUNTIME,
                   cache: ContextCache | None = None) -> CostContext:
     """Work out the geometry of ``layout`` for ``plan``."""
+    profile = on_hardware(profile, plan.hardware.is_cpu)
     if cache is None or cache.plan is not plan or cache.profile is not profile:
         cache = ContextCache(plan, profile)
     lay = layout

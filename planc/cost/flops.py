@@ -16,7 +16,9 @@ multiply-add times the 12 h^2 weights of a block. We write the same thing for an
 - training = 3 x forward (Kaplan et al. 2020: backward is twice the forward);
 - **model FLOPs** (for MFU, Chowdhery et al. 2022, App. B): no recomputation;
 - **hardware FLOPs**: plus one more forward of every block under full recomputation (the head
-  is not recomputed); selective recomputation redoes only elementwise work, 0 GEMM FLOPs.
+  is not recomputed). Selective recomputation with fused attention (planc's policy) reruns one
+  GEMM, the attention-out projection: 2 h h_q per token and block; with materialized attention
+  (Korthikanti et al. 2022) it reruns the scores and the attention over values: 4 s h_q.
 
 Causal attention is counted at full s^2, as both papers do, even though fused kernels skip the
 masked half (the time model, not the FLOP count, takes that into account).
@@ -57,16 +59,20 @@ def model_flops_per_step(model: ModelSpec, tokens: int) -> float:
     return model_flops_per_token(model) * tokens
 
 
-def hardware_flops_per_step(model: ModelSpec, tokens: int, recompute: str) -> float:
-    """FLOPs the devices execute per step: model FLOPs plus the recomputed forward.
+def hardware_flops_per_step(model: ModelSpec, tokens: int, recompute: str, attention: str = "flash") -> float:
+    """FLOPs the devices execute per step: model FLOPs plus what recomputation reruns.
 
     For Narayanan's GPT under full recomputation this is exactly their Eq. 3:
-    96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
+    96 B s l h^2 (1 + s/(6h) + V/(16 l h)). ``attention`` is the runtime profile's kernel
+    (``flash`` or ``materialized``), which decides what selective recomputation reruns.
     """
     flops = model_flops_per_step(model, tokens)
+    gemm, scores, _ = forward_flops_per_token(model)
     if recompute == "full":
-        gemm, attention, _ = forward_flops_per_token(model)
-        flops += model.layers * (gemm + attention) * tokens
+        flops += model.layers * (gemm + scores) * tokens
+    elif recompute == "selective":
+        rerun = scores if attention == "materialized" else 2.0 * model.hidden * model.heads * model.head_dim
+        flops += model.layers * rerun * tokens
     return flops
 
 

@@ -123,11 +123,16 @@ def layer_activation_bytes(model: ModelSpec, b: int, tp: int, sp: bool, compute_
     With e = compute bytes, r = residual-stream bytes, g = kv_heads / heads, T = s b tokens and
     h_s = h/t under SP (else h), the saved tensors are:
 
-    - norm inputs: 2 r T h_s (the residual stream; fp32 under autocast);
+    - norms: their inputs, 2 r T h_s (the residual stream; fp32 under autocast), and per-row
+      statistics, 2 x 8 bytes per token row (LayerNorm's mean and rstd; RMSNorm's rstd).
+      PyTorch's composite RMSNorm (``profile.rms_norm``: CPU) instead saves the fp32 upcast of
+      its input and the fp32 normalized tensor: 2 x 8 T h_s;
     - inputs of the QKV and MLP-in GEMMs (norm outputs), e T h each, times
       :func:`gemm_input_copies` — replicated under TP; under SP torch saves the all-gathered
       tensor (``sp_saves_gathered_input``), Megatron the 1/t shard and gathers again;
-    - Q, K, V: e T h (1 + 2g) / t;  attention output O: copies x e T h / t;
+    - Q, K, V: e T h (1 + 2g) / t. In fp32, planc repeats the kv heads before SDPA (its fused
+      kernels take unequal head counts only in 16-bit), and SDPA saves the repeated K and V:
+      e T h (1 + 2) / t;  attention output O: copies x e T h / t;
     - flash: log-sum-exp 4 T a / t;  materialized: scores softmax (e), dropout mask (1) and
       dropout output (e) over a s^2 b / t elements — Korthikanti's 5 a s^2 b;
     - MLP: GELU: its input and output, 2 e T f / t; SwiGLU: gate, up, silu(gate), product,
@@ -136,11 +141,13 @@ def layer_activation_bytes(model: ModelSpec, b: int, tp: int, sp: bool, compute_
 
     Selective recomputation: for materialized attention, Korthikanti's (recompute the s^2
     part). For fused attention there is no s^2 part; planc's policy (op-level activation
-    checkpointing, ``planc.strategies.recompute``) keeps the outputs of the matmuls, of
-    attention and of the TP collectives, and recomputes norms, casts, RoPE and activation
-    functions: block input r T h_s; under SP the two all-gathered block inputs r T h; QKV
-    output; O and the log-sum-exp; the two projection matmul outputs e T h (partial sums under
-    TP) and, under TP, the collectives' outputs e T h_s; the MLP-in output(s) e T f / t.
+    checkpointing, ``planc.strategies._recompute_policy``) keeps the outputs of the QKV and
+    MLP-in matmuls, of attention and of the TP collectives, and recomputes norms, casts, RoPE,
+    activation functions and the attention-out matmul: block input r T h_s; under SP the two
+    all-gathered norm outputs r T h; QKV output e T h (1 + 2g) / t; O and the log-sum-exp;
+    under TP the outputs of the two collectives after the output projections, e T h_s each;
+    the MLP-in output(s) e T f / t. The output projections' own matmul outputs (unreduced
+    partial sums under TP) are not kept: no-recompute never keeps them either.
 
     Full recomputation keeps the block input only: r T h_s (Korthikanti Table 2: 2 s b h / t
     with SP).
@@ -150,14 +157,20 @@ def layer_activation_bytes(model: ModelSpec, b: int, tp: int, sp: bool, compute_
     e, r = compute_bytes, residual_bytes
     g = model.kv_heads / model.heads
     h_s = h / tp if sp else h
+    rows = T / tp if sp else T
     gemm_in = h / tp if (sp and not profile.sp_saves_gathered_input) else h
     mlp_tensors = 2 if model.mlp == "gelu" else 4
     mlp_in_outputs = 1 if model.mlp == "gelu" else 2
     attn_copies, mlp_copies = gemm_input_copies(model, e, r)
 
-    norm_inputs = 2 * r * T * h_s
+    if model.norm == "rmsnorm" and profile.rms_norm == "composite":
+        norms = 2 * 8 * T * h_s
+    else:
+        norms = 2 * r * T * h_s + 2 * 8 * rows
     gemm_inputs = (attn_copies + mlp_copies) * e * T * gemm_in
     qkv = e * T * h * (1 + 2 * g) / tp
+    repeated_kv = e == 4 and g < 1 and profile.attention == "flash"
+    qkv_saved = e * T * h * 3 / tp if repeated_kv else qkv
     out = profile.attention_output_copies * e * T * h / tp
     mlp = mlp_tensors * e * T * f / tp
     masks = 2 * T * h_s if profile.dropout else 0.0
@@ -165,16 +178,16 @@ def layer_activation_bytes(model: ModelSpec, b: int, tp: int, sp: bool, compute_
         attention_core = 4.0 * T * a / tp  # fp32 log-sum-exp per row and head
     else:
         attention_core = (2 * e + (1 if profile.dropout else 0)) * a * s * T / tp
-    none = norm_inputs + gemm_inputs + qkv + out + mlp + masks + attention_core
+    none = norms + gemm_inputs + qkv_saved + out + mlp + masks + attention_core
 
     block_input = r * T * h_s
     if profile.attention == "materialized":
         selective = none - attention_core
     else:
         gathered = 2 * r * T * h if (sp and tp > 1) else 0.0
-        projections = 2 * e * T * h + (2 * e * T * h_s if tp > 1 else 0.0)
+        reduced = 2 * e * T * h_s if tp > 1 else 0.0
         selective = (block_input + gathered + qkv + e * T * h / tp + 4.0 * T * a / tp
-                     + projections + mlp_in_outputs * e * T * f / tp)
+                     + reduced + mlp_in_outputs * e * T * f / tp)
     return LayerActivations(none=none, selective=selective, full=block_input)
 
 

@@ -26,10 +26,10 @@ from planc.spec.plan import Plan
 
 
 @lru_cache(maxsize=64)
-def _flops(model, tokens: int, recompute: str) -> float:
+def _flops(model, tokens: int, recompute: str, attention: str = "flash") -> float:
     if recompute == "none":
         return model_flops_per_step(model, tokens)
-    return hardware_flops_per_step(model, tokens, recompute)
+    return hardware_flops_per_step(model, tokens, recompute, attention)
 
 
 def base_estimate(ctx: CostContext) -> Estimate:
@@ -55,7 +55,7 @@ def base_estimate(ctx: CostContext) -> Estimate:
         world_size=plan.world_size,
         tokens_per_step=tokens,
         model_flops=_flops(model, tokens, "none"),
-        hardware_flops=_flops(model, tokens, ctx.layout.recompute),
+        hardware_flops=_flops(model, tokens, ctx.layout.recompute, ctx.profile.attention),
         peak=ctx.device.peak,
     )
 

@@ -13,7 +13,7 @@ against their published Table 1 (the tests and ``bench/``); it is not a planner 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 
@@ -60,9 +60,17 @@ class RuntimeProfile:
     """Under sequence parallelism, the column-parallel linear saves its *all-gathered* input
     (torch DTensor); Megatron keeps the 1/t shard and gathers again in backward
     (Korthikanti et al. 2022, end of Sec. 4.2.2)."""
-    attention_output_copies: int = 2
-    """Copies of the attention output kept for backward: SDPA saves O in (b, a, s, d) layout and
-    the output projection saves the transposed contiguous copy (2); Megatron keeps one."""
+    attention_output_copies: int = 1
+    """Copies of the attention output kept for backward. SDPA's fused kernels (flash, efficient,
+    CPU flash) return O as a transposed view of a (b, s, a, d) buffer, so the reshape that feeds
+    the output projection is a view and the projection saves that same buffer: one copy
+    (measured: ``bench/activation_memory.py``). A kernel returning (b, a, s, d) would add a
+    contiguous copy (2)."""
+    rms_norm: Literal["fused", "composite"] = "fused"
+    """RMSNorm's kernel. ``fused``: ``aten._fused_rms_norm`` (torch on CUDA) saves its input and
+    the per-row rstd, as LayerNorm does. ``composite``: torch on CPU runs the decomposition
+    (upcast to fp32, pow, mean, rsqrt, multiply), which saves the fp32 upcast of the input and
+    the fp32 normalized tensor: 8 bytes per element on top of the output."""
     pp_recv_buffers: Literal["per_microbatch", "in_flight"] = "per_microbatch"
     """torch.distributed.pipelining allocates an activation and a gradient receive buffer for
     *every* micro-batch up front (stage.py ``_setup_forward_recv_info``); Megatron only for those
@@ -91,6 +99,17 @@ class RuntimeProfile:
 #: (fp32 params) for DDP/ZeRO-1 and FSDP2 MixedPrecisionPolicy(bf16 params, fp32 reduce) for
 #: ZeRO-2/3, torch.distributed.pipelining schedules, DTensor tensor/sequence parallelism.
 PLANC_RUNTIME = RuntimeProfile(name="planc runtime (PyTorch eager, SDPA)")
+
+#: The same program on CPU processes: torch has no fused RMSNorm kernel there.
+PLANC_RUNTIME_CPU = replace(PLANC_RUNTIME, name="planc runtime on CPU (PyTorch eager, SDPA)", rms_norm="composite")
+
+
+def on_hardware(profile: RuntimeProfile, is_cpu: bool) -> RuntimeProfile:
+    """``profile`` as it runs on the plan's devices: on CPU, PyTorch's CPU kernels."""
+    if not is_cpu:
+        return profile
+    return PLANC_RUNTIME_CPU if profile == PLANC_RUNTIME else replace(profile, rms_norm="composite")
+
 
 #: Megatron-LM as run for Narayanan et al. 2021 (arXiv 2104.04473): fp16 mixed precision with
 #: fp32 master weights and fp32 main grads (2 + 4 + 4 + 8 bytes), fused kernels, softmax over

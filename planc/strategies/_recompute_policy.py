@@ -22,10 +22,11 @@ def _ops(*names: tuple) -> set:
     return found
 
 
+MATMUL_OPS = _ops(("aten", "mm"), ("aten", "addmm"), ("aten", "bmm"), ("aten", "baddbmm"))
+
 #: Outputs kept in selective mode: the FLOP-heavy ops, and the tensor-parallel collectives (so
 #: recomputation never repeats communication). Everything else is recomputed.
-SAVE_OPS = _ops(
-    ("aten", "mm"), ("aten", "addmm"), ("aten", "bmm"), ("aten", "baddbmm"),
+SAVE_OPS = MATMUL_OPS | _ops(
     ("aten", "_scaled_dot_product_flash_attention"),
     ("aten", "_scaled_dot_product_efficient_attention"),
     ("aten", "_scaled_dot_product_cudnn_attention"),
@@ -36,10 +37,47 @@ SAVE_OPS = _ops(
     ("_c10d_functional", "all_gather_into_tensor"),
 )
 
+#: The block's output projections (row-parallel under TP). Their outputs feed only the residual
+#: add, which saves nothing, so without recomputation autograd never keeps them. Saving them
+#: would make "selective" keep *more* than no recomputation: under TP they are the unreduced
+#: partial sums, a full b x s x h each even with sequence parallelism. They are recomputed
+#: instead (the attention-out GEMM reruns in backward; the MLP-down GEMM does not: the
+#: recomputation stops early, once the MLP-down input is rebuilt). The collective that follows
+#: each of them is still saved, so no communication is repeated.
+OUTPUT_PROJECTIONS = ("attention.wo", "feed_forward.w2")
 
-def selective_policy(ctx, op, *args, **kwargs) -> CheckpointPolicy:
-    """Save matmul, attention and collective outputs; recompute the rest."""
-    return CheckpointPolicy.MUST_SAVE if op in SAVE_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+class SelectivePolicy:
+    """Save matmul, attention and collective outputs, except the output projections' matmuls.
+
+    The policy only sees aten ops, not modules: a forward pre-hook on every linear of the block
+    says whether the matmuls that follow belong to an output projection (the hooks fire again
+    during recomputation). Pre-hooks only -- a recomputation that stops early never runs the
+    post-hooks of the module it stopped in.
+    """
+
+    def __init__(self) -> None:
+        self.in_output_projection = False
+
+    def __call__(self, ctx, op, *args, **kwargs) -> CheckpointPolicy:
+        if op in MATMUL_OPS and self.in_output_projection:
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        return CheckpointPolicy.MUST_SAVE if op in SAVE_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+    def entering(self, is_output_projection: bool):
+        def hook(module, args) -> None:
+            self.in_output_projection = is_output_projection
+        return hook
+
+
+def selective_policy_for(block: nn.Module) -> SelectivePolicy:
+    """A policy for ``block``, with pre-hooks on its linears."""
+    policy = SelectivePolicy()
+    for name, module in block.named_modules():
+        if isinstance(module, nn.Linear):
+            # prepend: mark the module before tensor parallelism's own pre-hook redistributes its input.
+            module.register_forward_pre_hook(policy.entering(name in OUTPUT_PROJECTIONS), prepend=True)
+    return policy
 
 
 def wrap_block(block: nn.Module, mode: str) -> nn.Module:
@@ -47,6 +85,7 @@ def wrap_block(block: nn.Module, mode: str) -> nn.Module:
     if mode == "full":
         return checkpoint_wrapper(block, preserve_rng_state=False)
     if mode == "selective":
+        policy = selective_policy_for(block)
         return checkpoint_wrapper(block, preserve_rng_state=False,
-                                  context_fn=partial(create_selective_checkpoint_contexts, selective_policy))
+                                  context_fn=partial(create_selective_checkpoint_contexts, policy))
     raise ValueError(f"unknown recompute mode {mode!r}; expected 'full' or 'selective'")

@@ -6,8 +6,10 @@
 * ``selective``: the same wrapper with a ``create_selective_checkpoint_contexts`` policy that
   saves the outputs of the matrix multiplications, of attention (SDPA) and of tensor-parallel
   collectives, and recomputes everything else -- the cheap, memory-hungry element-wise ops
-  (norms, activations, softmax inputs, dropout-free residual adds). This is Korthikanti et al.'s
-  selective recomputation in spirit: keep what is expensive to recompute, drop what is cheap.
+  (norms, activations, softmax inputs, dropout-free residual adds) and the output projections'
+  matmuls, whose results no-recompute does not keep either. This is Korthikanti et al.'s
+  selective recomputation in spirit: keep what is expensive to recompute, drop what is cheap,
+  and never keep more than no recomputation would (``_recompute_policy.py``).
 
 ``checkpoint_wrapper`` keeps checkpoint FQNs unchanged (its state-dict hooks strip the
 ``_checkpoint_wrapped_module`` segment).

@@ -22,7 +22,12 @@ def test_narayanan_eq3_for_their_gpt():
     # without recomputation: 72 B s l h^2 (1 + s/6h + V/(12 l h))
     assert model_flops_per_step(m, tokens) == pytest.approx(
         72 * 4 * 64 * 2 * 128**2 * (1 + 64 / (6 * 128) + 256 / (12 * 2 * 128)))
-    assert hardware_flops_per_step(m, tokens, "selective") == model_flops_per_step(m, tokens)
+    # selective, fused attention: one more attention-out GEMM per block, 2 h^2 per token
+    assert hardware_flops_per_step(m, tokens, "selective") == pytest.approx(
+        model_flops_per_step(m, tokens) + 2 * 2 * 128**2 * tokens)
+    # selective, materialized attention (Korthikanti): the scores and attention over values again, 4 s h
+    assert hardware_flops_per_step(m, tokens, "selective", "materialized") == pytest.approx(
+        model_flops_per_step(m, tokens) + 2 * 4 * 64 * 128 * tokens)
 
 
 LINK = GroupLink(size=4, bandwidth=100e9, latency=1e-5, nodes=1, per_node=4)
