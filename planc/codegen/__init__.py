@@ -30,7 +30,7 @@ def compile_plan(plan: Plan, *, tolerance: float | None = None, force: bool = Fa
     Raises :class:`PlanError` when the strategies reject the layout, or when the layout is
     predicted not to fit in device memory (unless ``force``).
     """
-    from planc.planner import choose
+    from planc.planner import NoLegalLayout, choose
     from planc.strategies.registry import load_registry
 
     registry = load_registry()
@@ -38,7 +38,10 @@ def compile_plan(plan: Plan, *, tolerance: float | None = None, force: bool = Fa
     if issues:
         raise PlanError("; ".join(issue.message for issue in issues),
                         hint=next((i.hint for i in issues if i.hint), None))
-    choice = choose(plan, tolerance=tolerance)
+    try:
+        choice = choose(plan, tolerance=tolerance)
+    except NoLegalLayout as exc:
+        raise PlanError(str(exc), hint=exc.hint) from None
     estimate = choice.estimate
     prediction = Prediction(memory_bytes=estimate.memory_bytes, capacity_bytes=estimate.capacity,
                             step_s=estimate.step_s, tokens_per_s=estimate.tokens_per_s)
@@ -51,10 +54,7 @@ def compile_plan(plan: Plan, *, tolerance: float | None = None, force: bool = Fa
             hint=(choice.suggestion or "run `planc explain` to see what would fit")
             + "; pass --force to emit the program anyway",
         )
-    issues = registry.check(plan, choice.layout)
-    if issues:
-        raise PlanError("; ".join(issue.message for issue in issues),
-                        hint=next((i.hint for i in issues if i.hint), None))
+    registry.require(plan, choice.layout)
     calls = tuple(
         StrategyCall(
             name=strategy.name,

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from planc.cost.context import ContextCache
 from planc.cost.estimate import Estimate
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
-from planc.planner.ladder import RUNGS, complexity, rung_name
+from planc.planner import space
+from planc.planner.ladder import RUNGS, complexity, rung_for, rung_name
 from planc.planner.explore import Candidate, SearchResult, evaluate_layout, make_layout, search
+from planc.spec.checks import MAX_DEVICES
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
 from planc.units import format_bytes
@@ -147,6 +149,8 @@ def _rejections(plan: Plan, result: SearchResult, chosen: Candidate, best: Candi
             memory, text, layout, est = miss
             rows.append(Rejection(name, text, fits=False, layout=layout, memory_bytes=memory,
                                   capacity_bytes=cap, step_s=est.step_s if est else None))
+        elif rung in result.refused:
+            rows.append(Rejection(name, f"refused by {result.refused[rung]}", fits=None))
         elif rung in result.dominated:
             rows.append(Rejection(name, "not needed: less recomputation fits the same micro-batch and is faster",
                                   fits=None))
@@ -179,23 +183,46 @@ def _closest_miss(result: SearchResult, rung: int):
 
 
 def _why_no_layout(plan: Plan, rung: int) -> str:
-    world, gb = plan.world_size, plan.train.global_batch
+    """Why no layout of ``rung`` was legal: a fixed key that excludes it, or the arithmetic of
+    devices, batch and model shape."""
     lay = plan.layout
-    fixed = [f"{k} = {getattr(lay, k)}" for k in ("tp", "pp") if getattr(lay, k) not in ("auto", 1)]
-    if rung <= 6 and fixed:
-        return f"excluded by the plan: it fixes {' and '.join(fixed)}"
-    if rung in (7, 8) and lay.pp not in ("auto", 1):
-        return f"excluded by the plan: it fixes pp = {lay.pp}"
-    if rung <= 6 and world > gb:
-        return (f"not possible: data parallelism alone needs dp = {world} devices, more than "
-                f"global_batch = {gb} sequences")
-    if rung <= 6 and gb % world:
-        return f"not possible: data parallelism alone needs dp = {world}, which does not divide global_batch = {gb}"
+    if rung >= 9 and lay.schedule != "auto" and rung_for(1, 2, 1, 0, "none", lay.schedule, False) != rung:
+        return f"excluded by the plan: it fixes schedule = {lay.schedule}"
     if rung == 10:
         return "not tried: GPipe has 1F1B's bubble and holds all micro-batches (set schedule = gpipe to try it)"
-    if rung in (7, 8):
-        return (f"not possible: no tp > 1 divides heads, kv_heads, ffn and the padded vocabulary within "
-                f"per_node = {plan.hardware.per_node}, or the plan fixes tp")
+    pipelined, tensor = rung >= 9, rung in (7, 8)
+    wanted = {"pp": "> 1" if pipelined else "= 1", "tp": "> 1" if tensor else ("= 1" if rung <= 6 else None)}
+    clashes = [f"{key} = {getattr(lay, key)}" for key, need in wanted.items() if need is not None
+               and getattr(lay, key) != "auto" and (getattr(lay, key) > 1) != (need == "> 1")]
+    needs = space.needs_more_than_one(plan)
+    clashes += [text for key, text in needs.items() if wanted.get(key) == "= 1"]
+    if rung == 8 and lay.sequence_parallel is False:
+        clashes.append("sequence_parallel = false")
+    if rung == 7 and lay.sequence_parallel is True:
+        clashes.append("sequence_parallel = true")
+    if 1 <= rung <= 4 and lay.zero != "auto" and lay.zero != rung - 1:
+        clashes.append(f"zero = {lay.zero}")
+    if 1 <= rung <= 4 and lay.recompute not in ("auto", "none"):
+        clashes.append(f"recompute = {lay.recompute}")
+    if 5 <= rung <= 6 and lay.recompute not in ("auto", ("selective", "full")[rung - 5]):
+        clashes.append(f"recompute = {lay.recompute}")
+    if clashes:
+        return f"excluded by the plan: it fixes {' and '.join(dict.fromkeys(clashes))}"
+    world, gb = plan.world_size, plan.train.global_batch
+    splits = [(tp, pp, dp) for tp, pp, dp in space.device_splits(plan)
+              if (pp > 1) == pipelined and (tp > 1 if tensor else rung >= 9 or tp == 1)]
+    if not splits:
+        if tensor:
+            return (f"not possible: no tp > 1 that divides per_node = {plan.hardware.per_node} also divides "
+                    f"heads, kv_heads, ffn and the padded vocabulary")
+        return f"not possible: no legal split of the {world} devices without pipeline stages"
+    dps = sorted({dp for _, _, dp in splits})
+    if all(gb % dp for dp in dps):
+        shown = " or ".join(map(str, dps))
+        how = "without pipelining" if tensor else "by data parallelism alone"
+        more = f", more than global_batch = {gb} sequences" if all(dp > gb for dp in dps) else \
+            f", which does not divide global_batch = {gb}"
+        return f"not possible: covering the {world} devices {how} needs dp = {shown}{more}"
     return "no legal layout on this rung (the plan's fixed layout keys, divisibility or device count)"
 
 
@@ -262,7 +289,7 @@ def _nothing_fits(plan: Plan, result: SearchResult, tol: float, profile: Runtime
         bound, layout = min(result.states_bound.values(), key=lambda bl: bl[0]) if result.states_bound \
             else (0.0, None)
         if layout is None:
-            raise NoLegalLayout(plan)
+            raise NoLegalLayout(plan, next(iter(result.refused.values()), None))
         est = evaluate_layout(plan, layout, ContextCache(plan, profile))
     suggestion = suggest_fix(plan, est, profile)
     rejected = tuple(_rejections(plan, result, Candidate(layout, est, complexity(layout)), None, tol))
@@ -272,10 +299,20 @@ def _nothing_fits(plan: Plan, result: SearchResult, tol: float, profile: Runtime
 
 
 class NoLegalLayout(Exception):
-    """The plan's fixed keys and divisibility leave no layout at all."""
+    """The plan's fixed keys and divisibility leave no layout at all (``planc check`` reports the
+    same through :func:`~planc.planner.space.why_no_layout`; this catches plans built otherwise)."""
 
-    def __init__(self, plan: Plan) -> None:
-        super().__init__(f"no legal layout for {plan.world_size} devices with the fixed layout keys")
+    def __init__(self, plan: Plan, refusal: str | None = None) -> None:
+        from planc.planner.space import why_no_layout
+
+        issue = why_no_layout(plan)
+        if issue is None and refusal is not None:
+            super().__init__(f"no legal layout: every layout was refused, e.g. by {refusal}")
+            self.hint = "change the use block's options or the fixed layout keys, or remove the use block"
+            return
+        what = issue.message if issue else f"no legal layout for {plan.world_size} devices"
+        super().__init__(f"{what} ({'.'.join(map(str, issue.path))})" if issue and issue.path else what)
+        self.hint = issue.hint if issue else "set some layout keys to auto, or change the device count"
 
 
 def suggest_fix(plan: Plan, est: Estimate, profile: RuntimeProfile = PLANC_RUNTIME) -> str:
@@ -295,17 +332,21 @@ def suggest_fix(plan: Plan, est: Estimate, profile: RuntimeProfile = PLANC_RUNTI
             c = min(found.fitting, key=lambda c: (c.complexity, -c.tokens_per_s))
             keys = ", ".join(f"{k} = {v}" for k, v in fixed.items())
             return f"{short}; without the fixed {keys}: {c.layout.describe()} fits"
+    tried = plan.hardware.world_size
     for factor in (2, 4, 8, 16, 32, 64, 128):
         hw = plan.hardware.model_copy(update={"nodes": plan.hardware.nodes * factor})
-        if hw.world_size > plan.train.global_batch * 64:
+        if hw.world_size > min(plan.train.global_batch * 64, MAX_DEVICES):
             break
+        tried = hw.world_size
         bigger = plan.model_copy(update={"hardware": hw, "layout": plan.layout.model_copy(
             update={k: "auto" for k in ("tp", "pp", "dp")})})
         found = search(bigger, profile)
         if found.fitting:
             return (f"{short}; the smallest device count found to fit is {hw.world_size} devices "
                     f"({hw.nodes} nodes × {hw.per_node})")
-    return f"{short}; no layout fits even on {128 * plan.hardware.world_size} devices — use a larger device"
+    if tried == plan.hardware.world_size:
+        return f"{short}; use a device with more memory, or fewer fixed layout keys"
+    return f"{short}; no layout fits even on {tried} devices — use a device with more memory"
 
 
 def _suggest_for_fixed(plan: Plan, est: Estimate, profile: RuntimeProfile) -> str:

@@ -82,6 +82,8 @@ class SearchResult:
     bound for every layout of the family on that rung)."""
     states_bound: dict[int, tuple[float, Layout]] = field(default_factory=dict)
     """Per rung, the smallest model-states lower bound of a pruned (tp, pp, dp, zero)."""
+    refused: dict[int, str] = field(default_factory=dict)
+    """Per rung, why a strategy named in a ``use`` block refused its layouts (they are not scored)."""
     dominated: set[int] = field(default_factory=set)
     """Rungs whose layouts were skipped because a simpler one fits at the same micro-batch."""
     scored: int = 0
@@ -108,11 +110,33 @@ def states_lower_bound(plan: Plan, cache: ContextCache, tp: int, pp: int, dp: in
     return worst + (0.0 if plan.hardware.is_cpu else DEVICE_RUNTIME_OVERHEAD)
 
 
+def refusal_of(plan: Plan):
+    """``layout -> None | reason``: what the strategies named in ``use`` blocks say of a layout
+    (None without use blocks: the built-ins' rules are already the search space's)."""
+    if not plan.uses:
+        return None
+    from planc.strategies.registry import load_registry
+
+    registry = load_registry()
+    return lambda layout: registry.refusal(plan, layout)
+
+
+def _refused(result: SearchResult, refuse, layout: Layout) -> bool:
+    if refuse is None:
+        return False
+    reason = refuse(layout)
+    if reason is not None:
+        result.refused.setdefault(rung_for(layout.tp, layout.pp, layout.dp, layout.zero, layout.recompute,
+                                           layout.schedule, layout.sequence_parallel), reason)
+    return reason is not None
+
+
 def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCache | None = None) -> SearchResult:
-    """Score the legal layouts of ``plan`` (respecting every fixed key)."""
+    """Score the legal layouts of ``plan`` (respecting every fixed key and every ``use`` block)."""
     start = time.perf_counter()
     cache = cache or ContextCache(plan, profile)
     result = SearchResult()
+    refuse = refusal_of(plan)
     capacity = plan.hardware.memory
     gb = plan.train.global_batch
     recomputes = space.recompute_options(plan)
@@ -127,7 +151,7 @@ def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCa
             if bound > capacity:
                 _record_bound(result, bound, tp, pp, dp, zero, recomputes, schedules, sps, mbs[0])
                 continue
-            if not _family_can_fit(plan, cache, result, tp, pp, dp, zero, recomputes, schedules, sps, mbs):
+            if not _family_can_fit(plan, cache, result, tp, pp, dp, zero, recomputes, schedules, sps, mbs, refuse):
                 continue
             for sp in sps:
                 for schedule, v in schedules:
@@ -143,6 +167,8 @@ def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCa
                             if not space.schedule_accepts(schedule, pp, gb // (dp * mb)):
                                 continue
                             layout = make_layout(tp, pp, dp, zero, recompute, schedule, mb, v, sp)
+                            if _refused(result, refuse, layout):
+                                continue
                             estimate = evaluate_layout(plan, layout, cache)
                             result.scored += 1
                             cand = Candidate(layout, estimate, complexity(layout))
@@ -152,7 +178,7 @@ def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCa
                                     # FSDP keeps unsharded gradients while it accumulates: the one
                                     # micro-batch that needs no accumulation may still fit.
                                     _score_last(plan, cache, result, tp, pp, dp, zero, recompute, schedule,
-                                                mbs[-1], v, sp)
+                                                mbs[-1], v, sp, refuse)
                                 break
                             result.fitting.append(cand)
                             fit_here = mb
@@ -165,10 +191,12 @@ def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCa
     return result
 
 
-def _score_last(plan, cache, result, tp, pp, dp, zero, recompute, schedule, mb, v, sp) -> None:
+def _score_last(plan, cache, result, tp, pp, dp, zero, recompute, schedule, mb, v, sp, refuse) -> None:
     if not space.schedule_accepts(schedule, pp, plan.train.global_batch // (dp * mb)):
         return
     layout = make_layout(tp, pp, dp, zero, recompute, schedule, mb, v, sp)
+    if _refused(result, refuse, layout):
+        return
     estimate = evaluate_layout(plan, layout, cache)
     result.scored += 1
     cand = Candidate(layout, estimate, complexity(layout))
@@ -178,7 +206,7 @@ def _score_last(plan, cache, result, tp, pp, dp, zero, recompute, schedule, mb, 
         _record_misfit(result, cand)
 
 
-def _family_can_fit(plan, cache, result, tp, pp, dp, zero, recomputes, schedules, sps, mbs) -> bool:
+def _family_can_fit(plan, cache, result, tp, pp, dp, zero, recomputes, schedules, sps, mbs, refuse) -> bool:
     """Score the family's least memory-hungry member first; if it does not fit, none does.
 
     Memory falls with more recomputation (full <= selective <= none), with sequence
@@ -195,6 +223,8 @@ def _family_can_fit(plan, cache, result, tp, pp, dp, zero, recomputes, schedules
         if not space.schedule_accepts(schedule, pp, gb // (dp * mb)):
             return True  # no cheap witness; let the full loop decide
         layout = make_layout(tp, pp, dp, zero, recomputes[-1], schedule, mb, v, sps[-1])
+        if refuse is not None and refuse(layout):
+            return True  # the witness is not a legal layout; let the full loop decide
         estimate = evaluate_layout(plan, layout, cache)
         result.scored += 1
         if estimate.fits:

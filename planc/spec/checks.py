@@ -48,6 +48,11 @@ def check_tensor_parallel(plan: Plan) -> Iterable[SpecIssue]:
         yield SpecIssue(("layout", "tp"), f"tp = {tp} exceeds per_node = {plan.hardware.per_node}",
                         "tensor parallelism all-reduces every layer and must stay inside one node; "
                         f"use tp <= {plan.hardware.per_node} and pp or dp for the rest")
+    elif plan.hardware.per_node % tp:
+        yield SpecIssue(("layout", "tp"), f"tp = {tp} does not divide per_node = {plan.hardware.per_node}",
+                        "some tensor-parallel groups would straddle two nodes and all-reduce every layer over "
+                        f"the network; use a divisor of {plan.hardware.per_node}, "
+                        f"e.g. {_near_divisor(plan.hardware.per_node, tp)}")
 
 
 def check_pipeline(plan: Plan) -> Iterable[SpecIssue]:
@@ -67,6 +72,10 @@ def check_pipeline(plan: Plan) -> Iterable[SpecIssue]:
         if _fixed(lay.virtual_stages) and lay.virtual_stages > 1:
             yield SpecIssue(("layout", "virtual_stages"), "virtual_stages > 1 needs pp > 1",
                             "remove virtual_stages or set pp to 2 or more")
+    if lay.schedule == "interleaved" and lay.virtual_stages == 1:
+        yield SpecIssue(("layout", "virtual_stages"), "schedule = interleaved needs virtual_stages >= 2",
+                        "interleaving gives each pipeline rank v >= 2 model chunks (v = 1 is plain 1F1B); "
+                        "set virtual_stages = 2 or auto")
     if _fixed(lay.virtual_stages) and lay.virtual_stages > 1 and _fixed(lay.schedule) \
             and lay.schedule not in ("interleaved", "zero-bubble"):
         yield SpecIssue(("layout", "virtual_stages"),
@@ -74,8 +83,18 @@ def check_pipeline(plan: Plan) -> Iterable[SpecIssue]:
                         f"not {lay.schedule}", "set schedule = interleaved, or virtual_stages = 1")
 
 
+#: 2**18 devices: beyond the largest clusters built (about 100,000 GPUs in 2025); the cost model
+#: holds one graph node per device.
+MAX_DEVICES = 2**18
+
+
 def check_world_size(plan: Plan) -> Iterable[SpecIssue]:
     lay, world = plan.layout, plan.world_size
+    if world > MAX_DEVICES:
+        yield SpecIssue(("hardware", "nodes"), f"nodes x per_node = {plan.hardware.nodes} x {plan.hardware.per_node} "
+                                               f"= {world} devices, more than planc models ({MAX_DEVICES:,})",
+                        "check nodes and per_node for a typo")
+        return
     degrees = {k: getattr(lay, k) for k in ("tp", "pp", "dp")}
     fixed = {k: v for k, v in degrees.items() if _fixed(v)}
     product = 1
@@ -142,10 +161,22 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
+def check_some_layout_exists(plan: Plan) -> Iterable[SpecIssue]:
+    """Whether the fixed keys, the batch and the device count leave any layout at all. The legal
+    layouts are the planner's search space, so this asks it (one definition, no scoring)."""
+    from planc.planner.space import why_no_layout
+
+    issue = why_no_layout(plan)
+    if issue is not None:
+        yield issue
+
+
 def run_checks(plan: Plan) -> list[SpecIssue]:
     issues: list[SpecIssue] = []
     for check in CHECKS:
         issues.extend(check(plan))
+    if not issues:  # the search space is only meaningful for an otherwise valid plan
+        issues.extend(check_some_layout_exists(plan))
     return issues
 
 

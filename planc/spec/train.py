@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Annotated, Literal, Union
 
 from pydantic import Field
 
 from planc.spec.fields import Auto, NonNegativeInt, PositiveInt, SpecModel
 
+#: 2**24 sequences (tens of billions of tokens) per step: far beyond any published run (GPT-3
+#: and Llama 3 405B step on about 1,600-16,000 sequences); a larger number is a typo, and the
+#: planner enumerates its divisors.
+MAX_GLOBAL_BATCH = 2**24
+
 
 class TrainSpec(SpecModel):
     """How to train: global batch, micro-batch, precision, optimizer and learning-rate schedule."""
 
-    global_batch: PositiveInt
+    global_batch: Annotated[int, Field(gt=0, le=MAX_GLOBAL_BATCH, strict=True)]
     """Sequences per optimizer step, summed over all data-parallel ranks and micro-batches."""
     micro_batch: Union[PositiveInt, Auto] = "auto"
     """Sequences per forward/backward on one data-parallel rank (auto: the planner picks)."""

@@ -95,3 +95,40 @@ def test_why_not_simpler_has_numbers():
     assert rows["DDP"].memory_bytes > rows["DDP"].capacity_bytes
     assert all(r.reason for r in choice.rejected)
     assert [r.strategy for r in choice.rejected] == [s for s in RUNGS[1:rung_of(choice.layout)]]
+
+
+@pytest.mark.parametrize("fixed,holds", [
+    ({"schedule": "gpipe"}, lambda lay: lay.pp > 1 and lay.schedule == "gpipe"),
+    ({"schedule": "interleaved", "virtual_stages": 4}, lambda lay: lay.schedule == "interleaved" and lay.virtual_stages == 4),
+    ({"virtual_stages": 2}, lambda lay: lay.pp > 1 and lay.virtual_stages == 2),
+    ({"sequence_parallel": True}, lambda lay: lay.tp > 1 and lay.sequence_parallel),
+    ({"zero": 3}, lambda lay: lay.dp > 1 and lay.zero == 3),
+])
+def test_a_fixed_key_is_never_dropped_to_make_room(fixed, holds):
+    # gpt2 (124 M) fits one GPU, so without the rule the planner's simplest answer (pp = 1,
+    # tp = 1) would silently leave each of these keys out.
+    p = plan(model={"preset": "gpt2"}, gb=480, layout=fixed)
+    choice = choose(p)
+    assert choice.fits and holds(choice.layout), choice.layout.describe()
+    assert all(holds(c.layout) for c in search(p).fitting)
+
+
+def test_rungs_a_fixed_key_excludes_say_so():
+    p = plan(model={"preset": "gpt2"}, gb=480, layout={"schedule": "gpipe"})
+    reasons = {r.strategy: r.reason for r in choose(p).rejected}
+    assert reasons["DDP"] == reasons["+ PP (1F1B)"] == "excluded by the plan: it fixes schedule = gpipe"
+
+
+def test_the_tp_rung_names_the_arithmetic_that_rules_it_out():
+    # 12 CPU processes (3 nodes x 4), global_batch 7 (prime): without pipelining dp = 12 / tp is
+    # 6 or 3 (tp 2 or 4 inside a node of 4) and divides 7 in neither case, so TP alone is out;
+    # the chosen layout has TP *and* PP. tp = 3 would straddle nodes and is never tried.
+    p = plan(model={"preset": "gpt2"}, device="cpu", nodes=3, per_node=4, gb=7)
+    choice = choose(p)
+    assert choice.layout.pp > 1 and choice.layout.tp in (2, 4)
+    reasons = {r.strategy: r.reason for r in choice.rejected}
+    assert reasons["+ TP"] == ("not possible: covering the 12 devices without pipelining needs dp = 3 or 6, "
+                               "which does not divide global_batch = 7")
+    assert reasons["DDP"] == ("not possible: covering the 12 devices by data parallelism alone needs dp = 12, "
+                              "more than global_batch = 7 sequences")
+    assert all(c.layout.tp in (1, 2, 4) for c in search(p).fitting)
