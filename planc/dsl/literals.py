@@ -106,10 +106,24 @@ def parse_string(raw: str) -> str:
         position = match.end()
     out.append(inner[position:])
     text = "".join(out)
+    if any("\ud800" <= ch <= "\udfff" for ch in text):
+        text = _join_surrogates(raw, text)
     if "\0" in text:  # no path or name holds one, and the OS rejects it in file names
         offset = raw.find("\0") if "\0" in raw else raw.lower().find("\\u0000")
         raise LiteralError("a string cannot contain a NUL character", "remove it", max(offset, 0), 1)
     return text
+
+
+def _join_surrogates(raw: str, text: str) -> str:
+    """``\\ud83d\\ude00`` is one character written as a UTF-16 pair (as in JSON); a lone half is no
+    character at all and could not be written to a file or a terminal."""
+    try:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeDecodeError:
+        found = re.search(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}", raw)
+        raise LiteralError("a \\u escape names half of a UTF-16 surrogate pair, which is not a character",
+                           "write the character itself, or both halves of the pair (e.g. \\ud83d\\ude00)",
+                           found.start() if found else 0, 6) from None
 
 
 #: Common ways of writing a unit that planc spells differently.

@@ -173,8 +173,18 @@ def describe_found(text: str, kind: str) -> str:
     if kind == "STRING":
         return f"the string {text}"
     if len(text) == 1 and not text.isprintable():
-        return f"the control character U+{ord(text):04X}"
+        return f"the {_invisible_kind(text)} U+{ord(text):04X}"
     return f"'{text}'"
+
+
+def _invisible_kind(char: str) -> str:
+    """How to call a character that does not print: control characters are category Cc."""
+    category = unicodedata.category(char)
+    if category == "Cc":
+        return "control character"
+    if category.startswith("Z"):
+        return "space character"
+    return "invisible character"
 
 
 def _in_context(examples: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -312,8 +322,11 @@ def _unexpected_character(ctx: Context) -> PlanError | None:
         return ctx.make("unexpected '\\' outside a string", "a backslash may only appear inside \"...\"")
     if char in "\t\n\r\f ":
         return None
+    if unicodedata.category(char) == "Zs":  # a no-break or other wide space, often pasted from a web page
+        return ctx.make(f"unexpected {unicodedata.name(char, 'space').lower()} (U+{ord(char):04X})",
+                        "replace it with an ordinary space")
     if not char.isprintable() or unicodedata.category(char).startswith("C"):
-        return ctx.make(f"unexpected control character U+{ord(char):04X}",
+        return ctx.make(f"unexpected {_invisible_kind(char)} U+{ord(char):04X}",
                         "a .plan file is plain text; is this the right file?")
     if ord(char) > 127:
         return ctx.make(f"unexpected character '{char}' (U+{ord(char):04X})",

@@ -320,8 +320,14 @@ def _describe_invalid(key: str, value: Any, errors: list[dict], field) -> str:
         (op, bound), = ((k, v) for k, v in err["ctx"].items())
         words = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}[op]
         return f"{key} must be {words} {_show(bound)}{suffix}, got {shown}"
-    if kind in ("int_type", "int_from_float", "int_parsing"):
+    if kind == "int_from_float":
         return f"{key} must be a whole number{suffix}, got {shown}"
+    if kind in ("int_type", "int_parsing"):
+        if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+            shown = repr(value)  # "layers must be a whole number, got 1" would puzzle: show the 1.0
+        return f"{key} must be a whole number{suffix}, got {shown}"
+    if kind == "finite_number":
+        return f"{key} must be a finite number, got {shown}"
     if kind in ("bool_type", "bool_parsing"):
         return f"{key} must be true or false{suffix}, got {shown}"
     if kind in ("float_type", "float_parsing"):
@@ -334,6 +340,10 @@ def _describe_invalid(key: str, value: Any, errors: list[dict], field) -> str:
 
 
 def _hint_for(value: Any, errors: list[dict]) -> str | None:
+    if any(err["type"].startswith("bool") for err in errors):
+        return "write true or false" + (" (or auto)" if any("'auto'" in e["msg"] for e in errors) else "")
+    if isinstance(value, float) and value.is_integer() and any(err["type"].startswith("int") for err in errors):
+        return f"leave out the decimal point: {int(value)}"
     if not isinstance(value, str):
         return None
     for err in errors:

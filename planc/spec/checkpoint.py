@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from planc.spec.fields import PositiveInt, SpecModel
+from planc.spec.fields import Flag, PositiveInt, SpecModel
 
 
 class CheckpointSpec(SpecModel):
@@ -14,5 +14,5 @@ class CheckpointSpec(SpecModel):
     """Directory of the checkpoints, relative to the run directory."""
     keep: PositiveInt = 3
     """How many of the newest checkpoints to keep; older ones are deleted after a save succeeds."""
-    resume: bool = True
+    resume: Flag = True
     """Resume from the newest complete checkpoint in dir when one exists."""

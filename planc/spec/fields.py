@@ -54,6 +54,9 @@ Seconds = Annotated[float, UnitKind("time"), BeforeValidator(_accept_quantity("t
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
 PositiveIntOrAuto = Union[PositiveInt, Auto]
+#: true or false only: pydantic's lax bool would also take yes/no/on/off/1/0, which the language
+#: does not have (a plan says what it means).
+Flag = Annotated[bool, Field(strict=True)]
 
 
 def unit_kind_of(field_info) -> QuantityKind | None:
@@ -67,4 +70,4 @@ def unit_kind_of(field_info) -> QuantityKind | None:
 class SpecModel(BaseModel):
     """Base of every spec section: frozen, strict about unknown keys, documented fields."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)

@@ -9,7 +9,7 @@ from typing import Literal, Union
 
 from pydantic import Field, model_validator
 
-from planc.spec.fields import Auto, PositiveInt, PositiveIntOrAuto, SpecModel
+from planc.spec.fields import Auto, Flag, PositiveInt, PositiveIntOrAuto, SpecModel
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zero-bubble"]
@@ -34,7 +34,7 @@ class LayoutSpec(SpecModel):
     """Pipeline schedule: gpipe, 1f1b, interleaved (1F1B with virtual stages), zero-bubble."""
     virtual_stages: PositiveIntOrAuto = "auto"
     """Model chunks per pipeline rank for the interleaved schedule (v); 1 otherwise."""
-    sequence_parallel: Union[bool, Auto] = "auto"
+    sequence_parallel: Union[Flag, Auto] = "auto"
     """Shard norms and dropout along the sequence over the tensor-parallel group."""
     tolerance: float = Field(default=0.05, ge=0, lt=1)
     """The planner picks the simplest layout within this fraction of the best throughput."""

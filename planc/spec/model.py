@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, computed_field, model_validator
 
-from planc.spec.fields import PositiveInt, SpecModel
+from planc.spec.fields import Flag, PositiveInt, SpecModel
 
 #: Llama's SwiGLU rule rounds 2/3 of 4h up to a multiple of this (Touvron et al. 2023, model.py).
 SWIGLU_MULTIPLE_OF = 256
@@ -51,9 +51,9 @@ class ModelSpec(SpecModel):
     """Normalisation: layernorm (GPT) or rmsnorm (Llama). Pre-norm in both cases."""
     position: Literal["learned", "rope"] = "learned"
     """Position encoding: learned absolute embeddings (GPT) or rotary (RoPE, Llama)."""
-    tie_embeddings: bool = False
+    tie_embeddings: Flag = False
     """Share the input embedding with the output projection (GPT-2)."""
-    bias: bool
+    bias: Flag
     """Biases in linear layers and LayerNorm (default: true for gelu models, false for swiglu)."""
     rope_theta: float = Field(default=10000.0, gt=0)
     """RoPE base frequency (Llama 2: 10000; Llama 3: 500000). Used when position = rope."""

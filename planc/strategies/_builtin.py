@@ -31,7 +31,7 @@ class StrategyOptions(BaseModel):
     the layout), they are filled in from it, so an emitted program spells out the actual values.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
     #: field name -> how the layout determines it.
     FROM_LAYOUT: ClassVar[dict[str, Callable[[Any], Any]]] = {}

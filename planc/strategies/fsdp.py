@@ -22,6 +22,7 @@ per parameter). Under pipelining torch's ``PipelineStage`` always does the latte
 from __future__ import annotations
 
 from planc.cost.builtin import fsdp as cost  # noqa: F401  (the plan-time cost pass)
+from planc.spec.fields import Flag
 from planc.strategies._builtin import StrategyOptions, after
 
 NAME = "fsdp"
@@ -35,10 +36,10 @@ class Options(StrategyOptions):
 
     FROM_LAYOUT = {"reshard_after_forward": lambda layout: layout.zero == 3}
 
-    reshard_after_forward: bool | None = None
+    reshard_after_forward: Flag | None = None
     """Free gathered parameters after forward (ZeRO-3) or keep them until backward (ZeRO-2);
     default: from the layout's zero stage (3 -> true, 2 -> false)."""
-    accumulate_unsharded: bool = False
+    accumulate_unsharded: Flag = False
     """With gradient accumulation, reduce-scatter once per step and keep unsharded fp32 gradients
     between micro-batches (less traffic, 4 bytes per parameter more memory). Default: reduce-scatter
     every micro-batch, gradients stay sharded."""

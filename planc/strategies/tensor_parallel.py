@@ -17,6 +17,7 @@ Over the "tp" mesh dimension (Shoeybi et al. 2019, §3; PyTorch's ``torch.distri
 from __future__ import annotations
 
 from planc.cost.builtin import tensor_parallel as cost  # noqa: F401  (the plan-time cost pass)
+from planc.spec.fields import Flag
 from planc.strategies._builtin import StrategyOptions, after
 
 NAME = "tensor_parallel"
@@ -30,9 +31,9 @@ class Options(StrategyOptions):
 
     FROM_LAYOUT = {"sequence_parallel": lambda layout: layout.sequence_parallel}
 
-    sequence_parallel: bool | None = None
+    sequence_parallel: Flag | None = None
     """Shard norms along the sequence (default: the layout's sequence_parallel)."""
-    loss_parallel: bool = True
+    loss_parallel: Flag = True
     """Compute the cross-entropy on vocabulary-sharded logits instead of gathering them."""
 
 

@@ -93,3 +93,24 @@ def test_bad_configs_are_located_errors(tmp_path, config, expected):
     text = str(caught.value)
     assert expected in text
     assert ":1:12: error:" in text  # at the path in `model from "..."`
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ('"hidden_size": 1e400', "the number 1e400 is out of range for a 64-bit float"),
+    ('"rope_theta": NaN', "NaN is not a number"),
+    ('"hidden_size": -Infinity', "-Infinity is not a number"),
+    ('"hidden_size": 1' + "0" * 5000, "is out of range"),  # Python refuses int() of > 4300 digits
+    ('"num_hidden_layers": 99999999999999999999', "is out of range"),
+    ('"rope_theta": "inf"', "rope_theta must be a finite number, got inf"),
+])
+def test_numbers_a_config_cannot_mean_are_located_errors(tmp_path, raw, expected):
+    from planc.errors import PlanError
+
+    folder = tmp_path / "configs" / "m"
+    folder.mkdir(parents=True)
+    text = json.dumps(LLAMA)[:-1] + ", " + raw + "}"  # the raw key wins: JSON keeps the last duplicate
+    (folder / "config.json").write_text(text)
+    with pytest.raises(PlanError) as caught:
+        load_plan_text(f'model from "configs/m/config.json"\n{REST}', str(tmp_path / "p.plan"), base_dir=tmp_path)
+    assert expected in str(caught.value)
+    assert ":1:12: error:" in str(caught.value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planc.spec.fields import Flag
 from planc_powersgd.compression import traffic_ratio
 
 NAME = "powersgd"
@@ -22,7 +23,7 @@ AFTER = ("ddp", "zero1")
 class Options(BaseModel):
     """Options of ``use powersgd { ... }``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
     rank: int = Field(default=4, ge=1)
     """Rank r of the low-rank approximation: an n x m gradient travels as (n + m) r numbers."""
@@ -30,7 +31,7 @@ class Options(BaseModel):
     """Optimizer steps of plain all-reduce before compression starts (PyTorch needs >= 2)."""
     min_compression_rate: float = Field(default=2.0, gt=0)
     """Compress a matrix only when this saves at least this factor; others travel uncompressed."""
-    error_feedback: bool = True
+    error_feedback: Flag = True
     """Carry the compression error into the next step's gradient (Vogels et al. 2019, Sec. 3)."""
 
 
