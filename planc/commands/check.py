@@ -57,7 +57,9 @@ def summary(plan) -> str:
     devices = f"{hardware.world_size} × {hardware.device}"
     if hardware.nodes > 1:
         devices += f" ({hardware.nodes} nodes × {hardware.per_node})"
-    return f"{plan.model.name or 'custom model'}, {count(plan.model.params)} params, {devices}"
+    from planc.explain.visible import visible
+
+    return visible(f"{plan.model.name or 'custom model'}, {count(plan.model.params)} params, {devices}")
 
 
 def count(n: int) -> str:

@@ -14,9 +14,11 @@ DESCRIPTION = (
 
 
 def add_arguments(parser) -> None:
+    from planc.commands import tolerance
+
     parser.add_argument("file", help="the .plan file")
     parser.add_argument("-o", "--output", help="where to write the program (default: standard output)")
-    parser.add_argument("--tolerance", type=float, default=None,
+    parser.add_argument("--tolerance", type=tolerance, default=None,
                         help="planner tolerance: simplest layout within this fraction of the best (default: the plan's, 0.05)")
     parser.add_argument("--force", action="store_true",
                         help="emit the program even when the layout is predicted not to fit in memory")
@@ -25,7 +27,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from planc.codegen import compile_plan
     from planc.dsl.load import load_plan
-    from planc.fileio import write_text_atomically
+    from planc.fileio import write_output
 
     plan = load_plan(Path(args.file))
     program_name = Path(args.output).name if args.output else "train.py"
@@ -33,7 +35,7 @@ def run(args) -> int:
     for warning in compiled.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.output:
-        write_text_atomically(Path(args.output), compiled.program)
+        write_output(Path(args.output), compiled.program, option="-o", inputs=(Path(args.file),))
         print(f"wrote {args.output}: {compiled.layout.describe()}", file=sys.stderr)
     else:
         sys.stdout.write(compiled.program)

@@ -21,10 +21,12 @@ DESCRIPTION = (
 
 
 def add_arguments(parser) -> None:
+    from planc.commands import tolerance
+
     parser.add_argument("file", help="the .plan file (or a plan.json written by planc)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--svg", metavar="OUT", help="also write a picture of memory and pipeline schedule")
-    parser.add_argument("--tolerance", type=float, default=None,
+    parser.add_argument("--tolerance", type=tolerance, default=None,
                         help="pick the simplest layout within this fraction of the best throughput "
                              "(default: the plan's layout.tolerance, 0.05)")
     parser.add_argument("--top", type=int, default=5, metavar="K", help="how many alternatives to list (default 5)")
@@ -37,16 +39,18 @@ def add_arguments(parser) -> None:
 def read_plan(path_text: str):
     """A validated Plan from a .plan file (via the DSL) or a plan.json."""
     path = Path(path_text)
-    if not path.is_file():
-        raise PlanError(f"no such file: {path_text}", hint="give the path of a .plan file")
     if path.suffix == ".json":
-        from planc.spec import Plan
+        if not path.exists():
+            raise PlanError(f"no such file: {path_text}", hint="give the path of a .plan file or a plan.json")
+        if not path.is_file():
+            raise PlanError(f"{path_text} is not a regular file", hint="give the path of a plan.json file")
+        from planc.spec.plan_json import plan_from_json_text
 
         try:
-            return Plan.from_json(path.read_text()).model_copy(update={"source": str(path)})
-        except ValueError as exc:
-            raise PlanError(f"{path_text} is not a valid plan.json: {exc}",
-                            hint="pass a .plan file, or a plan.json written by planc") from None
+            text = path.read_text(encoding="utf-8")
+        except (OSError, ValueError) as exc:
+            raise PlanError(f"cannot read {path_text}: {exc}") from None
+        return plan_from_json_text(text, path_text)
     try:
         from planc.dsl.load import load_plan
     except ImportError:
@@ -59,8 +63,6 @@ def run(args) -> int:
     from planc.explain.report import render_text, to_dict
     from planc.planner import NoLegalLayout, choose
 
-    if args.tolerance is not None and not 0 <= args.tolerance < 1:
-        raise PlanError(f"--tolerance {args.tolerance} is outside [0, 1)", hint="e.g. --tolerance 0.05 for 5%")
     if args.top < 0:
         raise PlanError("--top must be 0 or more")
     from planc.cost import PROFILES
@@ -74,7 +76,10 @@ def run(args) -> int:
     try:
         choice = choose(plan, tolerance=args.tolerance, top_k=args.top, profile=profile)
     except NoLegalLayout as exc:
-        raise PlanError(str(exc), hint="set some layout keys to auto, or change the device count") from None
+        raise PlanError(str(exc), hint=exc.hint) from None
+    from planc.strategies.registry import load_registry
+
+    load_registry().require(plan, choice.layout)  # what `planc compile` would refuse, explain refuses too
     if args.json:
         json.dump({**to_dict(plan, choice), "runtime": args.runtime}, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
@@ -87,7 +92,9 @@ def run(args) -> int:
     if args.svg:
         from planc.explain.svg import render_svg
 
-        Path(args.svg).write_text(render_svg(plan, choice))
+        from planc.fileio import write_output
+
+        write_output(Path(args.svg), render_svg(plan, choice), option="--svg", inputs=(Path(args.file),))
     if not choice.fits:
         what = "the plan's fixed layout does not fit" if choice.fixed else "no layout fits"
         hint = f"; {choice.suggestion}" if choice.suggestion else ""

@@ -15,10 +15,12 @@ DESCRIPTION = (
 
 
 def add_arguments(parser) -> None:
+    from planc.commands import tolerance
+
     parser.add_argument("file", help="the .plan file")
     parser.add_argument("--out", help="run directory (default: runs/<plan>-<timestamp>)")
     parser.add_argument("--steps", type=int, help="optimizer steps to train (default: the plan's train.steps)")
-    parser.add_argument("--tolerance", type=float, default=None, help="planner tolerance (default: the plan's)")
+    parser.add_argument("--tolerance", type=tolerance, default=None, help="planner tolerance (default: the plan's)")
     parser.add_argument("--force", action="store_true", help="run even when the layout is predicted not to fit")
     parser.add_argument("--slurm", action="store_true", help="write launch.slurm into the run directory and stop")
     parser.add_argument("--print", dest="print_only", action="store_true",

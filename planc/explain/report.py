@@ -10,6 +10,7 @@ from planc.cost.context import ContextCache
 from planc.cost.estimate import Estimate
 from planc.cost.flops import model_flops_per_token
 from planc.explain.timeline import ascii_timeline
+from planc.explain.visible import visible
 from planc.planner.choose import Choice, step_parts
 from planc.spec.plan import Plan
 from planc.units import format_bytes
@@ -123,12 +124,12 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
     links = ContextCache(plan).links(lay)
     out: list[str] = []
     add = out.append
-    add(plan.source or "(plan)")
-    add(f"  model     {m.name or 'custom'} · {_num(m.params)} params · "
+    add(visible(plan.source or "(plan)"))
+    add(f"  model     {visible(m.name or 'custom')} · {_num(m.params)} params · "
         f"{model_flops_per_token(m) / 1e12:.3g} TFLOP per token (fwd+bwd)")
     nodes = f"{hw.nodes} node{'s' if hw.nodes != 1 else ''}"
     local_link = "between processes" if hw.is_cpu else "NVLink"
-    add(f"  hardware  {hw.world_size} × {hw.device} ({nodes} × {hw.per_node}) · "
+    add(f"  hardware  {hw.world_size} × {visible(hw.device)} ({nodes} × {hw.per_node}) · "
         f"{local_link} {_bw(hw.intra_node_bw)} · network {_bw(hw.inter_node_bw)} per device · "
         f"{format_bytes(hw.memory)} each")
     add(f"  batch     {tr.global_batch} sequences × {m.seq_len} = {_num(plan.tokens_per_step)} tokens per step · "

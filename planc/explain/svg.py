@@ -9,6 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from planc.explain.timeline import simulate
+from planc.explain.visible import visible
 from planc.planner.choose import Choice
 from planc.spec.plan import Plan
 
@@ -36,7 +37,7 @@ def render_svg(plan: Plan, choice: Choice) -> str:
             continue
         w = bar_w * value / scale_bytes
         els.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="28" fill="{COLORS[name]}">'
-                   f'<title>{escape(name)}: {value / GiB:.2f} GiB</title></rect>')
+                   f'<title>{escape(visible(name))}: {value / GiB:.2f} GiB</title></rect>')
         x += w
     cap_x = 40 + bar_w * est.capacity / scale_bytes
     els.append(f'<line x1="{cap_x:.1f}" y1="{y - 6}" x2="{cap_x:.1f}" y2="{y + 34}" stroke="black" '
@@ -81,4 +82,4 @@ def _schedule(els: list[str], schedule: str, p: int, v: int, m: int, top: int) -
 
 
 def _text(x: float, y: float, text: str, size: int = 12, weight: str = "normal") -> str:
-    return f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" font-weight="{weight}">{escape(text)}</text>'
+    return f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" font-weight="{weight}">{escape(visible(text))}</text>'

@@ -220,11 +220,13 @@ class Registry:
 
     def validate_uses(self, plan, layout=None) -> list[SpecIssue]:
         """Issues with the options of the plan's ``use`` blocks for the strategies that are loaded
-        (unknown names are the spec's business); addressed ``("uses", i, "options", key)``."""
+        (unknown names are the spec's business; a registered plugin that failed to load is named
+        here with its problem); addressed ``("uses", i, "options", key)``."""
         issues: list[SpecIssue] = []
-        for use in plan.uses:
+        for index, use in enumerate(plan.uses):
             strategy = self.strategies.get(use.name)
             if strategy is None:
+                issues += self._unloaded_use(index, use.name)
                 continue
             try:
                 strategy.options_for(plan, layout)
@@ -232,17 +234,64 @@ class Registry:
                 issues += error.issues
         return issues
 
+    def _unloaded_use(self, index: int, name: str) -> list[SpecIssue]:
+        """The issue for ``use NAME`` when NAME is registered but was skipped while loading."""
+        problems = [p for p in self.problems if p.name == name and p.skipped]
+        if not problems:
+            return []
+        return [SpecIssue(("uses", index, "name"), f"strategy plugin '{name}' is installed but was not loaded: "
+                                                  f"{problems[0].message}",
+                          "fix or reinstall the plugin, or remove this use block (`planc plugins` lists every "
+                          "problem)")]
+
+    def missing_builtins(self, plan, layout) -> list[SpecIssue]:
+        """The built-ins ``layout`` needs that are not loaded (``PLANC_PLUGINS`` left them out): without
+        them the program would silently lack a part of the layout."""
+        import importlib
+
+        needed = []
+        for name in BUILTIN_ORDER:
+            if name in self.strategies:
+                continue
+            module = importlib.import_module(f"planc.strategies.{name}")  # plan-time face: no torch
+            if module.enabled(plan, layout):
+                rule = (module.enabled.__doc__ or "").strip().rstrip(".")
+                needed.append((name, rule[:1].lower() + rule[1:]))
+        if not needed:
+            return []
+        shown = " and ".join(f"'{name}' ({rule})" for name, rule in needed)
+        names = ",".join(name for name, _ in needed)
+        return [SpecIssue(("layout",), f"the layout {layout.describe()} needs the built-in strateg"
+                                       f"{'ies' if len(needed) > 1 else 'y'} {shown}, which "
+                                       f"{api.RESTRICT_ENV} leaves out",
+                          f"add {names} to {api.RESTRICT_ENV}, or unset it")]
+
+    def refusal(self, plan, layout) -> str | None:
+        """None when every strategy the plan names in a ``use`` block accepts ``layout`` (its own
+        ``check``), else the first refusal (``"use powersgd: ..."``): the planner only chooses
+        layouts the program can be built for."""
+        for use in plan.uses:
+            strategy = self.strategies.get(use.name)
+            if strategy is not None and strategy.enabled(plan, layout):
+                message = strategy.check(plan, layout, strategy.options_for(plan, layout))
+                if message:
+                    return f"use {use.name}: {message}"
+        return None
+
     def check(self, plan, layout) -> list[SpecIssue]:
         """Problems with the plan's ``use`` blocks and the active strategies, as SpecIssues (empty: all well).
 
-        Covers unknown strategy names, invalid options, and each active strategy's own ``check``.
+        Covers unknown strategy names, plugins that failed to load, built-ins the layout needs that
+        are not loaded, invalid options, and each active strategy's own ``check``.
         """
         issues: list[SpecIssue] = []
         for index, use in enumerate(plan.uses):
             if use.name not in self.strategies:
-                issues.append(SpecIssue(("uses", index, "name"), f"unknown strategy plugin '{use.name}'",
-                                        (did_you_mean(use.name, self.strategies) or "")
-                                        + " (run `planc plugins` to list installed strategies)"))
+                issues += self._unloaded_use(index, use.name) or [
+                    SpecIssue(("uses", index, "name"), f"unknown strategy plugin '{use.name}'",
+                              ((did_you_mean(use.name, self.strategies) or "") + " (run `planc plugins` to list "
+                               "installed strategies)").strip())]
+        issues += self.missing_builtins(plan, layout)
         try:
             active = self.active(plan, layout)
         except PlanError as error:
@@ -259,6 +308,14 @@ class Registry:
                 path = ("uses", index) if index is not None else ("layout",)
                 issues.append(SpecIssue(path, f"{strategy.name}: {message}"))
         return issues
+
+    def require(self, plan, layout) -> None:
+        """Raise a PlanError with every :meth:`check` problem of ``layout`` (what compile and explain
+        refuse)."""
+        issues = self.check(plan, layout)
+        if issues:
+            raise PlanError("; ".join(issue.message for issue in issues),
+                            hint=next((i.hint for i in issues if i.hint), None))
 
     def unused_uses(self, plan, layout) -> list[str]:
         """Warnings for ``use`` blocks of strategies that do not take part in ``layout`` (their options

@@ -79,8 +79,14 @@ def test_a_fixed_layout_that_does_not_fit_exits_1_and_says_what_would(tmp_path, 
 def test_bad_arguments_are_clear_errors(tmp_path, capsys):
     assert main(["explain", str(tmp_path / "missing.json")]) == 1
     assert "no such file" in capsys.readouterr().err
-    assert main(["explain", write(tmp_path, "fits", FITS), "--tolerance", "2"]) == 1
-    assert "--tolerance" in capsys.readouterr().err
+    plan = write(tmp_path, "fits", FITS)
+    for command in ("explain", "compile", "run"):
+        for bad in ("2", "-1", "nan", "inf", "five"):
+            with pytest.raises(SystemExit) as stopped:  # argparse: usage line, then the reason, exit 2
+                main([command, plan, "--tolerance", bad])
+            assert stopped.value.code == 2
+            err = capsys.readouterr().err
+            assert "argument --tolerance" in err and "e.g. --tolerance 0.05" in err, err
 
 
 def test_explain_never_imports_torch():

@@ -265,3 +265,44 @@ def test_a_plugin_hook_that_raises_is_named_in_a_plan_error(install_plugin):
         reg.active(plan(), layout(dp=8))
     assert "'crashy' (from planc-crashy 0.3) failed in enabled()" in info.value.message
     assert "PLANC_PLUGINS" in info.value.hint
+
+
+def test_a_use_block_naming_a_plugin_that_failed_to_load_says_why(install_plugin):
+    install_plugin("planc-broken", "0.1", {"broken": "import not_a_module_anywhere\n"})
+    reg = load_registry(refresh=True)
+    used = plan(uses=[("broken", {})])
+    for issues in (reg.validate_uses(used), reg.check(used, layout(dp=8))):
+        (issue,) = issues
+        assert issue.path == ("uses", 0, "name")
+        assert "'broken' is installed but was not loaded" in issue.message
+        assert "not_a_module_anywhere" in issue.message and "planc plugins" in issue.hint
+
+
+def test_a_layout_needing_a_builtin_left_out_by_planc_plugins_is_refused(monkeypatch):
+    monkeypatch.setenv(api.RESTRICT_ENV, "ddp")
+    reg = load_registry(refresh=True)
+    three_d = layout(tp=2, pp=2, dp=2, schedule="1f1b")
+    (issue,) = reg.check(plan(), three_d)
+    assert "needs the built-in strategies 'pipeline' (more than one pipeline stage) and 'tensor_parallel'" \
+        in issue.message
+    assert issue.hint == "add pipeline,tensor_parallel to PLANC_PLUGINS, or unset it"
+    assert not reg.check(plan(), layout(dp=8))  # what ddp alone builds is fine
+    with pytest.raises(PlanError, match="which PLANC_PLUGINS leaves out"):
+        reg.require(plan(), three_d)
+
+
+def test_the_planner_only_chooses_layouts_the_used_plugins_accept():
+    from planc.planner import choose, search
+
+    # powersgd is a DDP communication hook: it refuses ZeRO-2/3 (FSDP). Llama 2 13B's model states
+    # do not fit 8 A100s under DDP or ZeRO-1 (16 and 4 + 12/8 bytes per parameter: 195 and 110 GiB),
+    # so without the refusal ZeRO-2 would be the simplest fit; with it, the planner must go on to TP.
+    used = build_plan({"model": {"preset": "llama2-13b"}, "hardware": {"device": "A100-80GB", "per_node": 8},
+                       "train": {"global_batch": 64}, "uses": [{"name": "powersgd", "options": {}}]})
+    choice = choose(used)
+    assert choice.layout.dp > 1 and choice.layout.zero in (0, 1) and choice.layout.tp > 1
+    assert all(c.layout.zero in (0, 1) for c in search(used).fitting if c.layout.dp > 1)
+    reasons = {r.strategy: r.reason for r in choice.rejected}
+    for rung in ("ZeRO-2", "ZeRO-3 (FSDP)"):
+        assert reasons[rung].startswith("refused by use powersgd: PowerSGD is a DistributedDataParallel")
+    assert not load_registry(refresh=True).check(used, choice.layout)
