@@ -63,7 +63,9 @@ def summary(plan) -> str:
 
 
 def count(n: int) -> str:
-    """``8030261248 -> '8.03 B'``: three significant digits with K/M/B/T."""
+    """``8030261248 -> '8.03 B'``: three significant digits with K/M/B/T (beyond, scientific)."""
+    if n >= 1e15:
+        return f"{float(n):.3g}"
     for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
         if n >= scale:
             return f"{n / scale:.3g} {suffix}"

@@ -79,7 +79,10 @@ def run(args) -> int:
         raise PlanError(str(exc), hint=exc.hint) from None
     from planc.strategies.registry import load_registry
 
-    load_registry().require(plan, choice.layout)  # what `planc compile` would refuse, explain refuses too
+    registry = load_registry()
+    registry.require(plan, choice.layout)  # what `planc compile` would refuse, explain refuses too
+    for warning in registry.unused_uses(plan, choice.layout):
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         json.dump({**to_dict(plan, choice), "runtime": args.runtime}, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

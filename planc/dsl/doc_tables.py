@@ -128,7 +128,8 @@ def key_table(block: str) -> str:
 def use_table() -> str:
     fields = PluginUse.model_fields
     return "\n".join(["| part | meaning |", "|---|---|"] +
-                     [f"| `{name}` | {_cell(fields[name].description or '')} |" for name in fields])
+                     [f"| `{name}` | {_cell(fields[name].description or '')} |" for name in fields
+                      if not fields[name].exclude])  # bookkeeping the user never writes
 
 
 def _unit_size(unit: str, kind: str, scale: float) -> str:

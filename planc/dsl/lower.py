@@ -116,7 +116,7 @@ def _entries(out: Lowered, prefix: KeyPath, entries: tuple[ast.Entry, ...]) -> d
 
 # -- from key paths back to the source --------------------------------------------------------
 
-_ABOUT_THE_KEY = ("unknown key", "' is derived by planc")
+_ABOUT_THE_KEY = ("unknown key", "' is derived by planc", "unknown option")
 _MISSING_BLOCK = re.compile(r"the plan has no (\w+) block")
 
 

@@ -62,6 +62,9 @@ def parse(text: str, filename: str = "<plan>") -> ast.PlanFile:
     """Parse ``text`` into a :class:`~planc.dsl.ast.PlanFile`, or raise a located PlanError."""
     from planc.dsl.syntax_errors import describe_syntax_error
 
+    # Windows (CRLF) and classic Mac (CR) line ends read as line ends: otherwise a '#' comment
+    # on a CR-only file would run to the end of the file and hide everything after it.
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
     parser = lark_parser()
     _COMMENTS.tokens = []
     try:

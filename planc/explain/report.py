@@ -19,11 +19,18 @@ GiB = 2**30
 
 
 def _num(n: float) -> str:
-    """1 234 567 -> '1.23 M'."""
+    """1 234 567 -> '1.23 M'; beyond a thousand T, plain scientific notation."""
+    if abs(n) >= 1e15:
+        return f"{n:.3g}"
     for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(n) >= size:
             return f"{n / size:.3g} {unit}"
     return f"{n:.3g}"
+
+
+def _rate(tflops: float) -> str:
+    """TFLOP/s: whole numbers for GPUs, three digits for a CPU's fraction of one (not "0")."""
+    return f"{tflops:.0f}" if tflops >= 10 else f"{tflops:.3g}"
 
 
 def _sec(s: float) -> str:
@@ -40,7 +47,12 @@ def _bw(bytes_per_s: float) -> str:
     return "∞" if bytes_per_s == float("inf") else f"{bytes_per_s / 1e9:.4g} GB/s"
 
 
-def bottleneck(est: Estimate, links: dict) -> str:
+def _medium(name: str, cpu: bool) -> str:
+    """How to call a link: CPU processes of one machine talk over gloo, not NVLink."""
+    return "intra-node" if cpu and name == "nvlink" else name
+
+
+def bottleneck(est: Estimate, links: dict, *, cpu: bool = False) -> str:
     """What limits the step: memory (if it does not fit), else the largest part of the step."""
     if not est.fits:
         return "memory (the layout does not fit)"
@@ -55,7 +67,7 @@ def bottleneck(est: Estimate, links: dict) -> str:
         if key.endswith("exposed"):
             group = key.split()[0].lower()
             link = links.get(group if group != "pp" else "pp_p2p")
-            where = f" over {link.medium} at {_bw(link.bandwidth)} per device" if link else ""
+            where = f" over {_medium(link.medium, cpu)} at {_bw(link.bandwidth)} per device" if link else ""
             text = f"{group.upper()} communication{where} ({share:.0%} of the step)"
         elif key == "bubble":
             text = f"pipeline bubble ({share:.0%} of the step)"
@@ -104,7 +116,7 @@ def to_dict(plan: Plan, choice: Choice) -> dict:
         "throughput": {"tokens_per_s": est.tokens_per_s, "model_tflops_per_device": est.model_tflops_per_device,
                        "hardware_tflops_per_device": est.hardware_tflops_per_device, "mfu": est.mfu,
                        "hfu": est.hfu},
-        "bottleneck": bottleneck(est, links),
+        "bottleneck": bottleneck(est, links, cpu=plan.hardware.is_cpu),
         "rejected": [r.to_dict() for r in choice.rejected],
         "alternatives": [{"layout": {k: getattr(a.layout, k) for k in ("tp", "pp", "dp", "zero", "recompute",
                                                                        "schedule", "micro_batch", "virtual_stages",
@@ -148,11 +160,11 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
     add("")
     out += _memory_table(est)
     add("")
-    out += _time_lines(est, links)
+    out += _time_lines(est, links, cpu=hw.is_cpu)
     add("")
-    add(f"  throughput {_num(est.tokens_per_s)} tokens/s · {est.model_tflops_per_device:.0f} model TFLOP/s per device · "
-        f"{est.hardware_tflops_per_device:.0f} hardware TFLOP/s · MFU {est.mfu:.0%}")
-    add(f"  bottleneck {bottleneck(est, links)}")
+    add(f"  throughput {_num(est.tokens_per_s)} tokens/s · {_rate(est.model_tflops_per_device)} model TFLOP/s per "
+        f"device · {_rate(est.hardware_tflops_per_device)} hardware TFLOP/s · MFU {est.mfu:.0%}")
+    add(f"  bottleneck {bottleneck(est, links, cpu=hw.is_cpu)}")
     if choice.rejected:
         add("")
         add("  why not simpler")
@@ -199,7 +211,7 @@ def _memory_table(est: Estimate) -> list[str]:
     return lines
 
 
-def _time_lines(est: Estimate, links: dict) -> list[str]:
+def _time_lines(est: Estimate, links: dict, *, cpu: bool) -> list[str]:
     parts = step_parts(est)
     shown = " + ".join(f"{k} {_sec(v)}" for k, v in parts.items() if v > 0)
     lines = [f"  step time {_sec(est.step_s)} = {shown}"]
@@ -207,7 +219,7 @@ def _time_lines(est: Estimate, links: dict) -> list[str]:
         lines.append(f"    {'communication':<16}{'per step':>12}{'total':>11}{'exposed':>11}   link")
         for c in est.comm:
             link = links.get(c.group if c.group != "pp" else "pp_p2p")
-            where = f"{c.medium} {_bw(link.bandwidth)}" if link else c.medium
+            where = f"{_medium(c.medium, cpu)} {_bw(link.bandwidth)}" if link else _medium(c.medium, cpu)
             lines.append(f"    {c.group.upper():<16}{format_bytes(c.volume):>12}{_sec(c.total):>11}"
                          f"{_sec(c.exposed):>11}   {where}")
             if c.detail:

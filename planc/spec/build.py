@@ -252,7 +252,9 @@ def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
             continue
         seen.add(name)
         options = {k: _base_units(v) for k, v in item.get("options", {}).items()}
-        uses.append(PluginUse(name=name, options=options))
+        units = {k: (v.kind, v.text or f"{v.value:g}") for k, v in item.get("options", {}).items()
+                 if isinstance(v, Quantity)}
+        uses.append(PluginUse(name=name, options=options, units=units))
     return uses
 
 
@@ -367,6 +369,8 @@ def _show(value: Any) -> str:
         return value.text or f"{value.value:g}"
     if isinstance(value, list):
         return "[" + ", ".join(_show(item) for item in value) + "]"
+    if isinstance(value, int) and abs(value) >= 10**18:  # a typo like 1e30: its 31 digits say nothing
+        return f"{float(value):.3g}" if abs(value) < 10**300 else f"a {len(str(abs(value)))}-digit number"
     return repr(value) if not isinstance(value, (int, float)) else f"{value:g}" if isinstance(value, float) else str(value)
 
 

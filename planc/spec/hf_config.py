@@ -98,8 +98,12 @@ def _llama(config: dict, notes: list[str]) -> dict:
     act = config.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
         notes.append(f"hidden_act {act!r} is built as SwiGLU (silu)")
-    if config.get("sliding_window"):
-        notes.append(f"sliding-window attention ({config['sliding_window']} tokens) is built as full causal attention")
+    window, context = config.get("sliding_window"), config.get("max_position_embeddings", 4096)
+    # Qwen2 configs carry a sliding_window but switch it off with use_sliding_window = false; a
+    # window as long as the context is full attention anyway.
+    if window and config.get("use_sliding_window", True) is not False \
+            and not (isinstance(window, int) and isinstance(context, int) and window >= context):
+        notes.append(f"sliding-window attention ({window} tokens) is built as full causal attention")
     if config.get("rope_scaling"):
         notes.append("rope_scaling is ignored (plain RoPE)")
     bias = bool(config.get("attention_bias", False) or config.get("mlp_bias", False))
@@ -110,7 +114,9 @@ def _llama(config: dict, notes: list[str]) -> dict:
         layers=config["num_hidden_layers"],
         hidden=config["hidden_size"],
         heads=config["num_attention_heads"],
-        kv_heads=config.get("num_key_value_heads") or config["num_attention_heads"],
+        # absent or null: one KV head per query head (multi-head attention); 0 is an error, not MHA
+        kv_heads=config["num_attention_heads"] if config.get("num_key_value_heads") is None
+        else config["num_key_value_heads"],
         ffn=config["intermediate_size"],
         vocab=config["vocab_size"],
         seq_len=config.get("max_position_embeddings", 4096),

@@ -22,6 +22,9 @@ class PluginUse(SpecModel):
     options: dict[str, Any] = Field(default_factory=dict)
     """Options as written; the strategy's own Options model validates them. Unit literals
     arrive as numbers in base units (bytes, B/s, FLOP/s, s)."""
+    units: dict[str, tuple[str, str]] = Field(default_factory=dict, exclude=True)
+    """For each option written with a unit in a .plan file: (unit kind, the text as written), so
+    the strategy's Options can reject ``bucket = 5 ms`` for a size (not stored in plan.json)."""
 
 
 class Plan(SpecModel):

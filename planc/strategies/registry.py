@@ -146,9 +146,12 @@ class LoadedStrategy:
         """
         index = self.use_index(plan)
         raw = dict(plan.uses[index].options) if index is not None else {}
-        return self.validate_options(raw, index, context={"plan": plan, "layout": layout})
+        units = dict(plan.uses[index].units) if index is not None else {}
+        return self.validate_options(raw, index, context={"plan": plan, "layout": layout}, units=units)
 
-    def validate_options(self, raw: dict[str, Any], index: int | None = None, context: dict | None = None) -> BaseModel:
+    def validate_options(self, raw: dict[str, Any], index: int | None = None, context: dict | None = None,
+                         units: dict[str, tuple[str, str]] | None = None) -> BaseModel:
+        """``units``: the unit kind and text of each option written with a unit (from a .plan)."""
         model = self.options_model
         fields = list(model.model_fields)
         base = ("uses", index if index is not None else 0, "options")
@@ -160,6 +163,8 @@ class LoadedStrategy:
                 else:
                     hint = did_you_mean(key, fields) or f"'{self.name}' takes {one_of(fields)}"
                 issues.append(SpecIssue(base + (key,), f"unknown option '{key}' for strategy '{self.name}'", hint))
+            elif key in (units or {}):
+                issues += self._unit_issues(base + (key,), key, model.model_fields[key], *units[key])
         if issues:
             raise SpecError(issues)
         try:
@@ -172,6 +177,24 @@ class LoadedStrategy:
                                         f"option '{key}' of strategy '{self.name}': {err['msg']}",
                                         doc.splitlines()[0] if doc else None))
             raise SpecError(issues) from None
+
+
+    def _unit_issues(self, path, key: str, field_info, written_kind: str, text: str) -> list[SpecIssue]:
+        """An option written with a unit of the wrong kind (``bucket = 5 ms`` for a size), or with a
+        unit where the option takes a plain number."""
+        from planc.spec.fields import unit_kind_of
+        from planc.units import KIND_DESCRIPTIONS
+
+        expected = unit_kind_of(field_info)
+        if expected is None:
+            return [SpecIssue(path, f"option '{key}' of strategy '{self.name}' takes a plain value, not a "
+                                    f"quantity ({text})", "drop the unit")]
+        if expected != written_kind:
+            return [SpecIssue(path, f"option '{key}' of strategy '{self.name}' is "
+                                    f"{KIND_DESCRIPTIONS[expected].split(',')[0]}, but {text} is "
+                                    f"{KIND_DESCRIPTIONS[written_kind].split(',')[0]}",
+                              f"use {KIND_DESCRIPTIONS[expected]}")]
+        return []
 
 
 @dataclass
@@ -534,7 +557,8 @@ def describe_options(model: type[BaseModel]) -> list[dict[str, Any]]:
 
 
 def type_name(annotation: Any) -> str:
-    """``bool``, ``'full' | 'selective' | none``, ``int``: how a .plan writes values of this type."""
+    """``bool``, ``'full' | 'selective'``, ``int``: how a .plan writes values of this type (an
+    optional option is simply left out: a .plan has no null, so ``None`` is not listed)."""
     import typing
 
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -543,5 +567,5 @@ def type_name(annotation: Any) -> str:
     if origin is typing.Annotated:
         return type_name(args[0])
     if args and (origin is typing.Union or type(annotation).__name__ == "UnionType"):
-        return " | ".join("none" if a is type(None) else type_name(a) for a in args)
+        return " | ".join(type_name(a) for a in args if a is not type(None))
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")

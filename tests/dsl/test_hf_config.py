@@ -114,3 +114,25 @@ def test_numbers_a_config_cannot_mean_are_located_errors(tmp_path, raw, expected
         load_plan_text(f'model from "configs/m/config.json"\n{REST}', str(tmp_path / "p.plan"), base_dir=tmp_path)
     assert expected in str(caught.value)
     assert ":1:12: error:" in str(caught.value)
+
+
+def test_sliding_window_is_noted_only_when_it_is_on_and_shorter_than_the_context(tmp_path):
+    def notes(name, **extra):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({**LLAMA, **extra}))
+        plan = load_plan_text(f'model from "{name}/config.json"\n{REST}', str(tmp_path / "p.plan"), base_dir=tmp_path)
+        return [n for n in plan.notes if "sliding-window" in n]
+
+    # Qwen2-7B's config.json: sliding_window 131072 with use_sliding_window false
+    assert notes("qwen", model_type="qwen2", sliding_window=131072, use_sliding_window=False) == []
+    assert notes("whole", sliding_window=1024) == []  # = max_position_embeddings: full attention
+    assert notes("mistral", model_type="mistral", sliding_window=256)  # Mistral 7B v0.1 style: on
+
+
+def test_zero_kv_heads_is_an_error_not_multi_head_attention(tmp_path):
+    from planc.errors import PlanError
+
+    with pytest.raises(PlanError, match="kv_heads must be greater than 0, got 0"):
+        load(tmp_path, {**LLAMA, "num_key_value_heads": 0})
+    assert load(tmp_path / "b", {**LLAMA, "num_key_value_heads": None}).model.kv_heads == LLAMA["num_attention_heads"]

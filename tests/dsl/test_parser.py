@@ -100,6 +100,14 @@ def test_newlines_and_spaces_separate_entries_alike():
     assert values(one_line) == values(many) == [("preset", '"llama3-8b"'), ("seq_len", "4096")]
 
 
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_every_kind_of_line_end_ends_a_comment(newline):
+    # A CR-only file (classic Mac) once let the first '#' comment swallow the rest of the file.
+    text = newline.join(["model {  # the model", '  preset = "gpt2"', "  seq_len = 512 # short", "}", ""])
+    (block,) = parse(text, "x").blocks
+    assert [(e.key.text, e.key.line) for e in block.entries] == [("preset", 2), ("seq_len", 3)]
+
+
 def test_a_key_after_a_number_is_not_read_as_a_unit():
     # `8 h` is 8 hours, but in `nodes = 8 h = 2` (or before a key like `min_lr`) it is not.
     plan = parse("train { steps = 8 min_lr = 0 }\nhardware { nodes = 8 s = 2 }", "x")

@@ -13,7 +13,7 @@ def test_lists_builtins_with_origin_and_options(capsys):
     out = capsys.readouterr().out
     assert "ddp  (built-in)" in out and "fsdp  (built-in)" in out
     assert "option bucket: bytes, default 25 MB" in out
-    assert "option mode: 'full' | 'selective' | none, default from the layout" in out
+    assert "option mode: 'full' | 'selective', default from the layout" in out
 
 
 def test_json_and_problems(install_plugin, capsys):
