@@ -43,7 +43,7 @@ def write_output(path: Path, text: str, *, option: str, inputs: tuple[Path, ...]
         if path.exists() and Path(source).exists() and path.samefile(source):
             raise PlanError(f"{option} {path} is the input file; writing there would overwrite it",
                             hint="choose another output file name")
-    parent = path.parent if str(path.parent) else Path(".")
+    parent = path.parent
     if not parent.is_dir():
         raise PlanError(f"cannot write {path}: the directory {parent} does not exist",
                         hint=f"create it first (mkdir -p {parent}), or write somewhere else")

@@ -94,7 +94,6 @@ def run(args) -> int:
         sys.stdout.write(text)
     if args.svg:
         from planc.explain.svg import render_svg
-
         from planc.fileio import write_output
 
         write_output(Path(args.svg), render_svg(plan, choice), option="--svg", inputs=(Path(args.file),))

@@ -21,7 +21,7 @@ from planc.cost.context import ContextCache
 from planc.cost.estimate import Estimate
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.planner import space
-from planc.planner.ladder import RUNGS, complexity, rung_for, rung_name
+from planc.planner.ladder import RUNGS, complexity, rung_name, schedule_rung
 from planc.planner.explore import Candidate, SearchResult, evaluate_layout, make_layout, search
 from planc.spec.checks import MAX_DEVICES
 from planc.spec.layout import Layout
@@ -186,7 +186,7 @@ def _why_no_layout(plan: Plan, rung: int) -> str:
     """Why no layout of ``rung`` was legal: a fixed key that excludes it, or the arithmetic of
     devices, batch and model shape."""
     lay = plan.layout
-    if rung >= 9 and lay.schedule != "auto" and rung_for(1, 2, 1, 0, "none", lay.schedule, False) != rung:
+    if rung >= 9 and lay.schedule != "auto" and schedule_rung(lay.schedule) != rung:
         return f"excluded by the plan: it fixes schedule = {lay.schedule}"
     if rung == 10:
         return "not tried: GPipe has 1F1B's bubble and holds all micro-batches (set schedule = gpipe to try it)"
@@ -195,11 +195,9 @@ def _why_no_layout(plan: Plan, rung: int) -> str:
     clashes = [f"{key} = {getattr(lay, key)}" for key, need in wanted.items() if need is not None
                and getattr(lay, key) != "auto" and (getattr(lay, key) > 1) != (need == "> 1")]
     needs = space.needs_more_than_one(plan)
-    clashes += [text for key, text in needs.items() if wanted.get(key) == "= 1"]
-    if rung == 8 and lay.sequence_parallel is False:
-        clashes.append("sequence_parallel = false")
-    if rung == 7 and lay.sequence_parallel is True:
-        clashes.append("sequence_parallel = true")
+    clashes += [space.fixed_text(plan, key) for degree, key in needs.items() if wanted.get(degree) == "= 1"]
+    if (rung == 8 and lay.sequence_parallel is False) or (rung == 7 and lay.sequence_parallel is True):
+        clashes.append(space.fixed_text(plan, "sequence_parallel"))
     if 1 <= rung <= 4 and lay.zero != "auto" and lay.zero != rung - 1:
         clashes.append(f"zero = {lay.zero}")
     if 1 <= rung <= 4 and lay.recompute not in ("auto", "none"):

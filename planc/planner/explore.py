@@ -223,7 +223,7 @@ def _family_can_fit(plan, cache, result, tp, pp, dp, zero, recomputes, schedules
         if not space.schedule_accepts(schedule, pp, gb // (dp * mb)):
             return True  # no cheap witness; let the full loop decide
         layout = make_layout(tp, pp, dp, zero, recomputes[-1], schedule, mb, v, sps[-1])
-        if refuse is not None and refuse(layout):
+        if _refused(result, refuse, layout):
             return True  # the witness is not a legal layout; let the full loop decide
         estimate = evaluate_layout(plan, layout, cache)
         result.scored += 1

@@ -46,6 +46,11 @@ _RECOMPUTE_RANK = {"none": 0, "selective": 1, "full": 2}
 _SCHEDULE_RUNG = {"1f1b": 9, "gpipe": 10, "interleaved": 11, "zero-bubble": 12}
 
 
+def schedule_rung(schedule: str) -> int:
+    """The rung of a pipeline schedule."""
+    return _SCHEDULE_RUNG[schedule]
+
+
 def rung_of(layout: Layout) -> int:
     """Index in :data:`RUNGS` of the most complex technique ``layout`` uses."""
     return rung_for(layout.tp, layout.pp, layout.dp, layout.zero, layout.recompute, layout.schedule,

@@ -49,9 +49,9 @@ def tp_options(plan: Plan) -> list[int]:
     tp = plan.layout.tp
     if tp != AUTO:
         return [tp]
-    m, world = plan.model, plan.world_size
-    return [d for d in _divisors(world) if plan.hardware.per_node % d == 0
-            and all(x % d == 0 for x in (m.heads, m.kv_heads, m.ffn, m.padded_vocab))]
+    m = plan.model
+    return [d for d in _divisors(plan.hardware.per_node)
+            if all(x % d == 0 for x in (m.heads, m.kv_heads, m.ffn, m.padded_vocab))]
 
 
 def pp_options(plan: Plan, tp: int) -> list[int]:
@@ -79,18 +79,24 @@ def device_splits(plan: Plan) -> list[tuple[int, int, int]]:
 
 
 def needs_more_than_one(plan: Plan) -> dict[str, str]:
-    """The degrees that other fixed keys require to be > 1, each with the key that requires it
-    (``{"pp": "schedule = gpipe"}``): a layout with that degree 1 would drop the key."""
+    """The degrees that other fixed keys require to be > 1, each with the layout key that requires
+    it (``{"pp": "schedule"}``): a layout with that degree 1 would drop the key."""
     lay, out = plan.layout, {}
     if lay.schedule != AUTO:
-        out["pp"] = f"schedule = {lay.schedule}"
+        out["pp"] = "schedule"
     elif lay.virtual_stages != AUTO and lay.virtual_stages > 1:
-        out["pp"] = f"virtual_stages = {lay.virtual_stages}"
+        out["pp"] = "virtual_stages"
     if lay.sequence_parallel is True:
-        out["tp"] = "sequence_parallel = true"
+        out["tp"] = "sequence_parallel"
     if lay.zero != AUTO and lay.zero > 0:
-        out["dp"] = f"zero = {lay.zero}"
+        out["dp"] = "zero"
     return out
+
+
+def fixed_text(plan: Plan, key: str) -> str:
+    """``schedule = gpipe``, ``sequence_parallel = true``: a layout key as the plan wrote it."""
+    value = getattr(plan.layout, key)
+    return f"{key} = {str(value).lower() if isinstance(value, bool) else value}"
 
 
 def degree_options(plan: Plan) -> list[tuple[int, int, int]]:
@@ -181,12 +187,11 @@ def why_no_layout(plan: Plan) -> SpecIssue | None:
                                       f"tp dividing heads, kv_heads, ffn and the padded vocabulary within "
                                       f"per_node = {plan.hardware.per_node}",
                          "set tp, pp or dp to auto, or change the device count")
-    for name, key_text in needs_more_than_one(plan).items():
+    for name, key in needs_more_than_one(plan).items():
         kept = [split for split in splits if split[_DEGREE_INDEX[name]] > 1]
         if not kept:
-            key = key_text.split(" = ")[0]
-            return SpecIssue(("layout", key), f"{key_text} needs {name} > 1, but every legal layout of the "
-                                              f"{world} device(s) has {name} = 1",
+            return SpecIssue(("layout", key), f"{fixed_text(plan, key)} needs {name} > 1, but every legal "
+                                              f"layout of the {world} device(s) has {name} = 1",
                              f"remove {key}, or change the fixed degrees or the device count so {name} can "
                              f"exceed 1")
         splits = kept

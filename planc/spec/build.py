@@ -201,18 +201,27 @@ def _check_keys_and_units(block: str, values: dict, model_cls: type[BaseModel]) 
             issues.append(SpecIssue((block, key), f"unknown key '{key}' in the {block} block",
                                     did_you_mean(key, block_keys(block)) or one_of(block_keys(block))))
             continue
-        kind = unit_kind_of(fields[key])
-        if kind and not isinstance(value, Quantity):
-            issues.append(SpecIssue((block, key), f"{key} needs a unit: {KIND_DESCRIPTIONS[kind]}",
-                                    f"write the unit after the number, e.g. {_unit_example(kind)}"))
-        elif kind and value.kind != kind:
-            issues.append(SpecIssue((block, key), f"{key} is {KIND_DESCRIPTIONS[kind].split(',')[0]}, "
-                                    f"but {value.text} is {KIND_DESCRIPTIONS[value.kind].split(',')[0]}",
-                                    f"use a unit like {_unit_example(kind)}"))
-        elif not kind and isinstance(value, Quantity):
-            issues.append(SpecIssue((block, key), f"{key} takes a plain value, not a quantity ({value.text})",
-                                    "drop the unit"))
+        written = (value.kind, value.text) if isinstance(value, Quantity) else (None, None)
+        problem = unit_mismatch(key, unit_kind_of(fields[key]), *written)
+        if problem:
+            issues.append(SpecIssue((block, key), *problem))
     return issues
+
+
+def unit_mismatch(label: str, expected: str | None, written: str | None,
+                  text: str | None) -> tuple[str, str] | None:
+    """(message, hint) when a value's unit does not suit its key, else None. ``label`` names the
+    key (``memory``, ``option 'bucket' of strategy 'ddp'``); ``expected`` is the key's unit kind
+    (None: a plain value); ``written`` the kind of the unit written with ``text`` (None: none)."""
+    if expected and written is None:
+        return (f"{label} needs a unit: {KIND_DESCRIPTIONS[expected]}",
+                f"write the unit after the number, e.g. {_unit_example(expected)}")
+    if expected and written != expected:
+        return (f"{label} is {KIND_DESCRIPTIONS[expected].split(',')[0]}, but {text} is "
+                f"{KIND_DESCRIPTIONS[written].split(',')[0]}", f"use a unit like {_unit_example(expected)}")
+    if not expected and written is not None:
+        return f"{label} takes a plain value, not a quantity ({text})", "drop the unit"
+    return None
 
 
 def _unit_example(kind: str) -> str:
@@ -322,9 +331,7 @@ def _describe_invalid(key: str, value: Any, errors: list[dict], field) -> str:
         (op, bound), = ((k, v) for k, v in err["ctx"].items())
         words = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}[op]
         return f"{key} must be {words} {_show(bound)}{suffix}, got {shown}"
-    if kind == "int_from_float":
-        return f"{key} must be a whole number{suffix}, got {shown}"
-    if kind in ("int_type", "int_parsing"):
+    if kind in ("int_type", "int_from_float", "int_parsing"):
         if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
             shown = repr(value)  # "layers must be a whole number, got 1" would puzzle: show the 1.0
         return f"{key} must be a whole number{suffix}, got {shown}"

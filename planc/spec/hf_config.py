@@ -8,10 +8,11 @@ the returned notes, so `planc check` can tell the user (e.g. GPT-NeoX's parallel
 from __future__ import annotations
 
 import json
-import math
 import stat
 from pathlib import Path
 from typing import Any
+
+from planc.spec import strict_json
 
 
 class HFConfigError(ValueError):
@@ -22,27 +23,6 @@ class HFConfigError(ValueError):
 MAX_CONFIG_BYTES = 1 << 20
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox")
-
-
-#: No model size in a config.json comes near 2**63; a larger integer is a corrupt file.
-_MAX_INT = 2**63
-
-
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > 19 or abs(int(text)) >= _MAX_INT:
-        raise ValueError(f"the number {text[:24]}{'...' if len(text) > 24 else ''} is out of range")
-    return int(text)
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text[:24]} is out of range for a 64-bit float")
-    return value
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number; a config.json holds finite numbers only")
 
 
 def read_hf_config(path: Path) -> tuple[dict[str, Any], list[str]]:
@@ -61,7 +41,7 @@ def read_hf_config(path: Path) -> tuple[dict[str, Any], list[str]]:
     if info.st_size > MAX_CONFIG_BYTES or len(text) > MAX_CONFIG_BYTES:
         raise HFConfigError(f"{path} is too large for a config.json (over {MAX_CONFIG_BYTES:,} bytes)")
     try:
-        config = json.loads(text, parse_int=_bounded_int, parse_float=_finite_float, parse_constant=_no_constant)
+        config = strict_json.loads(text)
     except json.JSONDecodeError as exc:
         raise HFConfigError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except ValueError as exc:  # from the three number readers

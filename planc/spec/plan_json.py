@@ -7,11 +7,10 @@ cross-key checks run as for a ``.plan`` file, so an edited plan.json gets the sa
 
 from __future__ import annotations
 
-import json
-
 from pydantic import ValidationError
 
 from planc.errors import PlanError
+from planc.spec import strict_json
 from planc.spec.checks import run_checks
 from planc.spec.plan import Plan
 
@@ -22,7 +21,7 @@ SHOWN = 5
 def plan_from_json_text(text: str, shown: str) -> Plan:
     """The validated Plan in ``text`` (a plan, or a run directory's record); PlanError if none."""
     try:
-        document = json.loads(text, parse_constant=_no_constant)
+        document = strict_json.loads(text)
     except ValueError as exc:
         raise PlanError(f"{shown} is not valid JSON: {exc}", hint="pass a .plan file, or a plan.json written by planc") \
             from None
@@ -49,10 +48,6 @@ def _problems(pairs) -> str:
     pairs = list(pairs)
     text = "; ".join(f"{where}: {what}" for where, what in pairs[:SHOWN])
     return text + (f"; and {len(pairs) - SHOWN} more" if len(pairs) > SHOWN else "")
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number JSON allows")
 
 
 __all__ = ["plan_from_json_text"]

@@ -29,6 +29,8 @@ import networkx as nx
 from pydantic import BaseModel, ValidationError
 
 from planc.errors import PlanError, did_you_mean, one_of
+from planc.spec.build import unit_mismatch
+from planc.spec.fields import unit_kind_of
 from planc.spec.issues import SpecError, SpecIssue
 from planc.strategies import api
 from planc.strategies._builtin import BUILTIN_ORDER
@@ -163,8 +165,11 @@ class LoadedStrategy:
                 else:
                     hint = did_you_mean(key, fields) or f"'{self.name}' takes {one_of(fields)}"
                 issues.append(SpecIssue(base + (key,), f"unknown option '{key}' for strategy '{self.name}'", hint))
-            elif key in (units or {}):
-                issues += self._unit_issues(base + (key,), key, model.model_fields[key], *units[key])
+            elif key in (units or {}):  # a plain number is taken in base units, as from plan.json
+                problem = unit_mismatch(f"option '{key}' of strategy '{self.name}'",
+                                        unit_kind_of(model.model_fields[key]), *units[key])
+                if problem:
+                    issues.append(SpecIssue(base + (key,), *problem))
         if issues:
             raise SpecError(issues)
         try:
@@ -177,24 +182,6 @@ class LoadedStrategy:
                                         f"option '{key}' of strategy '{self.name}': {err['msg']}",
                                         doc.splitlines()[0] if doc else None))
             raise SpecError(issues) from None
-
-
-    def _unit_issues(self, path, key: str, field_info, written_kind: str, text: str) -> list[SpecIssue]:
-        """An option written with a unit of the wrong kind (``bucket = 5 ms`` for a size), or with a
-        unit where the option takes a plain number."""
-        from planc.spec.fields import unit_kind_of
-        from planc.units import KIND_DESCRIPTIONS
-
-        expected = unit_kind_of(field_info)
-        if expected is None:
-            return [SpecIssue(path, f"option '{key}' of strategy '{self.name}' takes a plain value, not a "
-                                    f"quantity ({text})", "drop the unit")]
-        if expected != written_kind:
-            return [SpecIssue(path, f"option '{key}' of strategy '{self.name}' is "
-                                    f"{KIND_DESCRIPTIONS[expected].split(',')[0]}, but {text} is "
-                                    f"{KIND_DESCRIPTIONS[written_kind].split(',')[0]}",
-                              f"use {KIND_DESCRIPTIONS[expected]}")]
-        return []
 
 
 @dataclass
