@@ -86,8 +86,11 @@ class LiveStorages(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        copies_a_weight = (func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor)
-                           and storage_key(args[0]) in self.parameters)
+        copies_a_weight = (
+            func is torch.ops.aten._to_copy.default
+            and isinstance(args[0], torch.Tensor)
+            and storage_key(args[0]) in self.parameters
+        )
         for tensor in tree_leaves(out):
             if isinstance(tensor, torch.Tensor):
                 storage = local(tensor).untyped_storage()
@@ -147,18 +150,24 @@ def storage_key(tensor: torch.Tensor) -> int:
 
 
 def make_plan(family: str, layers: int, precision: str, world: int):
-    return build_plan({"model": dict(MODEL, layers=layers, **FAMILIES[family]),
-                       "hardware": {"device": "cpu", "per_node": world},
-                       "train": {"global_batch": MICRO_BATCH, "precision": precision, "seed": 1}})
+    return build_plan(
+        {
+            "model": dict(MODEL, layers=layers, **FAMILIES[family]),
+            "hardware": {"device": "cpu", "per_node": world},
+            "train": {"global_batch": MICRO_BATCH, "precision": precision, "seed": 1},
+        }
+    )
 
 
 def make_layout(tp: int, sp: bool, recompute: str) -> Layout:
-    return Layout(tp=tp, pp=1, dp=1, zero=0, recompute=recompute, schedule=None, micro_batch=MICRO_BATCH,
-                  sequence_parallel=sp)
+    return Layout(
+        tp=tp, pp=1, dp=1, zero=0, recompute=recompute, schedule=None, micro_batch=MICRO_BATCH, sequence_parallel=sp
+    )
 
 
-def forward_left_behind(family: str, layers: int, precision: str, tp: int, sp: bool, recompute: str,
-                        bf16_params: bool = False) -> tuple[int, Counter]:
+def forward_left_behind(
+    family: str, layers: int, precision: str, tp: int, sp: bool, recompute: str, bf16_params: bool = False
+) -> tuple[int, Counter]:
     """(bytes the forward leaves for backward, ops by kind that the backward runs)."""
     from planc.runtime.compose import compose
     from planc.runtime.model import loss_fn
@@ -168,8 +177,9 @@ def forward_left_behind(family: str, layers: int, precision: str, tp: int, sp: b
     (model,) = job.model_parts
     if bf16_params:  # bf16 parameters, as FSDP's MixedPrecisionPolicy gathers them: no autocast
         model.to(torch.bfloat16)
-    rows = torch.randint(0, plan.model.vocab, (MICRO_BATCH, plan.model.seq_len + 1),
-                         generator=torch.Generator().manual_seed(0))
+    rows = torch.randint(
+        0, plan.model.vocab, (MICRO_BATCH, plan.model.seq_len + 1), generator=torch.Generator().manual_seed(0)
+    )
     inputs, targets = rows[:, :-1], rows[:, 1:]
     live = LiveStorages()
     live.parameters = {storage_key(p) for p in model.parameters()}
@@ -191,8 +201,9 @@ def block_bytes(family: str, precision: str, tp: int, sp: bool, recompute: str, 
     return (three - one) / 2, counts
 
 
-def predicted_bytes(family: str, precision: str, tp: int, sp: bool, recompute: str, bf16_params: bool = False,
-                    profile=PLANC_RUNTIME_CPU) -> float:
+def predicted_bytes(
+    family: str, precision: str, tp: int, sp: bool, recompute: str, bf16_params: bool = False, profile=PLANC_RUNTIME_CPU
+) -> float:
     plan = make_plan(family, 1, precision, tp)
     e, r = dtypes(plan, 3 if bf16_params else 0, profile)
     act = layer_activation_bytes(plan.model, MICRO_BATCH, tp, sp, e, r, profile)
@@ -210,9 +221,18 @@ def run_cases(cases) -> list[dict]:
     for family, label, precision, bf16_params, tp, sp in cases:
         for mode in MODES:
             measured, counts = block_bytes(family, precision, tp, sp, mode, bf16_params)
-            results.append(dict(family=family, precision=label, tp=tp, sp=sp, mode=mode, measured=measured,
-                                predicted=predicted_bytes(family, precision, tp, sp, mode, bf16_params),
-                                backward_ops=dict(counts)))
+            results.append(
+                dict(
+                    family=family,
+                    precision=label,
+                    tp=tp,
+                    sp=sp,
+                    mode=mode,
+                    measured=measured,
+                    predicted=predicted_bytes(family, precision, tp, sp, mode, bf16_params),
+                    backward_ops=dict(counts),
+                )
+            )
     return results
 
 
@@ -221,14 +241,24 @@ def single_process_cases(families=tuple(FAMILIES), precisions=PRECISIONS):
 
 
 def tp_cases(families=tuple(FAMILIES), precisions=PRECISIONS[:2]):
-    return [(f, label, prec, bf16, tp, sp) for f in families for label, prec, bf16 in precisions
-            for tp, sp in TP_LAYOUTS]
+    return [
+        (f, label, prec, bf16, tp, sp) for f in families for label, prec, bf16 in precisions for tp, sp in TP_LAYOUTS
+    ]
 
 
 def launch_tp(out: Path, timeout: float = 300) -> list[dict]:
     """The TP cases in one torchrun launch of 2 processes; rank 0's results."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               str(Path(__file__).resolve()), "--worker", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(Path(__file__).resolve()),
+        "--worker",
+        str(out),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     if done.returncode != 0 or not out.exists():
@@ -250,14 +280,18 @@ def worker(out: str) -> int:
 
 def print_table(results: list[dict]) -> None:
     unit = "KiB per block per micro-batch"
-    print(f"{'family':<7}{'precision':<15}{'layout':<9}{'recompute':<11}{'measured':>10}{'predicted':>11}"
-          f"{'ratio':>7}   backward matmul/attention/collective   ({unit})")
+    print(
+        f"{'family':<7}{'precision':<15}{'layout':<9}{'recompute':<11}{'measured':>10}{'predicted':>11}"
+        f"{'ratio':>7}   backward matmul/attention/collective   ({unit})"
+    )
     for r in results:
         layout = "1 proc" if r["tp"] == 1 else f"TP {r['tp']}" + (" SP" if r["sp"] else "")
         ops = r["backward_ops"]
-        print(f"{r['family']:<7}{r['precision']:<15}{layout:<9}{r['mode']:<11}{r['measured'] / 1024:>10.1f}"
-              f"{r['predicted'] / 1024:>11.1f}{r['measured'] / r['predicted']:>7.3f}   "
-              f"{ops.get('matmul', 0):>3} / {ops.get('attention', 0)} / {ops.get('collective', 0)}")
+        print(
+            f"{r['family']:<7}{r['precision']:<15}{layout:<9}{r['mode']:<11}{r['measured'] / 1024:>10.1f}"
+            f"{r['predicted'] / 1024:>11.1f}{r['measured'] / r['predicted']:>7.3f}   "
+            f"{ops.get('matmul', 0):>3} / {ops.get('attention', 0)} / {ops.get('collective', 0)}"
+        )
 
 
 def main(argv=None) -> int:

@@ -24,19 +24,30 @@ DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "megatron_tab
 
 
 def plan_for(row: dict):
-    return build_plan({
-        "model": {k: row[k] for k in ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")},
-        "hardware": {"device": "A100-80GB", "nodes": row["gpus"] // 8, "per_node": 8},
-        "train": {"global_batch": row["global_batch"], "optimizer": "adam"},
-        "layout": {"tp": row["tp"], "pp": row["pp"], "dp": row["dp"], "zero": 0, "recompute": "full",
-                   "sequence_parallel": False, **({"schedule": "interleaved"} if row["pp"] > 1 else {})},
-    })
+    return build_plan(
+        {
+            "model": {k: row[k] for k in ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")},
+            "hardware": {"device": "A100-80GB", "nodes": row["gpus"] // 8, "per_node": 8},
+            "train": {"global_batch": row["global_batch"], "optimizer": "adam"},
+            "layout": {
+                "tp": row["tp"],
+                "pp": row["pp"],
+                "dp": row["dp"],
+                "zero": 0,
+                "recompute": "full",
+                "sequence_parallel": False,
+                **({"schedule": "interleaved"} if row["pp"] > 1 else {}),
+            },
+        }
+    )
 
 
 def main() -> None:
     rows = json.loads(DATA.read_text())["rows"]
-    print(f"{'model':<8}{'GPUs':>6}{'t,p,d':>12}{'published':>11}{'predicted':>11}{'error':>8}"
-          f"{'mb':>4}{'v':>3}{'GB':>7}{'planc rt':>10}")
+    print(
+        f"{'model':<8}{'GPUs':>6}{'t,p,d':>12}{'published':>11}{'predicted':>11}{'error':>8}"
+        f"{'mb':>4}{'v':>3}{'GB':>7}{'planc rt':>10}"
+    )
     worst = 0.0
     for row in rows:
         plan = plan_for(row)
@@ -48,9 +59,11 @@ def main() -> None:
         err = tf / row["tflops_per_gpu"] - 1
         worst = max(worst, abs(err))
         tpd = f"{row['tp']},{row['pp']},{row['dp']}"
-        print(f"{row['params'] / 1e9:>6.1f}B{row['gpus']:>6}{tpd:>12}"
-              f"{row['tflops_per_gpu']:>11}{tf:>11.1f}{err:>+8.1%}{c.layout.micro_batch:>4}"
-              f"{c.layout.virtual_stages:>3}{c.estimate.memory_bytes / 1e9:>7.1f}{own_tf:>10}")
+        print(
+            f"{row['params'] / 1e9:>6.1f}B{row['gpus']:>6}{tpd:>12}"
+            f"{row['tflops_per_gpu']:>11}{tf:>11.1f}{err:>+8.1%}{c.layout.micro_batch:>4}"
+            f"{c.layout.virtual_stages:>3}{c.estimate.memory_bytes / 1e9:>7.1f}{own_tf:>10}"
+        )
     print(f"largest error {worst:.1%} (tolerance 15%)")
 
 

@@ -28,15 +28,19 @@ def main(plan_path: str, steps: int, out_path: str) -> None:
     model = build_model(plan.model)
     init_weights(model, plan.train.seed)
     model = DistributedDataParallel(model, gradient_as_bucket_view=True)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=plan.train.lr, betas=(plan.train.beta1, plan.train.beta2),
-                                  weight_decay=plan.train.weight_decay)
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=plan.train.lr,
+        betas=(plan.train.beta1, plan.train.beta2),
+        weight_decay=plan.train.weight_decay,
+    )
     data = build_data(plan.train, plan.model)
     rows = plan.train.global_batch // world
     mb = plan.train.micro_batch
     times = []
     for step in range(steps):
         began = time.perf_counter()
-        batch = data.batch_for_step(step)[rank * rows:(rank + 1) * rows]
+        batch = data.batch_for_step(step)[rank * rows : (rank + 1) * rows]
         chunks = batch.split(mb)
         for i, chunk in enumerate(chunks):
             inputs, targets = chunk[:, :-1], chunk[:, 1:]

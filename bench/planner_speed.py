@@ -24,8 +24,15 @@ from planc.spec import build_plan
 
 CASES = {
     "GPT-1T on 3072 x A100-80GB": {
-        "model": {"name": "gpt-1t", "layers": 128, "hidden": 25600, "heads": 160, "ffn": 102400,
-                  "vocab": 51200, "seq_len": 2048},
+        "model": {
+            "name": "gpt-1t",
+            "layers": 128,
+            "hidden": 25600,
+            "heads": 160,
+            "ffn": 102400,
+            "vocab": 51200,
+            "seq_len": 2048,
+        },
         "hardware": {"device": "A100-80GB", "nodes": 384, "per_node": 8},
         "train": {"global_batch": 3072},
     },
@@ -56,8 +63,10 @@ def main() -> None:
             warm.append(time.perf_counter() - t0)
         w = statistics.median(warm)
         verdict = "ok" if cold < goal else "SLOW"
-        print(f"{name:<30}{cold:>8.3f}{w:>8.3f}{choice.scored:>8}{choice.scored / w:>11.0f}  {verdict:<7} "
-              f"{choice.layout.describe()}")
+        print(
+            f"{name:<30}{cold:>8.3f}{w:>8.3f}{choice.scored:>8}{choice.scored / w:>11.0f}  {verdict:<7} "
+            f"{choice.layout.describe()}"
+        )
 
 
 if __name__ == "__main__":

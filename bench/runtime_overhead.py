@@ -26,27 +26,72 @@ WARMUP = 3
 def run_planc(plan_path: Path, steps: int, work: Path) -> list[float]:
     out = work / "planc"
     out.mkdir(exist_ok=True)
-    subprocess.run([sys.executable, "-m", "planc", "compile", str(plan_path), "-o", str(out / "train.py")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "planc", "compile", str(plan_path), "-o", str(out / "train.py")],
+        check=True,
+        capture_output=True,
+    )
     (out / "metrics.jsonl").unlink(missing_ok=True)
-    per_node = json.loads(subprocess.run([sys.executable, "-m", "planc", "check", "--json", str(plan_path)],
-                                         check=True, capture_output=True, text=True).stdout)["hardware"]["per_node"]
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(per_node),
-                    "train.py", "--steps", str(steps), "--out", "."], cwd=out, check=True, capture_output=True,
-                   env=_env(per_node))
+    per_node = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "planc", "check", "--json", str(plan_path)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )["hardware"]["per_node"]
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(per_node),
+            "train.py",
+            "--steps",
+            str(steps),
+            "--out",
+            ".",
+        ],
+        cwd=out,
+        check=True,
+        capture_output=True,
+        env=_env(per_node),
+    )
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return [r["step_s"] for r in records][WARMUP:]
 
 
 def run_handwritten(plan_path: Path, steps: int, work: Path) -> list[float]:
     plan_json = work / "plan.json"
-    plan_json.write_text(subprocess.run([sys.executable, "-m", "planc", "check", "--json", str(plan_path)],
-                                        check=True, capture_output=True, text=True).stdout)
+    plan_json.write_text(
+        subprocess.run(
+            [sys.executable, "-m", "planc", "check", "--json", str(plan_path)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     per_node = json.loads(plan_json.read_text())["hardware"]["per_node"]
     result = work / "handwritten.json"
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(per_node),
-                    str(ROOT / "bench" / "handwritten_ddp.py"), str(plan_json), str(steps), str(result)],
-                   check=True, capture_output=True, env=_env(per_node))
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(per_node),
+            str(ROOT / "bench" / "handwritten_ddp.py"),
+            str(plan_json),
+            str(steps),
+            str(result),
+        ],
+        check=True,
+        capture_output=True,
+        env=_env(per_node),
+    )
     return json.loads(result.read_text())["step_s"][WARMUP:]
 
 

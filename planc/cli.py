@@ -72,9 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug in planc, not in the user's input
         if os.environ.get("PLANC_DEBUG") == "1":
             traceback.print_exc()
-        print(f"planc: internal error: {type(exc).__name__}: {exc}\n"
-              "This is a bug in planc; set PLANC_DEBUG=1 to see the traceback and please report it.",
-              file=sys.stderr)
+        print(
+            f"planc: internal error: {type(exc).__name__}: {exc}\n"
+            "This is a bug in planc; set PLANC_DEBUG=1 to see the traceback and please report it.",
+            file=sys.stderr,
+        )
         return 2
 
 

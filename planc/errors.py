@@ -9,9 +9,9 @@ a Python traceback for bad input.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,9 @@ def render_error(
             # Keep the caret under the right character even when the line has tabs.
             prefix = "".join("\t" if ch == "\t" else " " for ch in quoted[: location.col - 1])
             lines.append(gutter + quoted)
-            lines.append(" " * (len(gutter) - 2) + "| " + prefix + "^" * min(width, max(1, len(quoted) - location.col + 1)))
+            lines.append(
+                " " * (len(gutter) - 2) + "| " + prefix + "^" * min(width, max(1, len(quoted) - location.col + 1))
+            )
     if hint:
         lines.append(f"  hint: {hint}")
     return "\n".join(lines)

@@ -41,14 +41,19 @@ def write_output(path: Path, text: str, *, option: str, inputs: tuple[Path, ...]
         raise PlanError(f"{option} {path} is a directory", hint=f"give a file name, e.g. {path / 'train.py'}")
     for source in inputs:
         if path.exists() and Path(source).exists() and path.samefile(source):
-            raise PlanError(f"{option} {path} is the input file; writing there would overwrite it",
-                            hint="choose another output file name")
+            raise PlanError(
+                f"{option} {path} is the input file; writing there would overwrite it",
+                hint="choose another output file name",
+            )
     parent = path.parent
     if not parent.is_dir():
-        raise PlanError(f"cannot write {path}: the directory {parent} does not exist",
-                        hint=f"create it first (mkdir -p {parent}), or write somewhere else")
+        raise PlanError(
+            f"cannot write {path}: the directory {parent} does not exist",
+            hint=f"create it first (mkdir -p {parent}), or write somewhere else",
+        )
     try:
         write_text_atomically(path, text)
     except OSError as exc:
-        raise PlanError(f"cannot write {path}: {exc.strerror or exc}",
-                        hint="check the path and the directory's permissions") from None
+        raise PlanError(
+            f"cannot write {path}: {exc.strerror or exc}", hint="check the path and the directory's permissions"
+        ) from None

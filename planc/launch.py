@@ -54,8 +54,17 @@ def write_run_dir(run_dir: Path, compiled: CompiledPlan) -> None:
 def torchrun_argv(compiled: CompiledPlan, *, steps: int | None) -> list[str]:
     """The local single-node launch: this Python's torchrun (through planc's wrapper, which reports a
     failed rank in one line), the plan's processes per node."""
-    argv = [sys.executable, "-m", "planc.runtime.torchrun", "--standalone",
-            "--nproc-per-node", str(compiled.plan.hardware.per_node), PROGRAM, "--out", "."]
+    argv = [
+        sys.executable,
+        "-m",
+        "planc.runtime.torchrun",
+        "--standalone",
+        "--nproc-per-node",
+        str(compiled.plan.hardware.per_node),
+        PROGRAM,
+        "--out",
+        ".",
+    ]
     if steps is not None:
         argv += ["--steps", str(steps)]
     return argv
@@ -64,8 +73,10 @@ def torchrun_argv(compiled: CompiledPlan, *, steps: int | None) -> list[str]:
 def local_command(compiled: CompiledPlan, run_dir: Path, *, steps: int | None) -> str:
     """The single-node launch as a user would type it."""
     extra = f" --steps {steps}" if steps is not None else ""
-    return (f"cd {shlex.quote(str(run_dir))} && torchrun --standalone --nproc-per-node "
-            f"{compiled.plan.hardware.per_node} {PROGRAM} --out .{extra}")
+    return (
+        f"cd {shlex.quote(str(run_dir))} && torchrun --standalone --nproc-per-node "
+        f"{compiled.plan.hardware.per_node} {PROGRAM} --out .{extra}"
+    )
 
 
 def multi_node_commands(compiled: CompiledPlan, run_dir: Path, *, steps: int | None) -> list[str]:
@@ -118,8 +129,8 @@ def check_local_devices(compiled: CompiledPlan) -> None:
         raise PlanError(
             f"the plan runs {hw.per_node} processes per node on {hw.device} GPUs, but this machine has "
             f"{available} CUDA device(s)",
-            hint='run it where the GPUs are (planc run prints the commands for multi-node plans), '
-                 'or try the plan on CPU processes with device = "cpu"',
+            hint="run it where the GPUs are (planc run prints the commands for multi-node plans), "
+            'or try the plan on CPU processes with device = "cpu"',
         )
 
 

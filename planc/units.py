@@ -37,8 +37,9 @@ def _build_units() -> dict[str, tuple[QuantityKind, float]]:
             units[f"{prefix}b/s"] = ("bandwidth", scale / 8.0)  # bits per second
     for prefix, scale in {"G": 1e9, "T": 1e12, "P": 1e15}.items():
         units[f"{prefix}FLOPS"] = ("compute", scale)
-    units.update({"us": ("time", 1e-6), "ms": ("time", 1e-3), "s": ("time", 1.0),
-                  "min": ("time", 60.0), "h": ("time", 3600.0)})
+    units.update(
+        {"us": ("time", 1e-6), "ms": ("time", 1e-3), "s": ("time", 1.0), "min": ("time", 60.0), "h": ("time", 3600.0)}
+    )
     return units
 
 
@@ -55,7 +56,7 @@ class Quantity:
     text: str = ""
 
     @classmethod
-    def of(cls, number: float, unit: str) -> "Quantity":
+    def of(cls, number: float, unit: str) -> Quantity:
         """``Quantity.of(80, "GiB")``; raises KeyError for an unknown unit."""
         kind, scale = UNITS[unit]
         text = f"{_format_number(number)} {unit}"
@@ -73,7 +74,9 @@ def _format_number(number: float) -> str:
 
 def format_bytes(n: float, binary: bool = True) -> str:
     """``85899345920 -> '80.0 GiB'``: a short human size for reports."""
-    step, units = (1024.0, ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]) if binary else (1000.0, ["B", "KB", "MB", "GB", "TB", "PB"])
+    step, units = (
+        (1024.0, ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]) if binary else (1000.0, ["B", "KB", "MB", "GB", "TB", "PB"])
+    )
     value = float(n)
     for unit in units:
         if abs(value) < step or unit == units[-1]:

@@ -4,7 +4,6 @@ Regenerate with `python tools/refresh_docs.py` after a change that moves them.
 """
 
 import importlib.util
-import os
 import re
 from pathlib import Path
 
@@ -29,4 +28,5 @@ def test_worked_examples_are_current(monkeypatch):
         text = (ROOT / name).read_text(encoding="utf-8")
         assert refresh.MARKED_BLOCK.search(text), f"{name} has no generated blocks"
         assert _without_timings(refresh.refresh(text)) == _without_timings(text), (
-            f"{name} is out of date: run `python tools/refresh_docs.py`")
+            f"{name} is out of date: run `python tools/refresh_docs.py`"
+        )

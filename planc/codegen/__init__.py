@@ -23,8 +23,9 @@ class CompiledPlan:
     warnings: tuple[str, ...] = ()
 
 
-def compile_plan(plan: Plan, *, tolerance: float | None = None, force: bool = False,
-                 program_name: str = "train.py") -> CompiledPlan:
+def compile_plan(
+    plan: Plan, *, tolerance: float | None = None, force: bool = False, program_name: str = "train.py"
+) -> CompiledPlan:
     """Choose the layout (the planner), check and collect the active strategies, emit the program.
 
     Raises :class:`PlanError` when the strategies reject the layout, or when the layout is
@@ -36,15 +37,20 @@ def compile_plan(plan: Plan, *, tolerance: float | None = None, force: bool = Fa
     registry = load_registry()
     issues = registry.validate_uses(plan)  # before planning: the cost passes need valid options
     if issues:
-        raise PlanError("; ".join(issue.message for issue in issues),
-                        hint=next((i.hint for i in issues if i.hint), None))
+        raise PlanError(
+            "; ".join(issue.message for issue in issues), hint=next((i.hint for i in issues if i.hint), None)
+        )
     try:
         choice = choose(plan, tolerance=tolerance)
     except NoLegalLayout as exc:
         raise PlanError(str(exc), hint=exc.hint) from None
     estimate = choice.estimate
-    prediction = Prediction(memory_bytes=estimate.memory_bytes, capacity_bytes=estimate.capacity,
-                            step_s=estimate.step_s, tokens_per_s=estimate.tokens_per_s)
+    prediction = Prediction(
+        memory_bytes=estimate.memory_bytes,
+        capacity_bytes=estimate.capacity,
+        step_s=estimate.step_s,
+        tokens_per_s=estimate.tokens_per_s,
+    )
     if not choice.fits and not force:
         from planc.units import format_bytes
 
@@ -67,8 +73,15 @@ def compile_plan(plan: Plan, *, tolerance: float | None = None, force: bool = Fa
     )
     program = emit_program(plan, choice.layout, calls, prediction=prediction, program_name=program_name)
     warnings = tuple(str(problem) for problem in registry.problems) + tuple(registry.unused_uses(plan, choice.layout))
-    return CompiledPlan(plan=plan, layout=choice.layout, strategies=calls, prediction=prediction,
-                        fits=choice.fits, program=program, warnings=warnings)
+    return CompiledPlan(
+        plan=plan,
+        layout=choice.layout,
+        strategies=calls,
+        prediction=prediction,
+        fits=choice.fits,
+        program=program,
+        warnings=warnings,
+    )
 
 
 __all__ = ["CompiledPlan", "compile_plan", "emit_program", "torchrun_command", "StrategyCall", "Prediction"]

@@ -7,8 +7,9 @@ order -> init -> optimizer -> loop. It imports planc's runtime and strategies, n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from planc import __version__
 from planc.codegen.literals import identifier_for, inert_text, keyword_arguments, python_literal
@@ -48,8 +49,10 @@ def torchrun_command(plan: Plan, program: str = "train.py") -> str:
     hw = plan.hardware
     if hw.nodes == 1:
         return f"torchrun --standalone --nproc-per-node {hw.per_node} {program}"
-    return (f"torchrun --nnodes {hw.nodes} --nproc-per-node {hw.per_node} --rdzv-backend c10d "
-            f"--rdzv-endpoint $MASTER_ADDR:29500 {program}")
+    return (
+        f"torchrun --nnodes {hw.nodes} --nproc-per-node {hw.per_node} --rdzv-backend c10d "
+        f"--rdzv-endpoint $MASTER_ADDR:29500 {program}"
+    )
 
 
 def emit_program(
@@ -62,8 +65,22 @@ def emit_program(
 ) -> str:
     """The text of a runnable training program (see the module docstring)."""
     program_name = inert_text(program_name, limit=80)
-    taken: set[str] = {"job", "args", "parser", "main", "train", "shutdown", "Job", "Plan", "Layout",
-                       "PLAN", "LAYOUT", "PREDICTED", "argparse", "load_registry"}
+    taken: set[str] = {
+        "job",
+        "args",
+        "parser",
+        "main",
+        "train",
+        "shutdown",
+        "Job",
+        "Plan",
+        "Layout",
+        "PLAN",
+        "LAYOUT",
+        "PREDICTED",
+        "argparse",
+        "load_registry",
+    }
     builtin_imports, plugin_lines, apply_lines = [], [], []
     for call in strategies:
         if call.builtin:
@@ -76,14 +93,22 @@ def emit_program(
         apply_lines.append(f"    # {inert_text(call.name, 40)}: {inert_text(call.description, 90)}")
         apply_lines.append(f"    {variable}.apply(job, {variable}.Options({keyword_arguments(call.options)}))")
 
-    imports = ["import argparse", "", "from planc.runtime.job import Job",
-               "from planc.runtime.loop import shutdown, train", "from planc.spec import Layout, Plan"]
+    imports = [
+        "import argparse",
+        "",
+        "from planc.runtime.job import Job",
+        "from planc.runtime.loop import shutdown, train",
+        "from planc.spec import Layout, Plan",
+    ]
     if builtin_imports:
         imports.append(f"from planc.strategies import {', '.join(sorted(builtin_imports))}")
     if plugin_lines:
         imports.append("from planc.strategies.registry import load_registry")
-        plugin_block = ("\n# Third-party strategies come through the same entry-point registry planc planned with.\n"
-                        + "\n".join(plugin_lines) + "\n")
+        plugin_block = (
+            "\n# Third-party strategies come through the same entry-point registry planc planned with.\n"
+            + "\n".join(plugin_lines)
+            + "\n"
+        )
     else:
         plugin_block = ""
     if not apply_lines:
@@ -94,13 +119,20 @@ def emit_program(
 
     plan_data = plan.model_dump(mode="json", exclude_computed_fields=True)
     if prediction is not None:
-        numbers = {"memory_bytes": round(prediction.memory_bytes), "capacity_bytes": round(prediction.capacity_bytes),
-                   "step_s": float(f"{prediction.step_s:.4g}"), "tokens_per_s": round(prediction.tokens_per_s)}
-        prediction_block = ("\n# What planc predicted for this layout (`planc explain` shows how).\n"
-                            f"PREDICTED = {python_literal(numbers)}\n")
+        numbers = {
+            "memory_bytes": round(prediction.memory_bytes),
+            "capacity_bytes": round(prediction.capacity_bytes),
+            "step_s": float(f"{prediction.step_s:.4g}"),
+            "tokens_per_s": round(prediction.tokens_per_s),
+        }
+        prediction_block = (
+            "\n# What planc predicted for this layout (`planc explain` shows how).\n"
+            f"PREDICTED = {python_literal(numbers)}\n"
+        )
         predicted_print = (
             "\n        print(f\"predicted: {PREDICTED['memory_bytes'] / 2**30:.2f} GiB per device of \"\n"
-            "              f\"{PREDICTED['capacity_bytes'] / 2**30:.1f}; step {PREDICTED['step_s']:.3g} s\")")
+            "              f\"{PREDICTED['capacity_bytes'] / 2**30:.1f}; step {PREDICTED['step_s']:.3g} s\")"
+        )
     else:
         prediction_block, predicted_print = "", ""
     layout_data = layout.model_dump(mode="json")
@@ -168,5 +200,6 @@ def _docstring(plan: Plan, layout: Layout, strategies, prediction, program_name:
     if prediction is not None:
         lines.append(
             f"Predicted   {format_bytes(prediction.memory_bytes)} of {format_bytes(prediction.capacity_bytes)} "
-            f"per device; step {prediction.step_s:.3g} s; {prediction.tokens_per_s:,.0f} tokens/s")
+            f"per device; step {prediction.step_s:.3g} s; {prediction.tokens_per_s:,.0f} tokens/s"
+        )
     return "\n".join(lines) + "\n"

@@ -13,15 +13,18 @@ import sys
 from planc.errors import PlanError
 
 HELP = "parse and validate .plan files (exit 1 with located messages if any is wrong)"
-DESCRIPTION = ("Parse and validate .plan files. Prints one summary line per valid file, or every "
-               "problem found with its file:line:col, the source line and a hint. Exit status 0 when "
-               "all files are valid, 1 otherwise.")
+DESCRIPTION = (
+    "Parse and validate .plan files. Prints one summary line per valid file, or every "
+    "problem found with its file:line:col, the source line and a hint. Exit status 0 when "
+    "all files are valid, 1 otherwise."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help=".plan files to check")
-    parser.add_argument("--json", action="store_true",
-                        help="print the validated plan as JSON (a list when several files are given)")
+    parser.add_argument(
+        "--json", action="store_true", help="print the validated plan as JSON (a list when several files are given)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,10 +18,15 @@ def add_arguments(parser) -> None:
 
     parser.add_argument("file", help="the .plan file")
     parser.add_argument("-o", "--output", help="where to write the program (default: standard output)")
-    parser.add_argument("--tolerance", type=tolerance, default=None,
-                        help="planner tolerance: simplest layout within this fraction of the best (default: the plan's, 0.05)")
-    parser.add_argument("--force", action="store_true",
-                        help="emit the program even when the layout is predicted not to fit in memory")
+    parser.add_argument(
+        "--tolerance",
+        type=tolerance,
+        default=None,
+        help="planner tolerance: simplest layout within this fraction of the best (default: the plan's, 0.05)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="emit the program even when the layout is predicted not to fit in memory"
+    )
 
 
 def run(args) -> int:

@@ -26,14 +26,22 @@ def add_arguments(parser) -> None:
     parser.add_argument("file", help="the .plan file (or a plan.json written by planc)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--svg", metavar="OUT", help="also write a picture of memory and pipeline schedule")
-    parser.add_argument("--tolerance", type=tolerance, default=None,
-                        help="pick the simplest layout within this fraction of the best throughput "
-                             "(default: the plan's layout.tolerance, 0.05)")
+    parser.add_argument(
+        "--tolerance",
+        type=tolerance,
+        default=None,
+        help="pick the simplest layout within this fraction of the best throughput "
+        "(default: the plan's layout.tolerance, 0.05)",
+    )
     parser.add_argument("--top", type=int, default=5, metavar="K", help="how many alternatives to list (default 5)")
-    parser.add_argument("--runtime", default="planc", metavar="NAME",
-                        help="predict for this training program: planc (default: the program planc emits) or "
-                             "megatron-lm-2021 (Megatron-LM as Narayanan et al. 2021 ran it: fused kernels, "
-                             "materialized attention; to compare with published runs)")
+    parser.add_argument(
+        "--runtime",
+        default="planc",
+        metavar="NAME",
+        help="predict for this training program: planc (default: the program planc emits) or "
+        "megatron-lm-2021 (Megatron-LM as Narayanan et al. 2021 ran it: fused kernels, "
+        "materialized attention; to compare with published runs)",
+    )
 
 
 def read_plan(path_text: str):
@@ -54,8 +62,10 @@ def read_plan(path_text: str):
     try:
         from planc.dsl.load import load_plan
     except ImportError:
-        raise PlanError("this planc has no .plan reader (planc.dsl) installed",
-                        hint="install the complete planc package, or pass a plan.json") from None
+        raise PlanError(
+            "this planc has no .plan reader (planc.dsl) installed",
+            hint="install the complete planc package, or pass a plan.json",
+        ) from None
     return load_plan(path)
 
 
@@ -69,8 +79,10 @@ def run(args) -> int:
     from planc.errors import did_you_mean
 
     if args.runtime not in PROFILES:
-        raise PlanError(f"unknown --runtime {args.runtime!r}",
-                        hint=did_you_mean(args.runtime, PROFILES) or "one of: " + ", ".join(PROFILES))
+        raise PlanError(
+            f"unknown --runtime {args.runtime!r}",
+            hint=did_you_mean(args.runtime, PROFILES) or "one of: " + ", ".join(PROFILES),
+        )
     profile = PROFILES[args.runtime]
     plan = read_plan(args.file)
     try:

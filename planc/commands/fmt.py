@@ -13,16 +13,19 @@ from pathlib import Path
 from planc.fileio import write_text_atomically
 
 HELP = "print .plan files in canonical form (--write rewrites them, --check tests them)"
-DESCRIPTION = ("Format .plan files canonically: fixed block order, two-space indent, aligned '=', "
-               "comments and literals kept as written. Prints the result unless --write or --check.")
+DESCRIPTION = (
+    "Format .plan files canonically: fixed block order, two-space indent, aligned '=', "
+    "comments and literals kept as written. Prints the result unless --write or --check."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help=".plan files to format")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--write", "-w", action="store_true", help="rewrite each file in place (if it changes)")
-    mode.add_argument("--check", action="store_true",
-                      help="change nothing; exit 1 if any file is not in canonical form")
+    mode.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 if any file is not in canonical form"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,10 +12,12 @@ import argparse
 import json
 
 HELP = "list the installed strategy plugins (built-in and third-party), their options, and any problems"
-DESCRIPTION = ("List every strategy registered under the 'planc.strategies' entry points: its name, "
-               "the distribution and version it comes from, what it does, and its options "
-               "(use NAME { option = value } in a .plan). Plugins that could not be loaded are listed "
-               "with the reason. PLANC_PLUGINS=a,b restricts which are loaded.")
+DESCRIPTION = (
+    "List every strategy registered under the 'planc.strategies' entry points: its name, "
+    "the distribution and version it comes from, what it does, and its options "
+    "(use NAME { option = value } in a .plan). Plugins that could not be loaded are listed "
+    "with the reason. PLANC_PLUGINS=a,b restricts which are loaded."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,18 +32,28 @@ def listing(registry) -> dict:
     strategies = []
     for name in sorted(registry.strategies, key=lambda n: (not registry.strategies[n].builtin, n)):
         strategy = registry.strategies[name]
-        strategies.append({
-            "name": name,
-            "distribution": strategy.distribution,
-            "version": strategy.version,
-            "builtin": strategy.builtin,
-            "description": strategy.description,
-            "after": list(strategy.after),
-            "module": strategy.module.__name__,
-            "options": describe_options(strategy.options_model),
-        })
-    problems = [{"name": p.name, "distribution": p.distribution, "version": p.version, "message": p.message,
-                 "skipped": p.skipped} for p in registry.problems]
+        strategies.append(
+            {
+                "name": name,
+                "distribution": strategy.distribution,
+                "version": strategy.version,
+                "builtin": strategy.builtin,
+                "description": strategy.description,
+                "after": list(strategy.after),
+                "module": strategy.module.__name__,
+                "options": describe_options(strategy.options_model),
+            }
+        )
+    problems = [
+        {
+            "name": p.name,
+            "distribution": p.distribution,
+            "version": p.version,
+            "message": p.message,
+            "skipped": p.skipped,
+        }
+        for p in registry.problems
+    ]
     return {"strategies": strategies, "problems": problems}
 
 
@@ -97,4 +109,3 @@ def _decimal_bytes(value: float) -> str:
         if value >= size:
             return f"{value / size:g} {unit}"
     return f"{value:g} B"
-

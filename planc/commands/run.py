@@ -23,8 +23,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tolerance", type=tolerance, default=None, help="planner tolerance (default: the plan's)")
     parser.add_argument("--force", action="store_true", help="run even when the layout is predicted not to fit")
     parser.add_argument("--slurm", action="store_true", help="write launch.slurm into the run directory and stop")
-    parser.add_argument("--print", dest="print_only", action="store_true",
-                        help="write the run directory and print the launch command(s) without running")
+    parser.add_argument(
+        "--print",
+        dest="print_only",
+        action="store_true",
+        help="write the run directory and print the launch command(s) without running",
+    )
 
 
 def run(args) -> int:
@@ -46,8 +50,11 @@ def run(args) -> int:
     for warning in compiled.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     hw = plan.hardware
-    print(f"planc: {plan.model.name or 'model'} · {compiled.layout.describe()} · "
-          f"{hw.world_size} process(es) · run directory {run_dir}", file=sys.stderr)
+    print(
+        f"planc: {plan.model.name or 'model'} · {compiled.layout.describe()} · "
+        f"{hw.world_size} process(es) · run directory {run_dir}",
+        file=sys.stderr,
+    )
 
     if args.slurm:
         script = run_dir / "launch.slurm"
@@ -55,11 +62,16 @@ def run(args) -> int:
         print(f"wrote {script}; submit it with: sbatch {script}")
         return 0
     if hw.nodes > 1 or args.print_only:
-        commands = (launch.multi_node_commands(compiled, run_dir, steps=args.steps) if hw.nodes > 1
-                    else [launch.local_command(compiled, run_dir, steps=args.steps)])
+        commands = (
+            launch.multi_node_commands(compiled, run_dir, steps=args.steps)
+            if hw.nodes > 1
+            else [launch.local_command(compiled, run_dir, steps=args.steps)]
+        )
         if hw.nodes > 1:
-            print(f"This plan spans {hw.nodes} nodes. Copy {run_dir} to every node (or use a shared "
-                  f"filesystem), set MASTER_ADDR to node 0's address, and run on node i the i-th line:")
+            print(
+                f"This plan spans {hw.nodes} nodes. Copy {run_dir} to every node (or use a shared "
+                f"filesystem), set MASTER_ADDR to node 0's address, and run on node i the i-th line:"
+            )
         for command in commands:
             print(command)
         return 0
@@ -73,26 +85,36 @@ def run(args) -> int:
     if status != 0:
         done = f"{records[-1]['step']} step(s) finished" if records else "no step finished"
         if plan.checkpoint is not None:
-            again = (f"fix the cause, then `planc run {args.file} --out {run_dir}` resumes from the newest "
-                     f"complete checkpoint in {run_dir / plan.checkpoint.dir}")
+            again = (
+                f"fix the cause, then `planc run {args.file} --out {run_dir}` resumes from the newest "
+                f"complete checkpoint in {run_dir / plan.checkpoint.dir}"
+            )
         else:
-            again = "the plan has no checkpoint block, so a new run starts over; add `checkpoint { every = N }` to resume after failures"
-        raise PlanError(f"training failed ({done}; metrics in {run_dir / 'metrics.jsonl'})",
-                        hint=f"the failing rank's message is above; {again}")
+            again = (
+                "the plan has no checkpoint block, so a new run starts over; "
+                "add `checkpoint { every = N }` to resume after failures"
+            )
+        raise PlanError(
+            f"training failed ({done}; metrics in {run_dir / 'metrics.jsonl'})",
+            hint=f"the failing rank's message is above; {again}",
+        )
     if records:
         first, last = records[0], records[-1]
-        print(f"planc: done — {len(records)} step(s) logged, loss {first['loss']:.4f} → {last['loss']:.4f}; "
-              f"{run_dir / 'metrics.jsonl'}", file=sys.stderr)
+        print(
+            f"planc: done — {len(records)} step(s) logged, loss {first['loss']:.4f} → {last['loss']:.4f}; "
+            f"{run_dir / 'metrics.jsonl'}",
+            file=sys.stderr,
+        )
     return 0
 
 
 def _run_in_place(compiled, out_dir: Path, steps: int | None) -> int:
     """Already a torchrun worker: build the same job the program would, and train it here."""
+    import os
+
     from planc import launch
     from planc.runtime.compose import compose
     from planc.runtime.loop import shutdown, train
-
-    import os
 
     out_dir.mkdir(parents=True, exist_ok=True)
     if os.environ.get("RANK", "0") == "0":

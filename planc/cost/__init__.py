@@ -20,7 +20,22 @@ from planc.cost.passes import active_cost_passes
 from planc.cost.profile import MEGATRON_LM_2021, PLANC_RUNTIME, PROFILES, RuntimeProfile, StateBytes
 
 __all__ = [
-    "CommCost", "ContextCache", "CostContext", "CostPass", "Estimate", "MEGATRON_LM_2021",
-    "PLANC_RUNTIME", "PROFILES", "RuntimeProfile", "StageMemory", "StateBytes", "Term", "active_cost_passes",
-    "base_estimate", "build_context", "evaluate", "finalize", "run_passes",
+    "CommCost",
+    "ContextCache",
+    "CostContext",
+    "CostPass",
+    "Estimate",
+    "MEGATRON_LM_2021",
+    "PLANC_RUNTIME",
+    "PROFILES",
+    "RuntimeProfile",
+    "StageMemory",
+    "StateBytes",
+    "Term",
+    "active_cost_passes",
+    "base_estimate",
+    "build_context",
+    "evaluate",
+    "finalize",
+    "run_passes",
 ]

@@ -30,8 +30,8 @@ from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term, replace
 from planc.cost.memory import DDP_BUCKET_BYTES, chunks_in_flight, fsdp_gather_bytes, model_state_bytes
 
-
 # -- pipeline ---------------------------------------------------------------------------------
+
 
 def pipeline(ctx: CostContext, est: Estimate, options=None) -> Estimate:
     """Pipeline parallelism (Narayanan et al. 2021, Sec. 2.2; Qi et al. 2023 for zero-bubble).
@@ -86,8 +86,14 @@ def pipeline(ctx: CostContext, est: Estimate, options=None) -> Estimate:
     else:
         chunk_slot = min(f, b) / v
         exposed = min(total, 2 * (p * v - 1) * transfer + transfers * max(0.0, transfer - chunk_slot))
-    comm = CommCost("pp", volume=transfers * boundary, total=total, exposed=exposed, medium=link.medium,
-                    detail=f"{transfers} p2p transfers of {boundary / 2**20:.1f} MiB per step")
+    comm = CommCost(
+        "pp",
+        volume=transfers * boundary,
+        total=total,
+        exposed=exposed,
+        medium=link.medium,
+        detail=f"{transfers} p2p transfers of {boundary / 2**20:.1f} MiB per step",
+    )
     return est.updated(stage_fn=stage_memory, comm=comm, bubble_slots=est.bubble_slots + slots)
 
 
@@ -104,6 +110,7 @@ def bubble_slots(p: int, v: int, m: int) -> float:
 
 
 # -- tensor parallel --------------------------------------------------------------------------
+
 
 def tp_block_collectives(ctx: CostContext) -> tuple[float, float, float]:
     """(forward seconds, backward seconds, bytes sent) of one block's TP collectives, one micro-batch.
@@ -155,12 +162,19 @@ def tensor_parallel(ctx: CostContext, est: Estimate, options=None) -> Estimate:
     volume = m * (layers * sent + 2 * edge_bytes * (t - 1) / t)
     kind = "all-gather/reduce-scatter pairs" if lay.sequence_parallel else "all-reduces"
     mib = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden / 2**20
-    comm = CommCost("tp", volume=volume, total=total, exposed=total, medium=link.medium,
-                    detail=f"4 activation {kind} per block per micro-batch ({mib:.0f} MiB in bf16)")
+    comm = CommCost(
+        "tp",
+        volume=volume,
+        total=total,
+        exposed=total,
+        medium=link.medium,
+        detail=f"4 activation {kind} per block per micro-batch ({mib:.0f} MiB in bf16)",
+    )
     return est.updated(comm=comm)
 
 
 # -- activation recomputation ------------------------------------------------------------------
+
 
 def recompute(ctx: CostContext, est: Estimate, options=None) -> Estimate:
     """Activation recomputation (Chen et al. 2016; Korthikanti et al. 2022, Sec. 4.3, Table 2).
@@ -190,9 +204,13 @@ def recompute(ctx: CostContext, est: Estimate, options=None) -> Estimate:
         if tp is not None:
             fwd, _, sent = tp_block_collectives(ctx)
             blocks = m * max(st.layers for st in ctx.stages)
-            comm = replace(tp, total=tp.total + blocks * fwd, exposed=tp.exposed + blocks * fwd,
-                           volume=tp.volume + blocks * sent / 2,
-                           detail=tp.detail + ", +2 in the recomputed forward")
+            comm = replace(
+                tp,
+                total=tp.total + blocks * fwd,
+                exposed=tp.exposed + blocks * fwd,
+                volume=tp.volume + blocks * sent / 2,
+                detail=tp.detail + ", +2 in the recomputed forward",
+            )
     return est.updated(stage_fn=stage_fn, comm=comm, compute=est.compute + extra, recompute=est.recompute + extra)
 
 
@@ -215,12 +233,14 @@ def bf16(ctx: CostContext, est: Estimate, options=None) -> Estimate:
         return est
     params = max(st.params for st in ctx.stages)
     casts = ctx.micro_batches * AUTOCAST_BYTES_PER_PARAM * params / ctx.device.memory_rate
-    return est.updated(stage_fn=lambda s: s.with_transient("bf16 weight copies (autocast)",
-                                                           2 * ctx.stage(s.rank).params),
-                       compute=est.compute + casts)
+    return est.updated(
+        stage_fn=lambda s: s.with_transient("bf16 weight copies (autocast)", 2 * ctx.stage(s.rank).params),
+        compute=est.compute + casts,
+    )
 
 
 # -- data parallel -----------------------------------------------------------------------------
+
 
 def _bucket_bytes(options) -> float:
     return float(getattr(options, "bucket", None) or DDP_BUCKET_BYTES)
@@ -249,8 +269,9 @@ def _buckets(ctx: CostContext, rank: int) -> tuple[Term, ...]:
     total gradients size" when set, PyTorch DDP docs)."""
     if not ctx.profile.ddp_bucket_copy:
         return ()
-    return (Term("DDP gradient buckets (a flat copy of every gradient)",
-                 ctx.grad_reduce_bytes * ctx.stage(rank).params),)
+    return (
+        Term("DDP gradient buckets (a flat copy of every gradient)", ctx.grad_reduce_bytes * ctx.stage(rank).params),
+    )
 
 
 def ddp(ctx: CostContext, est: Estimate, options=None) -> Estimate:
@@ -260,8 +281,14 @@ def ddp(ctx: CostContext, est: Estimate, options=None) -> Estimate:
         return est
     link = ctx.links["dp"]
     nbytes, seconds, exposed = _grad_all_reduce(ctx, _bucket_bytes(options))
-    comm = CommCost("dp", volume=2 * (lay.dp - 1) / lay.dp * nbytes, total=seconds, exposed=exposed,
-                    medium=link.medium, detail=f"all-reduce of {nbytes / 2**30:.2f} GiB fp32 gradients")
+    comm = CommCost(
+        "dp",
+        volume=2 * (lay.dp - 1) / lay.dp * nbytes,
+        total=seconds,
+        exposed=exposed,
+        medium=link.medium,
+        detail=f"all-reduce of {nbytes / 2**30:.2f} GiB fp32 gradients",
+    )
     est = est.updated(stage_fn=lambda s: s.updated(transient=_buckets(ctx, s.rank)), comm=comm)
     return _with_contention(ctx, est, seconds - exposed)
 
@@ -280,8 +307,13 @@ def _shard_states(ctx: CostContext, est: Estimate, zero: int, buffers, comm: Com
 
     def shard(s: StageMemory) -> StageMemory:
         states = model_state_bytes(ctx.stage(s.rank).params, n_d, zero, ctx.state_bytes)
-        return s.updated(params=states.params, master=states.master, grads=states.grads,
-                         optimizer=states.optimizer, transient=buffers(s))
+        return s.updated(
+            params=states.params,
+            master=states.master,
+            grads=states.grads,
+            optimizer=states.optimizer,
+            transient=buffers(s),
+        )
 
     return est.updated(stage_fn=shard, comm=comm, optimizer=est.optimizer / n_d)
 
@@ -299,8 +331,14 @@ def zero1(ctx: CostContext, est: Estimate, options=None) -> Estimate:
     params = ctx.state_bytes.working * max(st.params for st in ctx.stages)
     gather = all_gather_seconds(params, link)
     frac = (lay.dp - 1) / lay.dp
-    comm = CommCost("dp", volume=frac * (2 * nbytes + params), total=seconds + gather, exposed=exposed + gather,
-                    medium=link.medium, detail="all-reduce of gradients + all-gather of updated parameters")
+    comm = CommCost(
+        "dp",
+        volume=frac * (2 * nbytes + params),
+        total=seconds + gather,
+        exposed=exposed + gather,
+        medium=link.medium,
+        detail="all-reduce of gradients + all-gather of updated parameters",
+    )
     est = _shard_states(ctx, est, 1, lambda s: _buckets(ctx, s.rank), comm)
     return _with_contention(ctx, est, seconds - exposed)
 
@@ -346,16 +384,22 @@ def fsdp(ctx: CostContext, est: Estimate, options=None) -> Estimate:
         first_gather = all_gather_seconds(e * unit, link)
         fwd = max(0.0, gather - slow.forward) + first_gather
         bwd_gather = (max(0.0, gather - slow.backward) + first_gather) if zero == 3 else 0.0
-        bwd_scatter = max(0.0, (gather if zero == 3 else 0.0) + scatter - slow.backward) \
-            + reduce_scatter_seconds(g * unit, link)
+        bwd_scatter = max(0.0, (gather if zero == 3 else 0.0) + scatter - slow.backward) + reduce_scatter_seconds(
+            g * unit, link
+        )
         exposed = min(total, m * fwd + (m - scatters) * bwd_gather + scatters * bwd_scatter)
     else:
         exposed = total
     frac = (lay.dp - 1) / lay.dp
     when = "per step" if scatters == 1 else "per micro-batch"
-    comm = CommCost("dp", volume=frac * psi * (m * gathers * e + scatters * g), total=total, exposed=exposed,
-                    medium=link.medium,
-                    detail=f"{gathers} parameter all-gather(s) per micro-batch, 1 gradient reduce-scatter {when}")
+    comm = CommCost(
+        "dp",
+        volume=frac * psi * (m * gathers * e + scatters * g),
+        total=total,
+        exposed=exposed,
+        medium=link.medium,
+        detail=f"{gathers} parameter all-gather(s) per micro-batch, 1 gradient reduce-scatter {when}",
+    )
     label = f"FSDP gathered parameters and unsharded gradients (ZeRO-{zero})"
 
     def buffers(s: StageMemory) -> tuple[Term, ...]:

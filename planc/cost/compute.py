@@ -46,8 +46,15 @@ FLASH_RELATIVE_EFFICIENCY = 0.72
 #: Streaming multiprocessors (compute units) per device, for wave quantization. Vendor data
 #: sheets / whitepapers: A100 108 SMs, H100 SXM5 132, B200 148 (2 dies x 74), V100 80,
 #: MI300X 304 CUs. A custom device without an entry is treated as 108 SMs.
-SM_COUNT = {"V100-32GB": 80, "A100-40GB": 108, "A100-80GB": 108, "H100-SXM": 132, "H200": 132,
-            "B200": 148, "MI300X": 304}
+SM_COUNT = {
+    "V100-32GB": 80,
+    "A100-40GB": 108,
+    "A100-80GB": 108,
+    "H100-SXM": 132,
+    "H200": 132,
+    "B200": 148,
+    "MI300X": 304,
+}
 DEFAULT_SM_COUNT = 108
 _TILES = ((256, 128), (128, 256), (128, 128))
 
@@ -136,8 +143,9 @@ def block_gemms(model: ModelSpec, tokens: int, tp: int) -> list[tuple[int, int, 
 ROPE_BYTES_PER_ELEMENT = 48
 
 
-def block_elementwise_bytes(model: ModelSpec, tokens: int, tp: int, sp: bool, compute_bytes: int,
-                            residual_bytes: int, profile: RuntimeProfile) -> float:
+def block_elementwise_bytes(
+    model: ModelSpec, tokens: int, tp: int, sp: bool, compute_bytes: int, residual_bytes: int, profile: RuntimeProfile
+) -> float:
     """HBM bytes read + written by the forward's elementwise kernels of one block.
 
     Eager PyTorch (T tokens, h_s = h/t under SP else h, e compute bytes, r residual bytes):
@@ -173,8 +181,16 @@ def block_elementwise_bytes(model: ModelSpec, tokens: int, tp: int, sp: bool, co
     return norms + casts + residual + rope + copies + act + scores
 
 
-def block_times(model: ModelSpec, micro_batch: int, tp: int, sp: bool, device: Device,
-                compute_bytes: int, residual_bytes: int, profile: RuntimeProfile) -> LayerTimes:
+def block_times(
+    model: ModelSpec,
+    micro_batch: int,
+    tp: int,
+    sp: bool,
+    device: Device,
+    compute_bytes: int,
+    residual_bytes: int,
+    profile: RuntimeProfile,
+) -> LayerTimes:
     """Forward and backward seconds of one block on one device for one micro-batch."""
     s, b = model.seq_len, micro_batch
     T = s * b
@@ -186,8 +202,9 @@ def block_times(model: ModelSpec, micro_batch: int, tp: int, sp: bool, device: D
         attn_bwd = 2.5 * attn_fwd
     else:
         d, batch = model.head_dim, b * model.heads // tp
-        attn_fwd = (gemm_seconds(s, d, s, device, compute_bytes, batch)
-                    + gemm_seconds(s, s, d, device, compute_bytes, batch))
+        attn_fwd = gemm_seconds(s, d, s, device, compute_bytes, batch) + gemm_seconds(
+            s, s, d, device, compute_bytes, batch
+        )
         attn_bwd = 2.0 * attn_fwd
     elementwise = block_elementwise_bytes(model, T, tp, sp, compute_bytes, residual_bytes, profile) / device.memory_rate
     if profile.attention == "flash":
@@ -205,8 +222,9 @@ def block_times(model: ModelSpec, micro_batch: int, tp: int, sp: bool, device: D
     )
 
 
-def embedding_times(model: ModelSpec, micro_batch: int, tp: int, device: Device,
-                    residual_bytes: int) -> tuple[float, float]:
+def embedding_times(
+    model: ModelSpec, micro_batch: int, tp: int, device: Device, residual_bytes: int
+) -> tuple[float, float]:
     """(forward, backward) of the embedding lookup: memory-bound.
 
     Forward gathers T rows and writes them (2 r T h; learned positions add 3 r T h). Backward
@@ -220,8 +238,9 @@ def embedding_times(model: ModelSpec, micro_batch: int, tp: int, device: Device,
     return fwd / device.memory_rate, bwd / device.memory_rate
 
 
-def head_times(model: ModelSpec, micro_batch: int, tp: int, sp: bool, device: Device,
-               compute_bytes: int, residual_bytes: int) -> tuple[float, float]:
+def head_times(
+    model: ModelSpec, micro_batch: int, tp: int, sp: bool, device: Device, compute_bytes: int, residual_bytes: int
+) -> tuple[float, float]:
     """(forward, backward) of the final norm, output GEMM and cross-entropy on the last stage.
 
     The loss upcasts the logits to fp32 and runs log-softmax: forward (e + 4) + (4 + 4) bytes

@@ -25,7 +25,7 @@ from planc.cost.compute import (
 from planc.cost.memory import LayerActivations, layer_activation_bytes, logits_bytes, runtime_state_bytes
 from planc.cost.params import StageParams, representative_ranks, stage_params
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile, StateBytes, on_hardware
-from planc.hardware.topology import GroupLink, Topology, topology_for
+from planc.hardware.topology import Topology, topology_for
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
 
@@ -143,8 +143,12 @@ class ContextCache:
         found = self._links.get(key)
         if found is None:
             dims, topo = layout.dims, self.topology
-            found = {"tp": topo.group("tp", dims), "dp": topo.group("dp", dims),
-                     "pp": topo.group("pp", dims), "pp_p2p": topo.pipeline_p2p(dims)}
+            found = {
+                "tp": topo.group("tp", dims),
+                "dp": topo.group("dp", dims),
+                "pp": topo.group("pp", dims),
+                "pp_p2p": topo.pipeline_p2p(dims),
+            }
             self._links[key] = found
         return found
 
@@ -153,8 +157,10 @@ class ContextCache:
         found = self._blocks.get(key)
         if found is None:
             model, profile = self.plan.model, self.profile
-            found = (block_times(model, b, tp, sp, self.device, e, r, profile),
-                     layer_activation_bytes(model, b, tp, sp, e, r, profile))
+            found = (
+                block_times(model, b, tp, sp, self.device, e, r, profile),
+                layer_activation_bytes(model, b, tp, sp, e, r, profile),
+            )
             self._blocks[key] = found
         return found
 
@@ -164,15 +170,18 @@ class ContextCache:
         found = self._edges.get(key)
         if found is None:
             model = self.plan.model
-            found = (embedding_times(model, b, tp, self.device, r),
-                     head_times(model, b, tp, sp, self.device, e, r),
-                     logits_bytes(model, b, tp, e))
+            found = (
+                embedding_times(model, b, tp, self.device, r),
+                head_times(model, b, tp, sp, self.device, e, r),
+                logits_bytes(model, b, tp, e),
+            )
             self._edges[key] = found
         return found
 
 
-def build_context(plan: Plan, layout: Layout, profile: RuntimeProfile = PLANC_RUNTIME,
-                  cache: ContextCache | None = None) -> CostContext:
+def build_context(
+    plan: Plan, layout: Layout, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCache | None = None
+) -> CostContext:
     """Work out the geometry of ``layout`` for ``plan``."""
     profile = on_hardware(profile, plan.hardware.is_cpu)
     if cache is None or cache.plan is not plan or cache.profile is not profile:
@@ -187,15 +196,26 @@ def build_context(plan: Plan, layout: Layout, profile: RuntimeProfile = PLANC_RU
     for st in stages:
         fwd = st.layers * layer.forward + (emb_f if st.embedding else 0.0) + (head_f if st.head else 0.0)
         bwd = st.layers * layer.backward + (emb_b if st.embedding else 0.0) + (head_b if st.head else 0.0)
-        times.append(StageTimes(rank=st.rank, forward=fwd, backward=bwd,
-                                backward_weight=st.layers * layer.backward_weight))
+        times.append(
+            StageTimes(rank=st.rank, forward=fwd, backward=bwd, backward_weight=st.layers * layer.backward_weight)
+        )
     state_bytes = profile.state_bytes or runtime_state_bytes(plan.train.precision, plan.train.optimizer, lay.zero)
     return CostContext(
-        plan=plan, layout=lay, profile=profile, stages=stages, times=tuple(times),
+        plan=plan,
+        layout=lay,
+        profile=profile,
+        stages=stages,
+        times=tuple(times),
         micro_batches=lay.grad_accumulation(plan.train.global_batch),
         tokens_per_microbatch=b * plan.model.seq_len,
-        compute_bytes=e, residual_bytes=r,
+        compute_bytes=e,
+        residual_bytes=r,
         grad_reduce_bytes=int(state_bytes.grads) if profile.state_bytes else 4,
-        state_bytes=state_bytes, device=cache.device, layer=layer, layer_act=layer_act,
-        logits=logits, links=cache.links(lay), capacity=plan.hardware.memory,
+        state_bytes=state_bytes,
+        device=cache.device,
+        layer=layer,
+        layer_act=layer_act,
+        logits=logits,
+        links=cache.links(lay),
+        capacity=plan.hardware.memory,
     )

@@ -13,8 +13,9 @@ device's requirement. Time is per optimizer step on the slowest rank.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Callable, NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar
 
 _T = TypeVar("_T")
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -78,8 +79,7 @@ class StageMemory:
     def total(self) -> float:
         return self.model_states + self.activations + self.transient_bytes
 
-    def updated(self, *, transient: tuple[Term, ...] = (), extra: tuple[Term, ...] = (),
-                **fields) -> "StageMemory":
+    def updated(self, *, transient: tuple[Term, ...] = (), extra: tuple[Term, ...] = (), **fields) -> StageMemory:
         """A copy with ``fields`` replaced and ``transient`` / ``extra`` terms appended."""
         if transient:
             fields["transient"] = self.transient + transient
@@ -87,10 +87,10 @@ class StageMemory:
             fields["act_extra"] = self.act_extra + extra
         return replace(self, **fields)
 
-    def with_transient(self, name: str, value: float) -> "StageMemory":
+    def with_transient(self, name: str, value: float) -> StageMemory:
         return self.updated(transient=(Term(name, value),))
 
-    def with_extra(self, name: str, value: float) -> "StageMemory":
+    def with_extra(self, name: str, value: float) -> StageMemory:
         return self.updated(extra=(Term(name, value),))
 
 
@@ -111,9 +111,8 @@ class CommCost:
     detail: str = ""
     """What the traffic is, for explain (e.g. "all-reduce fp32 gradients")."""
 
-    def scaled(self, factor: float) -> "CommCost":
-        return replace(self, volume=self.volume * factor, total=self.total * factor,
-                       exposed=self.exposed * factor)
+    def scaled(self, factor: float) -> CommCost:
+        return replace(self, volume=self.volume * factor, total=self.total * factor, exposed=self.exposed * factor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,11 +148,12 @@ class Estimate:
 
     # -- helpers for cost passes -----------------------------------------------------------
 
-    def replace(self, **changes) -> "Estimate":
+    def replace(self, **changes) -> Estimate:
         return replace(self, **changes)
 
-    def updated(self, *, stage_fn: Callable[[StageMemory], StageMemory] | None = None,
-                comm: CommCost | None = None, **fields) -> "Estimate":
+    def updated(
+        self, *, stage_fn: Callable[[StageMemory], StageMemory] | None = None, comm: CommCost | None = None, **fields
+    ) -> Estimate:
         """One copy with every change a pass makes: ``stage_fn`` applied to each stage's memory,
         ``comm`` added (replacing its group's entry), ``fields`` replaced."""
         if stage_fn is not None:
@@ -162,7 +162,7 @@ class Estimate:
             fields["comm"] = tuple(c for c in self.comm if c.group != comm.group) + (comm,)
         return replace(self, **fields)
 
-    def map_stages(self, fn: Callable[[StageMemory], StageMemory]) -> "Estimate":
+    def map_stages(self, fn: Callable[[StageMemory], StageMemory]) -> Estimate:
         """Apply ``fn`` to every representative stage's memory."""
         return replace(self, stages=tuple(fn(s) for s in self.stages))
 
@@ -172,16 +172,16 @@ class Estimate:
                 return c
         return None
 
-    def with_comm(self, cost: CommCost) -> "Estimate":
+    def with_comm(self, cost: CommCost) -> Estimate:
         """Add ``cost``, replacing an earlier entry of the same group."""
         rest = tuple(c for c in self.comm if c.group != cost.group)
         return replace(self, comm=rest + (cost,))
 
-    def with_time(self, name: str, seconds: float) -> "Estimate":
+    def with_time(self, name: str, seconds: float) -> Estimate:
         """Add ``seconds`` on the critical path under ``name``."""
         return replace(self, other=self.other + (Term(name, seconds),))
 
-    def with_note(self, note: str) -> "Estimate":
+    def with_note(self, note: str) -> Estimate:
         return replace(self, notes=self.notes + (note,))
 
     # -- results ---------------------------------------------------------------------------
@@ -205,8 +205,7 @@ class Estimate:
 
     @property
     def step_s(self) -> float:
-        return (self.compute + self.bubble + self.optimizer + self.exposed_comm
-                + sum(t.value for t in self.other))
+        return self.compute + self.bubble + self.optimizer + self.exposed_comm + sum(t.value for t in self.other)
 
     @property
     def tokens_per_s(self) -> float:

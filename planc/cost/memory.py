@@ -76,14 +76,19 @@ def model_state_bytes(psi: float, n_d: int, zero: int, per_param: StateBytes) ->
     *after* tensor/pipeline sharding; ZeRO then divides over the ``n_d`` data-parallel ranks.
     """
     n = max(1, n_d)
-    os_shard = n if zero >= 1 else 1   # P_os: optimizer states (with the fp32 master)
-    g_shard = n if zero >= 2 else 1    # P_g: gradients
-    p_shard = n if zero >= 3 else 1    # P_p: parameters
-    return ModelStates(per_param.working * psi / p_shard, per_param.master * psi / os_shard,
-                       per_param.grads * psi / g_shard, per_param.optimizer * psi / os_shard)
+    os_shard = n if zero >= 1 else 1  # P_os: optimizer states (with the fp32 master)
+    g_shard = n if zero >= 2 else 1  # P_g: gradients
+    p_shard = n if zero >= 3 else 1  # P_p: parameters
+    return ModelStates(
+        per_param.working * psi / p_shard,
+        per_param.master * psi / os_shard,
+        per_param.grads * psi / g_shard,
+        per_param.optimizer * psi / os_shard,
+    )
 
 
 # -- activations (Korthikanti et al. 2022, Table 2, adapted) -----------------------------------
+
 
 @dataclass(frozen=True)
 class LayerActivations:
@@ -110,8 +115,9 @@ def gemm_input_copies(model: ModelSpec, compute_bytes: int, residual_bytes: int)
     return 3, (1 if model.mlp == "gelu" else 2)
 
 
-def layer_activation_bytes(model: ModelSpec, b: int, tp: int, sp: bool, compute_bytes: int,
-                           residual_bytes: int, profile: RuntimeProfile) -> LayerActivations:
+def layer_activation_bytes(
+    model: ModelSpec, b: int, tp: int, sp: bool, compute_bytes: int, residual_bytes: int, profile: RuntimeProfile
+) -> LayerActivations:
     """Activation bytes of one block for one micro-batch (Korthikanti et al. 2022, Table 2).
 
     Korthikanti's count for a GPT block with dropout and materialized attention, 16-bit, is
@@ -186,8 +192,9 @@ def layer_activation_bytes(model: ModelSpec, b: int, tp: int, sp: bool, compute_
     else:
         gathered = 2 * r * T * h if (sp and tp > 1) else 0.0
         reduced = 2 * e * T * h_s if tp > 1 else 0.0
-        selective = (block_input + gathered + qkv + e * T * h / tp + 4.0 * T * a / tp
-                     + reduced + mlp_in_outputs * e * T * f / tp)
+        selective = (
+            block_input + gathered + qkv + e * T * h / tp + 4.0 * T * a / tp + reduced + mlp_in_outputs * e * T * f / tp
+        )
     return LayerActivations(none=none, selective=selective, full=block_input)
 
 
@@ -202,6 +209,7 @@ def logits_bytes(model: ModelSpec, b: int, tp: int, compute_bytes: int) -> float
 
 
 # -- micro-batches in flight (pipeline schedules) ----------------------------------------------
+
 
 def chunks_in_flight(schedule: str | None, pp: int, v: int, m: int, rank: int) -> int:
     """Chunk-micro-batches whose activations pipeline rank ``rank`` holds at its peak.

@@ -12,8 +12,8 @@ pipeline bubble from the final micro-batch time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Iterable
 
 from planc.cost.compute import optimizer_step_seconds
 from planc.cost.context import ContextCache, CostContext, build_context
@@ -38,10 +38,18 @@ def base_estimate(ctx: CostContext) -> Estimate:
     for st in ctx.stages:
         states = model_state_bytes(st.params, 1, 0, ctx.state_bytes)
         extra = (Term("logits and loss (1 micro-batch)", ctx.logits),) if st.head else ()
-        stages.append(StageMemory(rank=st.rank, params=states.params, master=states.master,
-                                  grads=states.grads, optimizer=states.optimizer,
-                                  act_per_layer=ctx.layer_act.none, act_layers=float(st.layers),
-                                  act_extra=extra))
+        stages.append(
+            StageMemory(
+                rank=st.rank,
+                params=states.params,
+                master=states.master,
+                grads=states.grads,
+                optimizer=states.optimizer,
+                act_per_layer=ctx.layer_act.none,
+                act_layers=float(st.layers),
+                act_extra=extra,
+            )
+        )
     slow = ctx.slowest
     m = ctx.micro_batches
     plan, model = ctx.plan, ctx.model
@@ -91,8 +99,14 @@ def run_passes(ctx: CostContext, passes: Iterable[CostPass]) -> Estimate:
     return finalize(ctx, est)
 
 
-def evaluate(plan: Plan, layout: Layout, *, profile: RuntimeProfile = PLANC_RUNTIME,
-             passes: Iterable[CostPass] | None = None, cache: ContextCache | None = None) -> Estimate:
+def evaluate(
+    plan: Plan,
+    layout: Layout,
+    *,
+    profile: RuntimeProfile = PLANC_RUNTIME,
+    passes: Iterable[CostPass] | None = None,
+    cache: ContextCache | None = None,
+) -> Estimate:
     """Predict memory per device and time per step of ``layout`` for ``plan``.
 
     ``passes`` default to the strategies active for the layout

@@ -127,8 +127,16 @@ def stage_params(model: ModelSpec, tp: int, pp: int, virtual_stages: int, rank: 
         head = head_params_per_shard(model, tp, pp)
         params += head
         units.append(head)
-    return StageParams(rank=rank, layers=layers, chunk_layers=chunks, embedding=first, head=last,
-                       params=params, layer_params=per_layer, largest_unit=max(units))
+    return StageParams(
+        rank=rank,
+        layers=layers,
+        chunk_layers=chunks,
+        embedding=first,
+        head=last,
+        params=params,
+        layer_params=per_layer,
+        largest_unit=max(units),
+    )
 
 
 def representative_ranks(pp: int) -> tuple[int, ...]:

@@ -20,8 +20,16 @@ _MEMO_LIMIT = 4096
 
 
 def _layout_key(layout: Layout) -> tuple:
-    return (layout.tp, layout.pp, layout.dp, layout.zero, layout.recompute, layout.schedule,
-            layout.virtual_stages, layout.sequence_parallel)
+    return (
+        layout.tp,
+        layout.pp,
+        layout.dp,
+        layout.zero,
+        layout.recompute,
+        layout.schedule,
+        layout.virtual_stages,
+        layout.sequence_parallel,
+    )
 
 
 def active_cost_passes(plan: Plan, layout: Layout) -> list[CostPass]:

@@ -15,8 +15,8 @@ formatter must not lose them; they play no part in meaning.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import Iterator, Union
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,7 +112,7 @@ class Word(Node):
         return self.value
 
 
-Scalar = Union[String, Number, Quantity, Bool, Auto, Word]
+Scalar = String | Number | Quantity | Bool | Auto | Word
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,7 +122,7 @@ class ListValue(Node):
     items: tuple[Scalar, ...]
 
 
-Value = Union[Scalar, ListValue]
+Value = Scalar | ListValue
 
 
 # -- entries and blocks ----------------------------------------------------------------------
@@ -218,7 +218,7 @@ class Block(BlockNode):
         return self.block_name.text
 
 
-AnyBlock = Union[ModelBlock, UseBlock, Block]
+AnyBlock = ModelBlock | UseBlock | Block
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,9 +19,9 @@ is kept as a leading comment of the entry or block it sits in. Every comment end
 
 from __future__ import annotations
 
-from dataclasses import replace
 from bisect import bisect_left
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from planc.dsl.ast import AnyBlock, Body, Comment, Node, PlanFile
 
@@ -59,8 +59,14 @@ def attach_comments(plan: PlanFile, comments: Sequence[Comment]) -> PlanFile:
     new_blocks = []
     for i, block in enumerate(blocks):
         block = _attach_inside(block, inside[i], blank_before)
-        new_blocks.append(replace(block, leading=tuple(top_level[i]) + block.leading, trailing=trailing.get(i),
-                                  blank_before=blank_before(block)))
+        new_blocks.append(
+            replace(
+                block,
+                leading=tuple(top_level[i]) + block.leading,
+                trailing=trailing.get(i),
+                blank_before=blank_before(block),
+            )
+        )
 
     header: tuple[Comment, ...] = ()
     if new_blocks:
@@ -105,7 +111,9 @@ def _attach_inside(block: AnyBlock, comments: list[Comment], blank_before: Calla
     return replace(block, body=body, leading=tuple(leading), header_comment=header_comment)
 
 
-def _attach_body(body: Body, comments: list[Comment], blank_before: Callable[[Node], bool]) -> tuple[Body, Comment | None]:
+def _attach_body(
+    body: Body, comments: list[Comment], blank_before: Callable[[Node], bool]
+) -> tuple[Body, Comment | None]:
     entries = body.entries
     starts = [e.start for e in entries]
     leading: list[list[Comment]] = [[] for _ in entries]
@@ -115,8 +123,12 @@ def _attach_body(body: Body, comments: list[Comment], blank_before: Callable[[No
     for comment in comments:
         following = bisect_left(starts, comment.start)  # entries[following:] start after the comment
         previous = entries[following - 1] if following > 0 else None
-        if previous is not None and previous.end <= comment.start and previous.end_line == comment.line \
-                and following - 1 not in trailing:
+        if (
+            previous is not None
+            and previous.end <= comment.start
+            and previous.end_line == comment.line
+            and following - 1 not in trailing
+        ):
             trailing[following - 1] = comment
         elif previous is not None and comment.start < previous.end:
             leading[following - 1].append(comment)  # inside a multi-line list: keep it above the entry

@@ -22,8 +22,12 @@ from planc.spec.fields import unit_kind_of
 from planc.spec.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from planc.units import UNITS
 
-_KIND_TYPES = {"bytes": "size, e.g. `80 GiB`", "bandwidth": "bandwidth, e.g. `300 GB/s`",
-               "compute": "FLOP/s, e.g. `312 TFLOPS`", "time": "time, e.g. `5 us`"}
+_KIND_TYPES = {
+    "bytes": "size, e.g. `80 GiB`",
+    "bandwidth": "bandwidth, e.g. `300 GB/s`",
+    "compute": "FLOP/s, e.g. `312 TFLOPS`",
+    "time": "time, e.g. `5 us`",
+}
 
 #: Defaults computed by validators (not pydantic defaults), as the validators compute them.
 _DERIVED_DEFAULTS = {
@@ -39,8 +43,12 @@ _DERIVED_DEFAULTS = {
 }
 _SOURCE_KEYS = {
     "preset": ("string", "—", "A model preset to start from (see *Model presets*); keys written after it override it."),
-    "from": ("string", "—", "A Hugging Face `config.json` to read the architecture from, relative to the "
-             ".plan file (usually written `model from \"...\"`)."),
+    "from": (
+        "string",
+        "—",
+        "A Hugging Face `config.json` to read the architecture from, relative to the "
+        '.plan file (usually written `model from "..."`).',
+    ),
 }
 
 
@@ -99,7 +107,7 @@ def _default_text(block: str, name: str, field) -> str:
         value = field.default
         if isinstance(value, bool):
             return "true" if value else "false"
-        return "—" if value is None else f"`{value}`" if not isinstance(value, str) else f'`{value}`'
+        return "—" if value is None else f"`{value}`" if not isinstance(value, str) else f"`{value}`"
     if field.default_factory is not None:
         return "empty"
     if block == "model":
@@ -127,9 +135,10 @@ def key_table(block: str) -> str:
 
 def use_table() -> str:
     fields = PluginUse.model_fields
-    return "\n".join(["| part | meaning |", "|---|---|"] +
-                     [f"| `{name}` | {_cell(fields[name].description or '')} |" for name in fields
-                      if not fields[name].exclude])  # bookkeeping the user never writes
+    return "\n".join(
+        ["| part | meaning |", "|---|---|"]
+        + [f"| `{name}` | {_cell(fields[name].description or '')} |" for name in fields if not fields[name].exclude]
+    )  # bookkeeping the user never writes
 
 
 def _unit_size(unit: str, kind: str, scale: float) -> str:
@@ -155,33 +164,48 @@ def unit_table() -> str:
 
 
 def model_preset_table() -> str:
-    rows = ["| preset | layers | hidden | heads | kv_heads | ffn | vocab | seq_len | mlp / norm / position | "
-            "tied | parameters |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| preset | layers | hidden | heads | kv_heads | ffn | vocab | seq_len | mlp / norm / position | "
+        "tied | parameters |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name in MODEL_PRESETS:
-        m = build_plan({"model": {"preset": name}, "hardware": {"device": "cpu"},
-                        "train": {"global_batch": 1}}).model
-        rows.append(f"| `{name}` | {m.layers} | {m.hidden} | {m.heads} | {m.kv_heads} | {m.ffn} | {m.vocab} | "
-                    f"{m.seq_len} | {m.mlp} / {m.norm} / {m.position} | {'yes' if m.tie_embeddings else 'no'} | "
-                    f"{m.params:,} |")
+        m = build_plan({"model": {"preset": name}, "hardware": {"device": "cpu"}, "train": {"global_batch": 1}}).model
+        rows.append(
+            f"| `{name}` | {m.layers} | {m.hidden} | {m.heads} | {m.kv_heads} | {m.ffn} | {m.vocab} | "
+            f"{m.seq_len} | {m.mlp} / {m.norm} / {m.position} | {'yes' if m.tie_embeddings else 'no'} | "
+            f"{m.params:,} |"
+        )
     return "\n".join(rows)
 
 
 def device_preset_table() -> str:
-    rows = ["| device | memory | peak (bf16) | peak_fp32 | hbm_bw | intra_node_bw | inter_node_bw | per_node | "
-            "efficiency |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| device | memory | peak (bf16) | peak_fp32 | hbm_bw | intra_node_bw | inter_node_bw | per_node | "
+        "efficiency |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, p in HARDWARE_PRESETS.items():
         memory = f"{p['memory'] / 2**30:g} GiB" if p["memory"] % 2**30 == 0 else f"{p['memory'] / 1e9:g} GB"
-        rows.append(f"| `{name}` | {memory} | {p['peak'] / 1e12:g} TFLOPS | {p['peak_fp32'] / 1e12:g} TFLOPS | "
-                    f"{p['hbm_bw'] / 1e9:g} GB/s | {p['intra_node_bw'] / 1e9:g} GB/s | "
-                    f"{p['inter_node_bw'] / 1e9:g} GB/s | {p['per_node']} | {p['efficiency']} |")
+        rows.append(
+            f"| `{name}` | {memory} | {p['peak'] / 1e12:g} TFLOPS | {p['peak_fp32'] / 1e12:g} TFLOPS | "
+            f"{p['hbm_bw'] / 1e9:g} GB/s | {p['intra_node_bw'] / 1e9:g} GB/s | "
+            f"{p['inter_node_bw'] / 1e9:g} GB/s | {p['per_node']} | {p['efficiency']} |"
+        )
     return "\n".join(rows)
 
 
 def tables() -> dict[str, str]:
     """Generated section name -> its markdown."""
     out = {f"keys:{block}": key_table(block) for block in BLOCKS}
-    out.update({"keys:use": use_table(), "units": unit_table(), "presets:models": model_preset_table(),
-                "presets:devices": device_preset_table()})
+    out.update(
+        {
+            "keys:use": use_table(),
+            "units": unit_table(),
+            "presets:models": model_preset_table(),
+            "presets:devices": device_preset_table(),
+        }
+    )
     return out
 
 

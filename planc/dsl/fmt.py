@@ -45,7 +45,9 @@ def _block_rank(block: ast.AnyBlock) -> int:
     return BLOCK_ORDER.index(block.name) if block.name in BLOCK_ORDER else len(BLOCK_ORDER)
 
 
-def _comment_lines(out: list[str], comments: tuple[ast.Comment, ...], indent: str, first_may_blank: bool = False) -> None:
+def _comment_lines(
+    out: list[str], comments: tuple[ast.Comment, ...], indent: str, first_may_blank: bool = False
+) -> None:
     """Full-line comments; an empty line above one is kept, except above the first (unless asked)."""
     for index, comment in enumerate(comments):
         if comment.blank_before and (index or first_may_blank):

@@ -44,8 +44,12 @@ def parse_number(text: str) -> int | float:
     except InvalidOperation:  # pragma: no cover - NUMBER_RE admits only what Decimal reads
         raise LiteralError(f"'{text}' is not a valid number", None, 0, len(text)) from None
     if exact and not -MAX_EXPONENT <= exact.adjusted() < MAX_EXPONENT:
-        raise LiteralError(f"the number {text} is out of range", f"numbers must lie between 1e-{MAX_EXPONENT} "
-                           f"and 1e{MAX_EXPONENT} in size", 0, len(text))
+        raise LiteralError(
+            f"the number {text} is out of range",
+            f"numbers must lie between 1e-{MAX_EXPONENT} and 1e{MAX_EXPONENT} in size",
+            0,
+            len(text),
+        )
     if "." not in text and exact == exact.to_integral_value():
         return int(exact)
     return float(exact)
@@ -70,11 +74,14 @@ def parse_atom(text: str) -> int | float | str:
     if WORD_RE.fullmatch(text):
         return text
     if text[:1] in "+-":
-        raise LiteralError(f"'{text}' is not a number or a word", "a sign can only start a number; "
-                           f'write other text in double quotes: "{text}"', 0, len(text))
+        raise LiteralError(
+            f"'{text}' is not a number or a word",
+            f'a sign can only start a number; write other text in double quotes: "{text}"',
+            0,
+            len(text),
+        )
     bad = next((i for i, ch in enumerate(text) if ch in ".+-"), 0)
-    raise LiteralError(f"'{text}' is not a number or a word", f'put text like this in double quotes: "{text}"',
-                       bad, 1)
+    raise LiteralError(f"'{text}' is not a number or a word", f'put text like this in double quotes: "{text}"', bad, 1)
 
 
 def _looks_numeric(text: str) -> bool:
@@ -92,7 +99,7 @@ def parse_string(raw: str) -> str:
     out: list[str] = []
     position = 0
     for match in _ESCAPE_RE.finditer(inner):
-        out.append(inner[position:match.start()])
+        out.append(inner[position : match.start()])
         code = match.group(1)
         if code in _ESCAPES:
             out.append(_ESCAPES[code])
@@ -100,8 +107,10 @@ def parse_string(raw: str) -> str:
             out.append(chr(int(code[1:], 16)))
         else:
             offset = 1 + match.start()
-            hint = ('for a backslash write \\\\ (or use / in paths, e.g. "C:/data/train.txt"); '
-                    'known escapes: \\" \\\\ \\n \\t \\r \\uXXXX')
+            hint = (
+                'for a backslash write \\\\ (or use / in paths, e.g. "C:/data/train.txt"); '
+                'known escapes: \\" \\\\ \\n \\t \\r \\uXXXX'
+            )
             raise LiteralError(f"unknown escape sequence '\\{code}' in a string", hint, offset, 1 + len(code))
         position = match.end()
     out.append(inner[position:])
@@ -121,21 +130,49 @@ def _join_surrogates(raw: str, text: str) -> str:
         return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
     except UnicodeDecodeError:
         found = re.search(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}", raw)
-        raise LiteralError("a \\u escape names half of a UTF-16 surrogate pair, which is not a character",
-                           "write the character itself, or both halves of the pair (e.g. \\ud83d\\ude00)",
-                           found.start() if found else 0, 6) from None
+        raise LiteralError(
+            "a \\u escape names half of a UTF-16 surrogate pair, which is not a character",
+            "write the character itself, or both halves of the pair (e.g. \\ud83d\\ude00)",
+            found.start() if found else 0,
+            6,
+        ) from None
 
 
 #: Common ways of writing a unit that planc spells differently.
 _UNIT_ALIASES_EXACT = {"GBps": "GB/s", "MBps": "MB/s", "TBps": "TB/s", "Gbps": "Gb/s", "Mbps": "Mb/s", "Tbps": "Tb/s"}
 _UNIT_ALIASES = {
-    "gbps": "Gb/s", "mbps": "Mb/s", "tbps": "Tb/s",
-    "gbytes/s": "GB/s", "gbyte/s": "GB/s",
-    "tflop": "TFLOPS", "tflops/s": "TFLOPS", "tflop/s": "TFLOPS", "tf": "TFLOPS", "tf/s": "TFLOPS",
-    "pflop": "PFLOPS", "pflop/s": "PFLOPS", "gflop": "GFLOPS", "gflop/s": "GFLOPS",
-    "sec": "s", "secs": "s", "second": "s", "seconds": "s", "m": "min", "mins": "min", "minute": "min",
-    "minutes": "min", "hr": "h", "hrs": "h", "hour": "h", "hours": "h", "msec": "ms", "usec": "us",
-    "bytes": "B", "byte": "B", "gigabytes": "GB", "gibibytes": "GiB",
+    "gbps": "Gb/s",
+    "mbps": "Mb/s",
+    "tbps": "Tb/s",
+    "gbytes/s": "GB/s",
+    "gbyte/s": "GB/s",
+    "tflop": "TFLOPS",
+    "tflops/s": "TFLOPS",
+    "tflop/s": "TFLOPS",
+    "tf": "TFLOPS",
+    "tf/s": "TFLOPS",
+    "pflop": "PFLOPS",
+    "pflop/s": "PFLOPS",
+    "gflop": "GFLOPS",
+    "gflop/s": "GFLOPS",
+    "sec": "s",
+    "secs": "s",
+    "second": "s",
+    "seconds": "s",
+    "m": "min",
+    "mins": "min",
+    "minute": "min",
+    "minutes": "min",
+    "hr": "h",
+    "hrs": "h",
+    "hour": "h",
+    "hours": "h",
+    "msec": "ms",
+    "usec": "us",
+    "bytes": "B",
+    "byte": "B",
+    "gigabytes": "GB",
+    "gibibytes": "GiB",
 }
 _UNIT_MEANING = {"bytes": "bytes", "bandwidth": "per second", "compute": "FLOP per second", "time": "time"}
 
@@ -185,8 +222,12 @@ QUANTITY_SPLIT_RE = re.compile(r"([-+]?[0-9][0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-
 def check_quantity_range(number: int | float, unit: str, text: str) -> None:
     """A quantity must be a finite float in base units (80 GiB -> 85899345920.0)."""
     if abs(number) >= 10.0**MAX_EXPONENT / UNITS[unit][1]:
-        raise LiteralError(f"the quantity {text} is out of range", f"a quantity must stay below 1e{MAX_EXPONENT} "
-                           "in base units (bytes, bytes/s, FLOP/s, seconds)", 0, len(text))
+        raise LiteralError(
+            f"the quantity {text} is out of range",
+            f"a quantity must stay below 1e{MAX_EXPONENT} in base units (bytes, bytes/s, FLOP/s, seconds)",
+            0,
+            len(text),
+        )
 
 
 def split_quantity(text: str) -> tuple[str, int, str]:

@@ -49,8 +49,12 @@ def load_plan_text(text: str, filename: str = "<plan>", *, base_dir: str | os.Pa
     """Parse and validate plan ``text``; ``filename`` is what error messages show; relative paths
     in the plan (``model from``, ``train.data``) resolve against ``base_dir`` (default: cwd)."""
     plan_file = parse(text, filename)
-    return build(plan_file, base_dir=Path(base_dir) if base_dir is not None else None,
-                 known_strategies=known_strategies(), check_uses=check_use_options)
+    return build(
+        plan_file,
+        base_dir=Path(base_dir) if base_dir is not None else None,
+        known_strategies=known_strategies(),
+        check_uses=check_use_options,
+    )
 
 
 def check_use_options(plan: Plan) -> list:
@@ -73,13 +77,16 @@ def read_plan_text(path: Path) -> str:
     except OSError as exc:
         raise PlanError(f"cannot read {shown}: {exc.strerror or exc}") from None
     if stat.S_ISDIR(info.st_mode):
-        raise PlanError(f"{shown} is a directory, not a .plan file",
-                        hint="give the path of a .plan file, e.g. plans/tiny-cpu.plan") from None
+        raise PlanError(
+            f"{shown} is a directory, not a .plan file", hint="give the path of a .plan file, e.g. plans/tiny-cpu.plan"
+        ) from None
     if not stat.S_ISREG(info.st_mode):
         raise PlanError(f"{shown} is not a regular file", hint="give the path of a .plan file") from None
     if info.st_size > MAX_PLAN_BYTES:
-        raise PlanError(f"{shown} is too large for a plan ({info.st_size:,} bytes; the limit is "
-                        f"{MAX_PLAN_BYTES:,})", hint="is this the right file? A .plan file is a few dozen lines")
+        raise PlanError(
+            f"{shown} is too large for a plan ({info.st_size:,} bytes; the limit is {MAX_PLAN_BYTES:,})",
+            hint="is this the right file? A .plan file is a few dozen lines",
+        )
     try:
         with path.open("rb") as handle:
             data = handle.read(MAX_PLAN_BYTES + 1)
@@ -97,20 +104,25 @@ def decode_plan_bytes(data: bytes, shown: str) -> str:
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     if not data.strip():
-        raise PlanError(f"{shown} is empty", hint="a plan needs at least a model, a hardware and a train block; "
-                        "see plans/tiny-cpu.plan")
+        raise PlanError(
+            f"{shown} is empty",
+            hint="a plan needs at least a model, a hardware and a train block; see plans/tiny-cpu.plan",
+        )
     if b"\x00" in data[:8192]:
         raise PlanError(f"{shown} is not a text file (it contains NUL bytes)", hint="is this the right file?")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         readable = data.decode("utf-8", errors="replace")
-        before = data[:exc.start].decode("utf-8", errors="replace")
+        before = data[: exc.start].decode("utf-8", errors="replace")
         line = before.count("\n") + 1
         column = len(before) - (before.rfind("\n") + 1) + 1
-        raise PlanError(f"the file is not valid UTF-8 text (byte 0x{data[exc.start]:02x} here)",
-                        location=SourceLocation(shown, line, column), source=readable,
-                        hint="save the file as UTF-8 text") from None
+        raise PlanError(
+            f"the file is not valid UTF-8 text (byte 0x{data[exc.start]:02x} here)",
+            location=SourceLocation(shown, line, column),
+            source=readable,
+            hint="save the file as UTF-8 text",
+        ) from None
 
 
 def _not_found_hint(path: Path) -> str | None:

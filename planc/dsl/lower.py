@@ -9,9 +9,10 @@ block header, for issues about a whole block) and where each *key* is (for "unkn
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection
+from typing import Any
 
 from planc.dsl import ast
 from planc.dsl.parser import in_source_order
@@ -89,8 +90,11 @@ def _lower_model(out: Lowered, block: ast.ModelBlock) -> None:
         if key in written:
             first = written[key]
             how = f'model "{block.label.value}"' if key == "name" else f'model from "{block.source.value}"'
-            out.error(entry.key, f"'{key}' is set twice: by the block header and by this key",
-                      f"line {first.line} already says {how}; keep one of the two")
+            out.error(
+                entry.key,
+                f"'{key}' is set twice: by the block header and by this key",
+                f"line {first.line} already says {how}; keep one of the two",
+            )
             continue
         values[key] = value_of(entry.value)
         out.values[("model", key)] = out.where(entry.value)
@@ -151,8 +155,9 @@ def build(
     errors = list(lowered.errors)
     plan = None
     try:
-        plan = build_plan(lowered.raw, source=source_name or plan_file.filename, base_dir=base_dir,
-                          known_strategies=known_strategies)
+        plan = build_plan(
+            lowered.raw, source=source_name or plan_file.filename, base_dir=base_dir, known_strategies=known_strategies
+        )
     except SpecError as failure:
         for issue in failure.issues:
             missing = _MISSING_BLOCK.fullmatch(issue.message)

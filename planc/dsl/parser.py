@@ -54,8 +54,9 @@ _COMMENTS = _CommentSink()
 def lark_parser() -> Lark:
     """The grammar, compiled once per process (about 25 ms)."""
     grammar = resources.files("planc.dsl").joinpath("grammar.lark").read_text(encoding="utf-8")
-    return Lark(grammar, parser="lalr", lexer="contextual", maybe_placeholders=False,
-                lexer_callbacks={"COMMENT": _COMMENTS})
+    return Lark(
+        grammar, parser="lalr", lexer="contextual", maybe_placeholders=False, lexer_callbacks={"COMMENT": _COMMENTS}
+    )
 
 
 def parse(text: str, filename: str = "<plan>") -> ast.PlanFile:
@@ -101,8 +102,9 @@ def in_source_order(errors: list[PlanError]) -> list[PlanError]:
     ordered = sorted(unique.values(), key=lambda e: (e.location.line, e.location.col) if e.location else (0, 0))
     if len(ordered) > MAX_ERRORS_SHOWN:
         rest = len(ordered) - MAX_ERRORS_SHOWN
-        ordered = ordered[:MAX_ERRORS_SHOWN] + [PlanError(f"... and {rest:,} more problems in this file",
-                                                          hint="fix the ones above first")]
+        ordered = ordered[:MAX_ERRORS_SHOWN] + [
+            PlanError(f"... and {rest:,} more problems in this file", hint="fix the ones above first")
+        ]
     return ordered
 
 
@@ -134,8 +136,14 @@ class ToAst(Transformer):
     def fail(self, token: Token, problem: LiteralError, base_offset: int = 0) -> None:
         column = token.column + base_offset + problem.offset
         length = problem.length if problem.length is not None else len(token) - base_offset - problem.offset
-        self.errors.append(PlanError(problem.message, location=self.location(token.line, column, length),
-                                     hint=problem.hint, source=self.source))
+        self.errors.append(
+            PlanError(
+                problem.message,
+                location=self.location(token.line, column, length),
+                hint=problem.hint,
+                source=self.source,
+            )
+        )
 
     def name(self, token: Token) -> ast.Name:
         return ast.Name(text=str(token), **_span(token))
@@ -147,26 +155,45 @@ class ToAst(Transformer):
 
     def start(self, children: list) -> ast.PlanFile:
         lines = self.source.split("\n")
-        return ast.PlanFile(filename=self.filename, source=self.source, blocks=tuple(children),
-                            line=1, column=1, end_line=len(lines), end_column=len(lines[-1]) + 1)
+        return ast.PlanFile(
+            filename=self.filename,
+            source=self.source,
+            blocks=tuple(children),
+            line=1,
+            column=1,
+            end_line=len(lines),
+            end_column=len(lines[-1]) + 1,
+        )
 
     def model_block(self, children: list) -> ast.ModelBlock:
         keyword, *rest = children
         label = rest[0] if len(rest) == 2 else None
-        return ast.ModelBlock(keyword=self.name(keyword), label=self.string_node(label) if label else None,
-                              body=rest[-1], **_span(keyword, rest[-1]))
+        return ast.ModelBlock(
+            keyword=self.name(keyword),
+            label=self.string_node(label) if label else None,
+            body=rest[-1],
+            **_span(keyword, rest[-1]),
+        )
 
     def model_from_block(self, children: list) -> ast.ModelBlock:
         keyword, _from, path, *rest = children
         body = rest[0] if rest else None
-        return ast.ModelBlock(keyword=self.name(keyword), source=self.string_node(path), body=body,
-                              **_span(keyword, body if body is not None else path))
+        return ast.ModelBlock(
+            keyword=self.name(keyword),
+            source=self.string_node(path),
+            body=body,
+            **_span(keyword, body if body is not None else path),
+        )
 
     def use_block(self, children: list) -> ast.UseBlock:
         keyword, strategy, *rest = children
         body = rest[0] if rest else None
-        return ast.UseBlock(keyword=self.name(keyword), strategy=self.name(strategy), body=body,
-                            **_span(keyword, body if body is not None else strategy))
+        return ast.UseBlock(
+            keyword=self.name(keyword),
+            strategy=self.name(strategy),
+            body=body,
+            **_span(keyword, body if body is not None else strategy),
+        )
 
     def block(self, children: list) -> ast.Block:
         name, body = children
@@ -202,8 +229,9 @@ class ToAst(Transformer):
         number_text, unit_offset, unit = split_quantity(str(token))
         try:
             if unit in ("e", "E") and unit_offset == len(number_text):
-                raise LiteralError(f"'{token}' is not a valid number", "an exponent needs digits, e.g. 1e3 or 3e-4",
-                                   0, len(token))
+                raise LiteralError(
+                    f"'{token}' is not a valid number", "an exponent needs digits, e.g. 1e3 or 3e-4", 0, len(token)
+                )
             number = parse_number(number_text)
             check_unit(unit)
             check_quantity_range(number, unit, str(token))
@@ -262,17 +290,29 @@ def find_duplicates(plan: ast.PlanFile) -> list[PlanError]:
         first = seen_blocks.setdefault(identity, block)
         if first is not block:
             anchor, first_anchor = block_anchor(block), block_anchor(first)
-            what = f"strategy '{block.strategy.text}' is used" if isinstance(block, ast.UseBlock) \
+            what = (
+                f"strategy '{block.strategy.text}' is used"
+                if isinstance(block, ast.UseBlock)
                 else f"the {identity} block appears"
-            errors.append(_located(plan, anchor, f"{what} twice",
-                                   f"the first is at line {first_anchor.line}; merge the two into one"))
+            )
+            errors.append(
+                _located(
+                    plan, anchor, f"{what} twice", f"the first is at line {first_anchor.line}; merge the two into one"
+                )
+            )
         seen_keys: dict[str, ast.Entry] = {}
         for entry in block.entries:
             earlier = seen_keys.setdefault(entry.key.text, entry)
             if earlier is not entry:
-                errors.append(_located(plan, entry.key, f"duplicate key '{entry.key.text}' in the {block.name} block",
-                                       f"it is already set at line {earlier.key.line} "
-                                       f"({earlier.key.text} = {_raw(earlier.value)}); keep one of the two"))
+                errors.append(
+                    _located(
+                        plan,
+                        entry.key,
+                        f"duplicate key '{entry.key.text}' in the {block.name} block",
+                        f"it is already set at line {earlier.key.line} "
+                        f"({earlier.key.text} = {_raw(earlier.value)}); keep one of the two",
+                    )
+                )
     return errors
 
 
@@ -284,5 +324,6 @@ def _raw(value: ast.Value) -> str:
 
 def _located(plan: ast.PlanFile, node: ast.Node, message: str, hint: str) -> PlanError:
     end = node.end_column if node.end_line == node.line else node.column + 1
-    return PlanError(message, location=SourceLocation(plan.filename, node.line, node.column, end),
-                     hint=hint, source=plan.source)
+    return PlanError(
+        message, location=SourceLocation(plan.filename, node.line, node.column, end), hint=hint, source=plan.source
+    )

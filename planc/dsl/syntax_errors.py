@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
 
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
@@ -27,23 +27,36 @@ EXAMPLES: dict[str, list[str]] = {
     "expected_equals": ["model { layers 4 }", "model { layers }"],
     "missing_value": ["model { layers = }", "model { layers = = 4 }"],
     "after_value": [
-        "model { layers = 4 = 3 }", "model { a = \"x\" = 3 }", "model { a = 80 GiB 3 }",
-        "model { a = true = 3 }", "model { a = false = 3 }", "model { a = auto = 3 }",
-        "model { a = [1] = 3 }", "model { a = 4, b = 2 }", "model { a = [1], b = 2 }", "model { a = 1",
+        "model { layers = 4 = 3 }",
+        'model { a = "x" = 3 }',
+        "model { a = 80 GiB 3 }",
+        "model { a = true = 3 }",
+        "model { a = false = 3 }",
+        "model { a = auto = 3 }",
+        "model { a = [1] = 3 }",
+        "model { a = 4, b = 2 }",
+        "model { a = [1], b = 2 }",
+        "model { a = 1",
     ],
-    "expected_key": ["model { \"x\" = 1 }", "model { = 1 }"],
-    "top_level": ["}", "model { } }", "model from \"x\" }", "use foo }"],
+    "expected_key": ['model { "x" = 1 }', "model { = 1 }"],
+    "top_level": ["}", "model { } }", 'model from "x" }', "use foo }"],
     "after_block_name": ["hardware = 4", "hardware"],
     "after_model": ["model = 4", "model"],
     "model_from_path": ["model from x", "model from"],
-    "after_model_label": ["model \"x\" \"y\"", "model \"x\""],
-    "use_name": ["use \"x\"", "use"],
+    "after_model_label": ['model "x" "y"', 'model "x"'],
+    "use_name": ['use "x"', "use"],
     "after_use_name": ["use foo = 3"],
-    "after_model_from": ["model from \"x\" \"y\""],
+    "after_model_from": ['model from "x" "y"'],
     "list_item": ["model { a = [[1]] }", "model { a = [1,, 2] }", "model { a = ["],
     "list_after_item": [
-        "model { a = [1 2] }", "model { a = [1, 2 }", "model { a = [\"x\" 2] }", "model { a = [80 GiB 2] }",
-        "model { a = [true 2] }", "model { a = [false 2] }", "model { a = [auto 2] }", "model { a = [1, 2",
+        "model { a = [1 2] }",
+        "model { a = [1, 2 }",
+        'model { a = ["x" 2] }',
+        "model { a = [80 GiB 2] }",
+        "model { a = [true 2] }",
+        "model { a = [false 2] }",
+        "model { a = [auto 2] }",
+        "model { a = [1, 2",
     ],
 }
 
@@ -52,11 +65,14 @@ VALUE_FORMS = "a number (8), a word (auto, gelu), a quoted string, a quantity (8
 
 # -- a tolerant scan of the text, for context ---------------------------------------------------
 
-_SCAN_RE = re.compile(r"""
+_SCAN_RE = re.compile(
+    r"""
     (?P<space>[ \t\f\r]+) | (?P<newline>\n) | (?P<comment>\#[^\n]*)
   | (?P<string>"(?:[^"\\\n]|\\.)*") | (?P<badstring>"(?:[^"\\\n]|\\.)*)
   | (?P<punct>[{}\[\]=,]) | (?P<word>[^\s{}\[\]=,"\#]+)
-""", re.VERBOSE)
+""",
+    re.VERBOSE,
+)
 
 
 @dataclass(frozen=True)
@@ -149,8 +165,9 @@ class Context:
             last = self.before[-1] if self.before else None
             if last is None:
                 return SourceLocation(self.filename, 1, 1)
-            return SourceLocation(self.filename, last.line, last.column + len(last.text),
-                                  last.column + len(last.text) + 1)
+            return SourceLocation(
+                self.filename, last.line, last.column + len(last.text), last.column + len(last.text) + 1
+            )
         length = length if length is not None else max(1, len(self.found.split("\n")[0]))
         return SourceLocation(self.filename, self.error.line, self.error.column, self.error.column + length)
 
@@ -197,7 +214,7 @@ def _in_context(examples: dict[str, list[str]]) -> dict[str, list[str]]:
         for snippet in snippets:
             more.append(snippet)
             if snippet.startswith("model {") and not snippet.startswith("model { }"):
-                more.append(snippet.replace("model {", "model { z = \"v\"", 1))
+                more.append(snippet.replace("model {", 'model { z = "v"', 1))
             more.append("model { }\n" + snippet)
             more.append("use foo\n" + snippet)
         varied[label] = more
@@ -296,10 +313,12 @@ def _unexpected_character(ctx: Context) -> PlanError | None:
     line_text = ctx.text.split("\n")[ctx.error.line - 1] if ctx.error.line else ""
     if char == '"':
         rest = len(line_text) - ctx.error.column + 1
-        return ctx.make("unterminated string: the closing '\"' is missing",
-                        "a string must end on the line where it starts; add '\"' after the text",
-                        ctx.here(rest))
-    rest_of_line = line_text[ctx.error.column:]
+        return ctx.make(
+            "unterminated string: the closing '\"' is missing",
+            "a string must end on the line where it starts; add '\"' after the text",
+            ctx.here(rest),
+        )
+    rest_of_line = line_text[ctx.error.column :]
     if char == "'":
         closing = rest_of_line.find("'")
         if closing < 0:
@@ -311,27 +330,33 @@ def _unexpected_character(ctx: Context) -> PlanError | None:
         example = f"{key.text} = {rest_of_line.split('#')[0].strip() or '...'}" if key else "layers = 4"
         return ctx.make("expected '=', found ':'", f"keys and values are joined with '=': {example}")
     if char == ";":
-        return ctx.make("unexpected ';'", "entries need no separator: put them on separate lines "
-                        "or separate them with spaces")
-    following = ctx.text[ctx.error.pos_in_stream + 1:ctx.error.pos_in_stream + 40].lstrip(" \t")
+        return ctx.make(
+            "unexpected ';'", "entries need no separator: put them on separate lines or separate them with spaces"
+        )
+    following = ctx.text[ctx.error.pos_in_stream + 1 : ctx.error.pos_in_stream + 40].lstrip(" \t")
     number = re.match(r"[0-9][0-9_.eE]*", following)  # ASCII digits: '³'.isdigit() is true
     if char in "+-" and number:
         number = number.group()
         return ctx.make(f"a '{char}' must stand right before its number", f"write {char}{number}, not {char} {number}")
     if char == "\\":
-        return ctx.make("unexpected '\\' outside a string", "a backslash may only appear inside \"...\"")
+        return ctx.make("unexpected '\\' outside a string", 'a backslash may only appear inside "..."')
     if char in "\t\n\r\f ":
         return None
     if unicodedata.category(char) == "Zs":  # a no-break or other wide space, often pasted from a web page
-        return ctx.make(f"unexpected {unicodedata.name(char, 'space').lower()} (U+{ord(char):04X})",
-                        "replace it with an ordinary space")
+        return ctx.make(
+            f"unexpected {unicodedata.name(char, 'space').lower()} (U+{ord(char):04X})",
+            "replace it with an ordinary space",
+        )
     if not char.isprintable() or unicodedata.category(char).startswith("C"):
-        return ctx.make(f"unexpected {_invisible_kind(char)} U+{ord(char):04X}",
-                        "a .plan file is plain text; is this the right file?")
+        return ctx.make(
+            f"unexpected {_invisible_kind(char)} U+{ord(char):04X}",
+            "a .plan file is plain text; is this the right file?",
+        )
     if ord(char) > 127:
-        return ctx.make(f"unexpected character '{char}' (U+{ord(char):04X})",
-                        "keys and bare words are ASCII letters, digits, '_' and '-'; "
-                        "put other text in double quotes")
+        return ctx.make(
+            f"unexpected character '{char}' (U+{ord(char):04X})",
+            "keys and bare words are ASCII letters, digits, '_' and '-'; put other text in double quotes",
+        )
     return None
 
 
@@ -345,8 +370,10 @@ def _expected_equals(ctx: Context) -> PlanError:
         return _missing_close_before(ctx, key)
     if ctx.at_end or ctx.found == "}":
         return ctx.make(f"'{key_text}' has no value", f"write {key_text} = value", ctx.at(key) if key else None)
-    return ctx.make(f"expected '=' after '{key_text}', found {ctx.described()}",
-                    f"write {key_text} = {ctx.found if ctx.found_kind != 'LBRACE' else 'value'}")
+    return ctx.make(
+        f"expected '=' after '{key_text}', found {ctx.described()}",
+        f"write {key_text} = {ctx.found if ctx.found_kind != 'LBRACE' else 'value'}",
+    )
 
 
 def _missing_close_before(ctx: Context, name: Tok) -> PlanError:
@@ -354,8 +381,12 @@ def _missing_close_before(ctx: Context, name: Tok) -> PlanError:
     blocks, _ = open_blocks(ctx.before[:-1])
     if blocks:
         opened = blocks[-1]
-        return ctx.make(f"missing '}}': the {opened.name} block (opened at line {opened.brace.line}) is not "
-                        f"closed before the {name.text} block", f"add '}}' before line {name.line}", ctx.at(name))
+        return ctx.make(
+            f"missing '}}': the {opened.name} block (opened at line {opened.brace.line}) is not "
+            f"closed before the {name.text} block",
+            f"add '}}' before line {name.line}",
+            ctx.at(name),
+        )
     return ctx.make(f"unexpected '{{' after '{name.text}'", None)
 
 
@@ -375,28 +406,36 @@ def _after_value(ctx: Context) -> PlanError:
     if ctx.found == "=":
         equals, key = ctx.previous(2), ctx.previous(3)
         if value and equals and key and equals.text == "=" and value.kind == "word" and value.line > equals.line:
-            return ctx.make(f"missing value after '{key.text} ='", f"write a value after '=': {VALUE_FORMS}",
-                            ctx.at(equals))
+            return ctx.make(
+                f"missing value after '{key.text} ='", f"write a value after '=': {VALUE_FORMS}", ctx.at(equals)
+            )
         return ctx.make("unexpected '='", "one entry is key = value; start the next entry with its key")
     if ctx.found == ",":
-        return ctx.make("unexpected ','", "entries need no commas: separate them with spaces or newlines "
-                        "(commas only separate list items, as in [a, b])")
+        return ctx.make(
+            "unexpected ','",
+            "entries need no commas: separate them with spaces or newlines "
+            "(commas only separate list items, as in [a, b])",
+        )
     if ctx.found == "{" and value is not None:
         return _missing_close_before(ctx, value)
     if ctx.found_kind in ("STRING", "QUANTITY", "ATOM", "LSQB", "TRUE", "FALSE", "AUTO"):
-        return ctx.make(f"expected a key or '}}', found {ctx.described()}",
-                        "a key takes one value; for several, write a list: key = [a, b]")
+        return ctx.make(
+            f"expected a key or '}}', found {ctx.described()}",
+            "a key takes one value; for several, write a list: key = [a, b]",
+        )
     return ctx.make(f"expected a key or '}}', found {ctx.described()}", None)
 
 
 def _unclosed_at_end(ctx: Context, blocks: list[OpenBlock], lists: list[Tok]) -> PlanError:
     if lists:
-        return ctx.make("the list is not closed: ']' is missing", "add ']' after the last item",
-                        ctx.at(lists[-1]))
+        return ctx.make("the list is not closed: ']' is missing", "add ']' after the last item", ctx.at(lists[-1]))
     if blocks:
         opened = blocks[-1]
-        return ctx.make(f"the {opened.name} block is not closed: '}}' is missing at the end of the file",
-                        "add '}' after its last entry", ctx.at(opened.brace))
+        return ctx.make(
+            f"the {opened.name} block is not closed: '}}' is missing at the end of the file",
+            "add '}' after its last entry",
+            ctx.at(opened.brace),
+        )
     return ctx.make("the file ends too early", None)
 
 
@@ -407,17 +446,22 @@ def _expected_key(ctx: Context) -> PlanError:
     if ctx.found == "=":
         return ctx.make("missing key before '='", "write key = value, e.g. layers = 4")
     if ctx.found_kind == "STRING":
-        return ctx.make(f"expected a key, found the string {ctx.found}",
-                        f"keys are bare words, without quotes: {ctx.found.strip(chr(34))} = ...")
+        return ctx.make(
+            f"expected a key, found the string {ctx.found}",
+            f"keys are bare words, without quotes: {ctx.found.strip(chr(34))} = ...",
+        )
     return ctx.make(f"expected a key or '}}', found {ctx.described()}", "write key = value, e.g. layers = 4")
 
 
 def _top_level(ctx: Context) -> PlanError:
     if ctx.found == "}":
-        return ctx.make("unexpected '}': no block is open here", "remove it, or check the block above for "
-                        "a '}' too many")
-    return ctx.make(f"expected a block, found {ctx.described()}",
-                    "a plan is made of blocks: model { ... }, hardware { ... }, train { ... }, ...")
+        return ctx.make(
+            "unexpected '}': no block is open here", "remove it, or check the block above for a '}' too many"
+        )
+    return ctx.make(
+        f"expected a block, found {ctx.described()}",
+        "a plan is made of blocks: model { ... }, hardware { ... }, train { ... }, ...",
+    )
 
 
 def _after_block_name(ctx: Context) -> PlanError:
@@ -426,21 +470,30 @@ def _after_block_name(ctx: Context) -> PlanError:
     if ctx.found == "=":
         owner = _block_of_key(name_text)
         where = f"the {owner} block" if owner else "a block"
-        return ctx.make(f"'{name_text} = ...' is outside any block",
-                        f"put it inside {where}, e.g. {owner or 'train'} {{ {name_text} = ... }}",
-                        ctx.at(name) if name else None)
+        return ctx.make(
+            f"'{name_text} = ...' is outside any block",
+            f"put it inside {where}, e.g. {owner or 'train'} {{ {name_text} = ... }}",
+            ctx.at(name) if name else None,
+        )
     if name_text not in KNOWN_BLOCKS and name is not None:
-        return ctx.make(f"unknown block '{name_text}'",
-                        did_you_mean(name_text, [*KNOWN_BLOCKS, "use"]) or one_of([*KNOWN_BLOCKS, "use"]),
-                        ctx.at(name))
+        return ctx.make(
+            f"unknown block '{name_text}'",
+            did_you_mean(name_text, [*KNOWN_BLOCKS, "use"]) or one_of([*KNOWN_BLOCKS, "use"]),
+            ctx.at(name),
+        )
     if ctx.found_kind == "STRING":
-        return ctx.make(f"only the model block takes a name; the {name_text} block does not",
-                        f"remove the name: {name_text} {{ ... }}")
+        return ctx.make(
+            f"only the model block takes a name; the {name_text} block does not",
+            f"remove the name: {name_text} {{ ... }}",
+        )
     if ctx.found == "from":
-        return ctx.make(f"only the model block can be read from a file, not the {name_text} block",
-                        'write model from "config.json"')
-    return ctx.make(f"expected '{{' after '{name_text}', found {ctx.described()}",
-                    f"a block is written {name_text} {{ key = value ... }}")
+        return ctx.make(
+            f"only the model block can be read from a file, not the {name_text} block", 'write model from "config.json"'
+        )
+    return ctx.make(
+        f"expected '{{' after '{name_text}', found {ctx.described()}",
+        f"a block is written {name_text} {{ key = value ... }}",
+    )
 
 
 def _block_of_key(key: str) -> str | None:
@@ -450,38 +503,48 @@ def _block_of_key(key: str) -> str | None:
 
 
 def _after_model(ctx: Context) -> PlanError:
-    return ctx.make(f"expected '{{', a quoted name or 'from' after 'model', found {ctx.described()}",
-                    'write model { ... }, model "name" { ... } or model from "config.json"')
+    return ctx.make(
+        f"expected '{{', a quoted name or 'from' after 'model', found {ctx.described()}",
+        'write model { ... }, model "name" { ... } or model from "config.json"',
+    )
 
 
 def _model_from_path(ctx: Context) -> PlanError:
-    return ctx.make(f"'model from' needs a quoted path, found {ctx.described()}",
-                    'write the path in double quotes: model from "configs/my-model/config.json"')
+    return ctx.make(
+        f"'model from' needs a quoted path, found {ctx.described()}",
+        'write the path in double quotes: model from "configs/my-model/config.json"',
+    )
 
 
 def _after_model_label(ctx: Context) -> PlanError:
-    return ctx.make(f"expected '{{' after the model name, found {ctx.described()}",
-                    'write model "name" { ... }')
+    return ctx.make(f"expected '{{' after the model name, found {ctx.described()}", 'write model "name" { ... }')
 
 
 def _use_name(ctx: Context) -> PlanError:
     if ctx.found_kind == "STRING":
-        return ctx.make(f"use takes the strategy name without quotes, found {ctx.found}",
-                        f"write use {ctx.found.strip(chr(34))}")
-    return ctx.make(f"expected a strategy name after 'use', found {ctx.described()}",
-                    "write use NAME { options }; `planc plugins` lists the names")
+        return ctx.make(
+            f"use takes the strategy name without quotes, found {ctx.found}", f"write use {ctx.found.strip(chr(34))}"
+        )
+    return ctx.make(
+        f"expected a strategy name after 'use', found {ctx.described()}",
+        "write use NAME { options }; `planc plugins` lists the names",
+    )
 
 
 def _after_use_name(ctx: Context) -> PlanError:
     name = ctx.previous()
     name_text = name.text if name else "NAME"
-    return ctx.make(f"expected '{{' or a new block after 'use {name_text}', found {ctx.described()}",
-                    f"options go in braces: use {name_text} {{ key = value }}")
+    return ctx.make(
+        f"expected '{{' or a new block after 'use {name_text}', found {ctx.described()}",
+        f"options go in braces: use {name_text} {{ key = value }}",
+    )
 
 
 def _after_model_from(ctx: Context) -> PlanError:
-    return ctx.make(f"expected '{{' or a new block after the config path, found {ctx.described()}",
-                    'overrides go in braces: model from "config.json" { seq_len = 4096 }')
+    return ctx.make(
+        f"expected '{{' or a new block after the config path, found {ctx.described()}",
+        'overrides go in braces: model from "config.json" { seq_len = 4096 }',
+    )
 
 
 def _list_item(ctx: Context) -> PlanError:
@@ -493,8 +556,10 @@ def _list_item(ctx: Context) -> PlanError:
     if ctx.at_end or ctx.found == "}":
         where = ctx.at(lists[-1]) if lists else None
         return ctx.make("the list is not closed: ']' is missing", "add ']' after the last item", where)
-    return ctx.make(f"expected a list item or ']', found {ctx.described()}",
-                    "list items are numbers, words, quoted strings or quantities, separated by commas")
+    return ctx.make(
+        f"expected a list item or ']', found {ctx.described()}",
+        "list items are numbers, words, quoted strings or quantities, separated by commas",
+    )
 
 
 def _list_after_item(ctx: Context) -> PlanError:
@@ -502,8 +567,9 @@ def _list_after_item(ctx: Context) -> PlanError:
     if ctx.at_end or ctx.found == "}":
         where = ctx.at(lists[-1]) if lists else None
         return ctx.make("the list is not closed: ']' is missing", "add ']' after the last item", where)
-    return ctx.make(f"expected ',' or ']' in the list, found {ctx.described()}",
-                    "separate list items with commas: [a, b, c]")
+    return ctx.make(
+        f"expected ',' or ']' in the list, found {ctx.described()}", "separate list items with commas: [a, b, c]"
+    )
 
 
 def _generic(ctx: Context) -> PlanError:

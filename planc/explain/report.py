@@ -83,47 +83,113 @@ def to_dict(plan: Plan, choice: Choice) -> dict:
     est, lay = choice.estimate, choice.layout
     worst = est.memory
     links = ContextCache(plan).links(lay)
-    time = {"step_s": est.step_s, "compute_s": est.compute - est.recompute, "recompute_s": est.recompute,
-            "bubble_s": est.bubble, "optimizer_s": est.optimizer,
-            "exposed_comm_s": {c.group: c.exposed for c in est.comm},
-            "other_s": {t.name: t.value for t in est.other}}
+    time = {
+        "step_s": est.step_s,
+        "compute_s": est.compute - est.recompute,
+        "recompute_s": est.recompute,
+        "bubble_s": est.bubble,
+        "optimizer_s": est.optimizer,
+        "exposed_comm_s": {c.group: c.exposed for c in est.comm},
+        "other_s": {t.name: t.value for t in est.other},
+    }
     return {
         "plan": plan.source,
-        "model": {"name": plan.model.name, "params": plan.model.params, "layers": plan.model.layers,
-                  "hidden": plan.model.hidden, "flops_per_token": model_flops_per_token(plan.model)},
-        "hardware": {"device": plan.hardware.device, "nodes": plan.hardware.nodes,
-                     "per_node": plan.hardware.per_node, "world_size": plan.world_size},
-        "batch": {"global_batch": plan.train.global_batch, "seq_len": plan.model.seq_len,
-                  "tokens_per_step": plan.tokens_per_step, "micro_batches": est.micro_batches},
-        "layout": {k: getattr(lay, k) for k in ("tp", "pp", "dp", "zero", "recompute", "schedule", "micro_batch",
-                                                "virtual_stages", "sequence_parallel")},
+        "model": {
+            "name": plan.model.name,
+            "params": plan.model.params,
+            "layers": plan.model.layers,
+            "hidden": plan.model.hidden,
+            "flops_per_token": model_flops_per_token(plan.model),
+        },
+        "hardware": {
+            "device": plan.hardware.device,
+            "nodes": plan.hardware.nodes,
+            "per_node": plan.hardware.per_node,
+            "world_size": plan.world_size,
+        },
+        "batch": {
+            "global_batch": plan.train.global_batch,
+            "seq_len": plan.model.seq_len,
+            "tokens_per_step": plan.tokens_per_step,
+            "micro_batches": est.micro_batches,
+        },
+        "layout": {
+            k: getattr(lay, k)
+            for k in (
+                "tp",
+                "pp",
+                "dp",
+                "zero",
+                "recompute",
+                "schedule",
+                "micro_batch",
+                "virtual_stages",
+                "sequence_parallel",
+            )
+        },
         "rung": choice.rung,
         "fits": choice.fits,
         "fixed": choice.fixed,
         "suggestion": choice.suggestion,
         "memory": {
             "stage": worst.rank,
-            "params_bytes": worst.params, "master_bytes": worst.master, "grads_bytes": worst.grads,
-            "optimizer_bytes": worst.optimizer + worst.master, "activations_bytes": worst.activations,
-            "transient_bytes": worst.transient_bytes, "total_bytes": worst.total, "capacity_bytes": est.capacity,
+            "params_bytes": worst.params,
+            "master_bytes": worst.master,
+            "grads_bytes": worst.grads,
+            "optimizer_bytes": worst.optimizer + worst.master,
+            "activations_bytes": worst.activations,
+            "transient_bytes": worst.transient_bytes,
+            "total_bytes": worst.total,
+            "capacity_bytes": est.capacity,
             "activation_terms": {t.name: t.value for t in worst.act_extra},
             "transient_terms": {t.name: t.value for t in worst.transient},
         },
         "time": time,
-        "comm": [{"group": c.group, "volume_bytes": c.volume, "total_s": c.total, "exposed_s": c.exposed,
-                  "medium": c.medium, "detail": c.detail,
-                  "bandwidth": links[c.group].bandwidth if c.group in links else None} for c in est.comm],
-        "throughput": {"tokens_per_s": est.tokens_per_s, "model_tflops_per_device": est.model_tflops_per_device,
-                       "hardware_tflops_per_device": est.hardware_tflops_per_device, "mfu": est.mfu,
-                       "hfu": est.hfu},
+        "comm": [
+            {
+                "group": c.group,
+                "volume_bytes": c.volume,
+                "total_s": c.total,
+                "exposed_s": c.exposed,
+                "medium": c.medium,
+                "detail": c.detail,
+                "bandwidth": links[c.group].bandwidth if c.group in links else None,
+            }
+            for c in est.comm
+        ],
+        "throughput": {
+            "tokens_per_s": est.tokens_per_s,
+            "model_tflops_per_device": est.model_tflops_per_device,
+            "hardware_tflops_per_device": est.hardware_tflops_per_device,
+            "mfu": est.mfu,
+            "hfu": est.hfu,
+        },
         "bottleneck": bottleneck(est, links, cpu=plan.hardware.is_cpu),
         "rejected": [r.to_dict() for r in choice.rejected],
-        "alternatives": [{"layout": {k: getattr(a.layout, k) for k in ("tp", "pp", "dp", "zero", "recompute",
-                                                                       "schedule", "micro_batch", "virtual_stages",
-                                                                       "sequence_parallel")},
-                          "describe": a.layout.describe(), "tokens_per_s": a.tokens_per_s,
-                          "step_s": a.estimate.step_s, "memory_bytes": a.estimate.memory_bytes,
-                          "rung": a.rung} for a in choice.alternatives],
+        "alternatives": [
+            {
+                "layout": {
+                    k: getattr(a.layout, k)
+                    for k in (
+                        "tp",
+                        "pp",
+                        "dp",
+                        "zero",
+                        "recompute",
+                        "schedule",
+                        "micro_batch",
+                        "virtual_stages",
+                        "sequence_parallel",
+                    )
+                },
+                "describe": a.layout.describe(),
+                "tokens_per_s": a.tokens_per_s,
+                "step_s": a.estimate.step_s,
+                "memory_bytes": a.estimate.memory_bytes,
+                "rung": a.rung,
+            }
+            for a in choice.alternatives
+        ],
         "search": {"scored": choice.scored, "seconds": choice.search_seconds, "tolerance": choice.tolerance},
         "notes": list(est.notes) + list(plan.notes),
     }
@@ -137,20 +203,29 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
     out: list[str] = []
     add = out.append
     add(visible(plan.source or "(plan)"))
-    add(f"  model     {visible(m.name or 'custom')} · {_num(m.params)} params · "
-        f"{model_flops_per_token(m) / 1e12:.3g} TFLOP per token (fwd+bwd)")
+    add(
+        f"  model     {visible(m.name or 'custom')} · {_num(m.params)} params · "
+        f"{model_flops_per_token(m) / 1e12:.3g} TFLOP per token (fwd+bwd)"
+    )
     nodes = f"{hw.nodes} node{'s' if hw.nodes != 1 else ''}"
     local_link = "between processes" if hw.is_cpu else "NVLink"
-    add(f"  hardware  {hw.world_size} × {visible(hw.device)} ({nodes} × {hw.per_node}) · "
+    add(
+        f"  hardware  {hw.world_size} × {visible(hw.device)} ({nodes} × {hw.per_node}) · "
         f"{local_link} {_bw(hw.intra_node_bw)} · network {_bw(hw.inter_node_bw)} per device · "
-        f"{format_bytes(hw.memory)} each")
-    add(f"  batch     {tr.global_batch} sequences × {m.seq_len} = {_num(plan.tokens_per_step)} tokens per step · "
-        f"{est.micro_batches} micro-batch(es) of {lay.micro_batch} per DP rank")
+        f"{format_bytes(hw.memory)} each"
+    )
+    add(
+        f"  batch     {tr.global_batch} sequences × {m.seq_len} = {_num(plan.tokens_per_step)} tokens per step · "
+        f"{est.micro_batches} micro-batch(es) of {lay.micro_batch} per DP rank"
+    )
     add("")
     verdict = "fixed by the plan" if choice.fixed else f"rung: {choice.rung}"
     add(f"  {'layout' if choice.fixed else 'chosen'}    {lay.describe()} · {tr.precision} · {tr.optimizer}")
-    search = "" if choice.fixed else (f" · {choice.scored} layouts scored in {choice.search_seconds:.2f} s"
-                                      f" · tolerance {choice.tolerance:.0%}")
+    search = (
+        ""
+        if choice.fixed
+        else (f" · {choice.scored} layouts scored in {choice.search_seconds:.2f} s · tolerance {choice.tolerance:.0%}")
+    )
     add(f"            {verdict}{search}")
     if not choice.fits:
         add("")
@@ -162,8 +237,10 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
     add("")
     out += _time_lines(est, links, cpu=hw.is_cpu)
     add("")
-    add(f"  throughput {_num(est.tokens_per_s)} tokens/s · {_rate(est.model_tflops_per_device)} model TFLOP/s per "
-        f"device · {_rate(est.hardware_tflops_per_device)} hardware TFLOP/s · MFU {est.mfu:.0%}")
+    add(
+        f"  throughput {_num(est.tokens_per_s)} tokens/s · {_rate(est.model_tflops_per_device)} model TFLOP/s per "
+        f"device · {_rate(est.hardware_tflops_per_device)} hardware TFLOP/s · MFU {est.mfu:.0%}"
+    )
     add(f"  bottleneck {bottleneck(est, links, cpu=hw.is_cpu)}")
     if choice.rejected:
         add("")
@@ -176,8 +253,10 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
         for i, a in enumerate(alternatives, 1):
             rel = a.tokens_per_s / est.tokens_per_s - 1
             add(f"    {i}. {a.layout.describe()}")
-            add(f"       {_num(a.tokens_per_s)} tokens/s ({rel:+.0%}) · step {_sec(a.estimate.step_s)} · "
-                f"{format_bytes(a.estimate.memory_bytes)}")
+            add(
+                f"       {_num(a.tokens_per_s)} tokens/s ({rel:+.0%}) · step {_sec(a.estimate.step_s)} · "
+                f"{format_bytes(a.estimate.memory_bytes)}"
+            )
     if lay.pp > 1:
         add("")
         add(f"  pipeline schedule ({lay.schedule}, {lay.pp} stages, v = {lay.virtual_stages})")
@@ -220,8 +299,10 @@ def _time_lines(est: Estimate, links: dict, *, cpu: bool) -> list[str]:
         for c in est.comm:
             link = links.get(c.group if c.group != "pp" else "pp_p2p")
             where = f"{_medium(c.medium, cpu)} {_bw(link.bandwidth)}" if link else _medium(c.medium, cpu)
-            lines.append(f"    {c.group.upper():<16}{format_bytes(c.volume):>12}{_sec(c.total):>11}"
-                         f"{_sec(c.exposed):>11}   {where}")
+            lines.append(
+                f"    {c.group.upper():<16}{format_bytes(c.volume):>12}{_sec(c.total):>11}"
+                f"{_sec(c.exposed):>11}   {where}"
+            )
             if c.detail:
                 lines.append(f"    {'':<16}{c.detail}")
     return lines

@@ -15,33 +15,58 @@ from planc.spec.plan import Plan
 
 GiB = 2**30
 WIDTH = 900
-COLORS = {"parameters": "#4e79a7", "master weights": "#76b7b2", "gradients": "#f28e2b", "optimizer": "#e15759",
-          "activations": "#59a14f", "buffers": "#b07aa1", "F": "#4e79a7", "B": "#f28e2b", "W": "#59a14f"}
+COLORS = {
+    "parameters": "#4e79a7",
+    "master weights": "#76b7b2",
+    "gradients": "#f28e2b",
+    "optimizer": "#e15759",
+    "activations": "#59a14f",
+    "buffers": "#b07aa1",
+    "F": "#4e79a7",
+    "B": "#f28e2b",
+    "W": "#59a14f",
+}
 
 
 def render_svg(plan: Plan, choice: Choice) -> str:
     est, lay = choice.estimate, choice.layout
     s = est.memory
-    parts = [("parameters", s.params), ("master weights", s.master), ("gradients", s.grads),
-             ("optimizer", s.optimizer), ("activations", s.activations), ("buffers", s.transient_bytes)]
+    parts = [
+        ("parameters", s.params),
+        ("master weights", s.master),
+        ("gradients", s.grads),
+        ("optimizer", s.optimizer),
+        ("activations", s.activations),
+        ("buffers", s.transient_bytes),
+    ]
     scale_bytes = max(s.total, est.capacity)
     bar_w = WIDTH - 80
     els: list[str] = []
     title = f"{plan.model.name or 'model'} on {plan.world_size} × {plan.hardware.device}: {lay.describe()}"
     els.append(_text(20, 24, title, size=14, weight="bold"))
-    els.append(_text(20, 48, f"memory per device (pipeline rank {s.rank}): {s.total / GiB:.1f} GiB of "
-                             f"{est.capacity / GiB:.1f} GiB" + ("" if est.fits else " — DOES NOT FIT")))
+    els.append(
+        _text(
+            20,
+            48,
+            f"memory per device (pipeline rank {s.rank}): {s.total / GiB:.1f} GiB of "
+            f"{est.capacity / GiB:.1f} GiB" + ("" if est.fits else " — DOES NOT FIT"),
+        )
+    )
     x, y = 40.0, 60
     for name, value in parts:
         if value <= 0:
             continue
         w = bar_w * value / scale_bytes
-        els.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="28" fill="{COLORS[name]}">'
-                   f'<title>{escape(visible(name))}: {value / GiB:.2f} GiB</title></rect>')
+        els.append(
+            f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="28" fill="{COLORS[name]}">'
+            f"<title>{escape(visible(name))}: {value / GiB:.2f} GiB</title></rect>"
+        )
         x += w
     cap_x = 40 + bar_w * est.capacity / scale_bytes
-    els.append(f'<line x1="{cap_x:.1f}" y1="{y - 6}" x2="{cap_x:.1f}" y2="{y + 34}" stroke="black" '
-               f'stroke-width="2" stroke-dasharray="4 2"/>')
+    els.append(
+        f'<line x1="{cap_x:.1f}" y1="{y - 6}" x2="{cap_x:.1f}" y2="{y + 34}" stroke="black" '
+        f'stroke-width="2" stroke-dasharray="4 2"/>'
+    )
     els.append(_text(cap_x - 60, y + 48, "capacity", size=11))
     lx = 40
     for name, value in parts:
@@ -55,8 +80,10 @@ def render_svg(plan: Plan, choice: Choice) -> str:
     if lay.pp > 1:
         height = _schedule(els, lay.schedule, lay.pp, lay.virtual_stages, est.micro_batches, top=height + 10)
     body = "\n  ".join(els)
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height + 10}" '
-            f'font-family="sans-serif">\n  <rect width="100%" height="100%" fill="white"/>\n  {body}\n</svg>\n')
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height + 10}" '
+        f'font-family="sans-serif">\n  <rect width="100%" height="100%" fill="white"/>\n  {body}\n</svg>\n'
+    )
 
 
 def _schedule(els: list[str], schedule: str, p: int, v: int, m: int, top: int) -> int:
@@ -65,8 +92,14 @@ def _schedule(els: list[str], schedule: str, p: int, v: int, m: int, top: int) -
     end = max(o.end for o in ops)
     ranks = list(range(p)) if p <= 16 else list(range(8)) + list(range(p - 8, p))
     row_h = max(6, min(18, 320 // len(ranks)))
-    els.append(_text(20, top + 14, f"pipeline schedule: {schedule}, {p} stages, v = {v}, first {shown_m} of {m} "
-                                   f"micro-batches (F blue, B orange, W green, gaps = bubble)"))
+    els.append(
+        _text(
+            20,
+            top + 14,
+            f"pipeline schedule: {schedule}, {p} stages, v = {v}, first {shown_m} of {m} "
+            f"micro-batches (F blue, B orange, W green, gaps = bubble)",
+        )
+    )
     y0 = top + 24
     unit = (WIDTH - 80) / end
     for i, r in enumerate(ranks):
@@ -75,9 +108,11 @@ def _schedule(els: list[str], schedule: str, p: int, v: int, m: int, top: int) -
         for o in ops:
             if o.rank != r:
                 continue
-            els.append(f'<rect x="{40 + o.start * unit:.2f}" y="{y}" width="{max(0.5, (o.end - o.start) * unit - 0.5):.2f}" '
-                       f'height="{row_h - 1}" fill="{COLORS[o.kind]}"><title>{o.kind} chunk {o.chunk} '
-                       f'micro-batch {o.micro_batch}</title></rect>')
+            els.append(
+                f'<rect x="{40 + o.start * unit:.2f}" y="{y}" width="{max(0.5, (o.end - o.start) * unit - 0.5):.2f}" '
+                f'height="{row_h - 1}" fill="{COLORS[o.kind]}"><title>{o.kind} chunk {o.chunk} '
+                f"micro-batch {o.micro_batch}</title></rect>"
+            )
     return y0 + len(ranks) * row_h
 
 

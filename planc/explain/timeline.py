@@ -145,7 +145,7 @@ def ascii_timeline(schedule: str, p: int, v: int, m: int, width: int = 96, max_r
                 row.append("#" if busy >= 0.5 * scale else ".")
         lines.append(f"  rank {r:>3} |{''.join(row)}|")
     idle = 1 - sum(o.end - o.start for o in ops) / (end * p)
-    note = (f"  {shown_m} of {m} micro-batches shown" if shown_m < m else f"  {m} micro-batches")
+    note = f"  {shown_m} of {m} micro-batches shown" if shown_m < m else f"  {m} micro-batches"
     if scale == 1.0:
         note += f"; F forward, B backward{', W weight gradient' if schedule == 'zero-bubble' else ''}, . idle"
     else:

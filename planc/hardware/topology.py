@@ -121,17 +121,21 @@ class Topology:
         limits: list[float] = []
         if any(len(members) > 1 for members in by_node.values()):
             # Hops inside a node: device -> NVSwitch -> device; the slowest member's link bounds it.
-            limits.append(min(g.edges[r, ("nvswitch", n)]["bandwidth"]
-                              for n, members in by_node.items() if len(members) > 1 for r in members))
+            limits.append(
+                min(
+                    g.edges[r, ("nvswitch", n)]["bandwidth"]
+                    for n, members in by_node.items()
+                    if len(members) > 1
+                    for r in members
+                )
+            )
         crosses = len(by_node) > 1
         if crosses:
             # Across nodes: one ring per NIC, so a node's cut carries the sum of its members' NICs.
-            limits.append(min(sum(g.edges[r, FABRIC]["bandwidth"] for r in members)
-                              for members in by_node.values()))
+            limits.append(min(sum(g.edges[r, FABRIC]["bandwidth"] for r in members) for members in by_node.values()))
         latency = hw.inter_node_latency if crosses else hw.intra_node_latency
         per_node = min(len(m) for m in by_node.values())
-        return GroupLink(size=len(ranks), bandwidth=min(limits), latency=latency,
-                         nodes=len(by_node), per_node=per_node)
+        return GroupLink(size=len(ranks), bandwidth=min(limits), latency=latency, nodes=len(by_node), per_node=per_node)
 
     def group(self, kind: str, dims: ParallelDims) -> GroupLink:
         """The link of the ``kind`` group of ``dims`` (all groups of a kind are congruent)."""
@@ -171,10 +175,15 @@ def _build_graph(hw: HardwareSpec) -> nx.Graph:
     graph.add_nodes_from(ranks)
     nx.set_node_attributes(graph, {rank: rank // per_node for rank in ranks}, "node")
     graph.add_node(FABRIC, kind="fabric")
-    graph.add_edges_from(((rank, ("nvswitch", rank // per_node)) for rank in ranks), kind="nvlink",
-                         bandwidth=hw.intra_node_bw, latency=hw.intra_node_latency)
-    graph.add_edges_from(((rank, FABRIC) for rank in ranks), kind="network",
-                         bandwidth=hw.inter_node_bw, latency=hw.inter_node_latency)
+    graph.add_edges_from(
+        ((rank, ("nvswitch", rank // per_node)) for rank in ranks),
+        kind="nvlink",
+        bandwidth=hw.intra_node_bw,
+        latency=hw.intra_node_latency,
+    )
+    graph.add_edges_from(
+        ((rank, FABRIC) for rank in ranks), kind="network", bandwidth=hw.inter_node_bw, latency=hw.inter_node_latency
+    )
     return graph
 
 

@@ -14,10 +14,21 @@ See docs/planner.md for the ladder, the complexity rank and the tolerance rule.
 """
 
 from planc.planner.choose import Choice, NoLegalLayout, Rejection, choose, is_fully_fixed, step_parts, suggest_fix
-from planc.planner.ladder import RUNGS, complexity, rung_of
 from planc.planner.explore import Candidate, SearchResult, search
+from planc.planner.ladder import RUNGS, complexity, rung_of
 
 __all__ = [
-    "Candidate", "Choice", "NoLegalLayout", "RUNGS", "Rejection", "SearchResult", "choose", "complexity",
-    "is_fully_fixed", "rung_of", "search", "step_parts", "suggest_fix",
+    "Candidate",
+    "Choice",
+    "NoLegalLayout",
+    "RUNGS",
+    "Rejection",
+    "SearchResult",
+    "choose",
+    "complexity",
+    "is_fully_fixed",
+    "rung_of",
+    "search",
+    "step_parts",
+    "suggest_fix",
 ]

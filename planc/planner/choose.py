@@ -21,8 +21,8 @@ from planc.cost.context import ContextCache
 from planc.cost.estimate import Estimate
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.planner import space
+from planc.planner.explore import Candidate, SearchResult, evaluate_layout, search
 from planc.planner.ladder import RUNGS, complexity, rung_name, schedule_rung
-from planc.planner.explore import Candidate, SearchResult, evaluate_layout, make_layout, search
 from planc.spec.checks import MAX_DEVICES
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
@@ -47,10 +47,16 @@ class Rejection:
     """Its step time over the chosen one's."""
 
     def to_dict(self) -> dict:
-        return {"strategy": self.strategy, "reason": self.reason, "fits": self.fits,
-                "layout": _layout_dict(self.layout) if self.layout else None,
-                "memory_bytes": self.memory_bytes, "capacity_bytes": self.capacity_bytes,
-                "step_s": self.step_s, "slowdown": self.slowdown}
+        return {
+            "strategy": self.strategy,
+            "reason": self.reason,
+            "fits": self.fits,
+            "layout": _layout_dict(self.layout) if self.layout else None,
+            "memory_bytes": self.memory_bytes,
+            "capacity_bytes": self.capacity_bytes,
+            "step_s": self.step_s,
+            "slowdown": self.slowdown,
+        }
 
 
 @dataclass(frozen=True)
@@ -94,12 +100,22 @@ def fixed_layout(plan: Plan) -> Layout:
     schedule = None if pp == 1 else lay.schedule
     v = lay.virtual_stages if (lay.virtual_stages != "auto" and schedule in ("interleaved", "zero-bubble")) else 1
     sp = bool(lay.sequence_parallel is True and lay.tp > 1)
-    return Layout(tp=lay.tp, pp=pp, dp=lay.dp, zero=lay.zero, recompute=lay.recompute, schedule=schedule,
-                  micro_batch=plan.train.micro_batch, virtual_stages=v, sequence_parallel=sp)
+    return Layout(
+        tp=lay.tp,
+        pp=pp,
+        dp=lay.dp,
+        zero=lay.zero,
+        recompute=lay.recompute,
+        schedule=schedule,
+        micro_batch=plan.train.micro_batch,
+        virtual_stages=v,
+        sequence_parallel=sp,
+    )
 
 
-def choose(plan: Plan, *, tolerance: float | None = None, top_k: int = 5,
-           profile: RuntimeProfile = PLANC_RUNTIME) -> Choice:
+def choose(
+    plan: Plan, *, tolerance: float | None = None, top_k: int = 5, profile: RuntimeProfile = PLANC_RUNTIME
+) -> Choice:
     """Pick the layout for ``plan``: the simplest that fits, within ``tolerance`` of the best."""
     tol = plan.layout.tolerance if tolerance is None else tolerance
     cache = ContextCache(plan, profile)
@@ -107,8 +123,17 @@ def choose(plan: Plan, *, tolerance: float | None = None, top_k: int = 5,
         layout = fixed_layout(plan)
         est = evaluate_layout(plan, layout, cache)
         suggestion = None if est.fits else _suggest_for_fixed(plan, est, profile)
-        return Choice(layout=layout, estimate=est, fits=est.fits, rejected=(), alternatives=(),
-                      tolerance=tol, rung=rung_name(complexity(layout)[0]), fixed=True, suggestion=suggestion)
+        return Choice(
+            layout=layout,
+            estimate=est,
+            fits=est.fits,
+            rejected=(),
+            alternatives=(),
+            tolerance=tol,
+            rung=rung_name(complexity(layout)[0]),
+            fixed=True,
+            suggestion=suggestion,
+        )
 
     result = search(plan, profile, cache)
     if not result.fitting:
@@ -119,17 +144,27 @@ def choose(plan: Plan, *, tolerance: float | None = None, top_k: int = 5,
     eligible = [c for c in result.fitting if c.tokens_per_s >= floor]
     chosen = min(eligible, key=lambda c: (c.complexity, -c.tokens_per_s))
     rejected = tuple(_rejections(plan, result, chosen, best, tol))
-    alternatives = tuple(sorted((c for c in result.fitting if c is not chosen),
-                                key=lambda c: -c.tokens_per_s)[:top_k])
-    return Choice(layout=chosen.layout, estimate=chosen.estimate, fits=True, rejected=rejected,
-                  alternatives=alternatives, tolerance=tol, rung=rung_name(chosen.rung), best=best,
-                  scored=result.scored, search_seconds=result.seconds)
+    alternatives = tuple(sorted((c for c in result.fitting if c is not chosen), key=lambda c: -c.tokens_per_s)[:top_k])
+    return Choice(
+        layout=chosen.layout,
+        estimate=chosen.estimate,
+        fits=True,
+        rejected=rejected,
+        alternatives=alternatives,
+        tolerance=tol,
+        rung=rung_name(chosen.rung),
+        best=best,
+        scored=result.scored,
+        search_seconds=result.seconds,
+    )
 
 
 # -- why not simpler ---------------------------------------------------------------------------
 
-def _rejections(plan: Plan, result: SearchResult, chosen: Candidate, best: Candidate | None,
-                tol: float) -> list[Rejection]:
+
+def _rejections(
+    plan: Plan, result: SearchResult, chosen: Candidate, best: Candidate | None, tol: float
+) -> list[Rejection]:
     fastest: dict[int, Candidate] = {}
     for c in result.fitting:
         if c.rung not in fastest or c.tokens_per_s > fastest[c.rung].tokens_per_s:
@@ -147,13 +182,23 @@ def _rejections(plan: Plan, result: SearchResult, chosen: Candidate, best: Candi
         miss = _closest_miss(result, rung)
         if miss is not None:
             memory, text, layout, est = miss
-            rows.append(Rejection(name, text, fits=False, layout=layout, memory_bytes=memory,
-                                  capacity_bytes=cap, step_s=est.step_s if est else None))
+            rows.append(
+                Rejection(
+                    name,
+                    text,
+                    fits=False,
+                    layout=layout,
+                    memory_bytes=memory,
+                    capacity_bytes=cap,
+                    step_s=est.step_s if est else None,
+                )
+            )
         elif rung in result.refused:
             rows.append(Rejection(name, f"refused by {result.refused[rung]}", fits=None))
         elif rung in result.dominated:
-            rows.append(Rejection(name, "not needed: less recomputation fits the same micro-batch and is faster",
-                                  fits=None))
+            rows.append(
+                Rejection(name, "not needed: less recomputation fits the same micro-batch and is faster", fits=None)
+            )
         else:
             rows.append(Rejection(name, _why_no_layout(plan, rung), fits=None))
     return rows
@@ -166,19 +211,33 @@ def _closest_miss(result: SearchResult, rung: int):
         c = result.tightest_misfit[rung]
         if c.rung == rung:
             est = c.estimate
-            options.append((est.memory_bytes, f"needs {_gib(est.memory_bytes)} per device, has {_gib(est.capacity)} "
-                                              f"({_biggest_memory_part(est)}) — best try: {c.layout.describe()}",
-                            c.layout, est))
+            options.append(
+                (
+                    est.memory_bytes,
+                    f"needs {_gib(est.memory_bytes)} per device, has {_gib(est.capacity)} "
+                    f"({_biggest_memory_part(est)}) — best try: {c.layout.describe()}",
+                    c.layout,
+                    est,
+                )
+            )
     if rung in result.family_bound:
         c = result.family_bound[rung]
         est = c.estimate
-        options.append((est.memory_bytes, f"needs at least {_gib(est.memory_bytes)} per device, has "
-                                          f"{_gib(est.capacity)}: even {c.layout.describe()} does not fit "
-                                          f"({_biggest_memory_part(est)})", c.layout, est))
+        options.append(
+            (
+                est.memory_bytes,
+                f"needs at least {_gib(est.memory_bytes)} per device, has "
+                f"{_gib(est.capacity)}: even {c.layout.describe()} does not fit "
+                f"({_biggest_memory_part(est)})",
+                c.layout,
+                est,
+            )
+        )
     if rung in result.states_bound:
         bound, layout = result.states_bound[rung]
-        options.append((bound, f"model states alone need {_gib(bound)} per device — best try: {_family(layout)}",
-                        layout, None))
+        options.append(
+            (bound, f"model states alone need {_gib(bound)} per device — best try: {_family(layout)}", layout, None)
+        )
     return min(options, key=lambda o: o[0]) if options else None
 
 
@@ -192,8 +251,11 @@ def _why_no_layout(plan: Plan, rung: int) -> str:
         return "not tried: GPipe has 1F1B's bubble and holds all micro-batches (set schedule = gpipe to try it)"
     pipelined, tensor = rung >= 9, rung in (7, 8)
     wanted = {"pp": "> 1" if pipelined else "= 1", "tp": "> 1" if tensor else ("= 1" if rung <= 6 else None)}
-    clashes = [f"{key} = {getattr(lay, key)}" for key, need in wanted.items() if need is not None
-               and getattr(lay, key) != "auto" and (getattr(lay, key) > 1) != (need == "> 1")]
+    clashes = [
+        f"{key} = {getattr(lay, key)}"
+        for key, need in wanted.items()
+        if need is not None and getattr(lay, key) != "auto" and (getattr(lay, key) > 1) != (need == "> 1")
+    ]
     needs = space.needs_more_than_one(plan)
     clashes += [space.fixed_text(plan, key) for degree, key in needs.items() if wanted.get(degree) == "= 1"]
     if (rung == 8 and lay.sequence_parallel is False) or (rung == 7 and lay.sequence_parallel is True):
@@ -207,19 +269,27 @@ def _why_no_layout(plan: Plan, rung: int) -> str:
     if clashes:
         return f"excluded by the plan: it fixes {' and '.join(dict.fromkeys(clashes))}"
     world, gb = plan.world_size, plan.train.global_batch
-    splits = [(tp, pp, dp) for tp, pp, dp in space.device_splits(plan)
-              if (pp > 1) == pipelined and (tp > 1 if tensor else rung >= 9 or tp == 1)]
+    splits = [
+        (tp, pp, dp)
+        for tp, pp, dp in space.device_splits(plan)
+        if (pp > 1) == pipelined and (tp > 1 if tensor else rung >= 9 or tp == 1)
+    ]
     if not splits:
         if tensor:
-            return (f"not possible: no tp > 1 that divides per_node = {plan.hardware.per_node} also divides "
-                    f"heads, kv_heads, ffn and the padded vocabulary")
+            return (
+                f"not possible: no tp > 1 that divides per_node = {plan.hardware.per_node} also divides "
+                f"heads, kv_heads, ffn and the padded vocabulary"
+            )
         return f"not possible: no legal split of the {world} devices without pipeline stages"
     dps = sorted({dp for _, _, dp in splits})
     if all(gb % dp for dp in dps):
         shown = " or ".join(map(str, dps))
         how = "without pipelining" if tensor else "by data parallelism alone"
-        more = f", more than global_batch = {gb} sequences" if all(dp > gb for dp in dps) else \
-            f", which does not divide global_batch = {gb}"
+        more = (
+            f", more than global_batch = {gb} sequences"
+            if all(dp > gb for dp in dps)
+            else f", which does not divide global_batch = {gb}"
+        )
         return f"not possible: covering the {world} devices {how} needs dp = {shown}{more}"
     return "no legal layout on this rung (the plan's fixed layout keys, divisibility or device count)"
 
@@ -233,19 +303,35 @@ def _slower(name: str, c: Candidate, chosen: Candidate, best: Candidate | None, 
         if best is not None and best is not chosen and ratio < 1.0 / (1.0 - tol):
             lag = 1.0 - c.tokens_per_s / best.tokens_per_s
             vs_best = f", {lag * 100:.0f}% behind the fastest layout (tolerance {tol * 100:.0f}%)"
-        reason = (f"fits ({_gib(est.memory_bytes)}) but {amount}{vs_best}: step {_sec(est.step_s)} vs "
-                  f"{_sec(ref.step_s)}{_grown_part(est, ref)} — {c.layout.describe()}")
+        reason = (
+            f"fits ({_gib(est.memory_bytes)}) but {amount}{vs_best}: step {_sec(est.step_s)} vs "
+            f"{_sec(ref.step_s)}{_grown_part(est, ref)} — {c.layout.describe()}"
+        )
     else:
-        reason = (f"fits ({_gib(est.memory_bytes)}), {(1 - ratio) * 100:.0f}% faster, but the chosen layout is "
-                  f"simpler and within the tolerance — {c.layout.describe()}")
-    return Rejection(name, reason, fits=True, layout=c.layout, memory_bytes=est.memory_bytes,
-                     capacity_bytes=est.capacity, step_s=est.step_s, slowdown=ratio)
+        reason = (
+            f"fits ({_gib(est.memory_bytes)}), {(1 - ratio) * 100:.0f}% faster, but the chosen layout is "
+            f"simpler and within the tolerance — {c.layout.describe()}"
+        )
+    return Rejection(
+        name,
+        reason,
+        fits=True,
+        layout=c.layout,
+        memory_bytes=est.memory_bytes,
+        capacity_bytes=est.capacity,
+        step_s=est.step_s,
+        slowdown=ratio,
+    )
 
 
 def step_parts(est: Estimate) -> dict[str, float]:
     """The step time split into named parts (seconds)."""
-    parts = {"compute": est.compute - est.recompute, "recompute": est.recompute, "bubble": est.bubble,
-             "optimizer": est.optimizer}
+    parts = {
+        "compute": est.compute - est.recompute,
+        "recompute": est.recompute,
+        "bubble": est.bubble,
+        "optimizer": est.optimizer,
+    }
     for c in est.comm:
         parts[f"{c.group.upper()} exposed"] = c.exposed
     for t in est.other:
@@ -278,22 +364,31 @@ def _family(layout: Layout) -> str:
 
 # -- nothing fits ------------------------------------------------------------------------------
 
+
 def _nothing_fits(plan: Plan, result: SearchResult, tol: float, profile: RuntimeProfile) -> Choice:
     misfits = list(result.tightest_misfit.values()) + list(result.family_bound.values())
     if misfits:
         least = min(misfits, key=lambda c: c.estimate.memory_bytes)
         layout, est = least.layout, least.estimate
     else:  # every family was ruled out by its model states: score the least-hungry one
-        bound, layout = min(result.states_bound.values(), key=lambda bl: bl[0]) if result.states_bound \
-            else (0.0, None)
+        bound, layout = min(result.states_bound.values(), key=lambda bl: bl[0]) if result.states_bound else (0.0, None)
         if layout is None:
             raise NoLegalLayout(plan, next(iter(result.refused.values()), None))
         est = evaluate_layout(plan, layout, ContextCache(plan, profile))
     suggestion = suggest_fix(plan, est, profile)
     rejected = tuple(_rejections(plan, result, Candidate(layout, est, complexity(layout)), None, tol))
-    return Choice(layout=layout, estimate=est, fits=False, rejected=rejected, alternatives=(), tolerance=tol,
-                  rung=rung_name(complexity(layout)[0]), suggestion=suggestion, scored=result.scored,
-                  search_seconds=result.seconds)
+    return Choice(
+        layout=layout,
+        estimate=est,
+        fits=False,
+        rejected=rejected,
+        alternatives=(),
+        tolerance=tol,
+        rung=rung_name(complexity(layout)[0]),
+        suggestion=suggestion,
+        scored=result.scored,
+        search_seconds=result.seconds,
+    )
 
 
 class NoLegalLayout(Exception):
@@ -336,12 +431,15 @@ def suggest_fix(plan: Plan, est: Estimate, profile: RuntimeProfile = PLANC_RUNTI
         if hw.world_size > min(plan.train.global_batch * 64, MAX_DEVICES):
             break
         tried = hw.world_size
-        bigger = plan.model_copy(update={"hardware": hw, "layout": plan.layout.model_copy(
-            update={k: "auto" for k in ("tp", "pp", "dp")})})
+        bigger = plan.model_copy(
+            update={"hardware": hw, "layout": plan.layout.model_copy(update={k: "auto" for k in ("tp", "pp", "dp")})}
+        )
         found = search(bigger, profile)
         if found.fitting:
-            return (f"{short}; the smallest device count found to fit is {hw.world_size} devices "
-                    f"({hw.nodes} nodes × {hw.per_node})")
+            return (
+                f"{short}; the smallest device count found to fit is {hw.world_size} devices "
+                f"({hw.nodes} nodes × {hw.per_node})"
+            )
     if tried == plan.hardware.world_size:
         return f"{short}; use a device with more memory, or fewer fixed layout keys"
     return f"{short}; no layout fits even on {tried} devices — use a device with more memory"
@@ -352,8 +450,20 @@ def _suggest_for_fixed(plan: Plan, est: Estimate, profile: RuntimeProfile) -> st
 
 
 def _layout_dict(layout: Layout) -> dict:
-    return {k: getattr(layout, k) for k in ("tp", "pp", "dp", "zero", "recompute", "schedule", "micro_batch",
-                                            "virtual_stages", "sequence_parallel")}
+    return {
+        k: getattr(layout, k)
+        for k in (
+            "tp",
+            "pp",
+            "dp",
+            "zero",
+            "recompute",
+            "schedule",
+            "micro_batch",
+            "virtual_stages",
+            "sequence_parallel",
+        )
+    }
 
 
 def _gib(n: float) -> str:

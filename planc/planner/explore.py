@@ -41,7 +41,6 @@ from planc.planner.ladder import complexity, rung_for
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
 
-
 #: The micro-batch loop stops once throughput falls below this fraction of the best seen for the
 #: configuration. Not at the first dip: wave quantization makes throughput ripple with the
 #: micro-batch (a heuristic, stated; see the module docstring).
@@ -90,12 +89,21 @@ class SearchResult:
     seconds: float = 0.0
 
 
-def make_layout(tp: int, pp: int, dp: int, zero: int, recompute: str, schedule: str | None,
-                micro_batch: int, v: int, sp: bool) -> Layout:
+def make_layout(
+    tp: int, pp: int, dp: int, zero: int, recompute: str, schedule: str | None, micro_batch: int, v: int, sp: bool
+) -> Layout:
     """A Layout without re-validation (the search only builds consistent ones)."""
-    return Layout.model_construct(tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute,
-                                  schedule=schedule, micro_batch=micro_batch, virtual_stages=v,
-                                  sequence_parallel=sp)
+    return Layout.model_construct(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        zero=zero,
+        recompute=recompute,
+        schedule=schedule,
+        micro_batch=micro_batch,
+        virtual_stages=v,
+        sequence_parallel=sp,
+    )
 
 
 def evaluate_layout(plan: Plan, layout: Layout, cache: ContextCache) -> Estimate:
@@ -126,8 +134,18 @@ def _refused(result: SearchResult, refuse, layout: Layout) -> bool:
         return False
     reason = refuse(layout)
     if reason is not None:
-        result.refused.setdefault(rung_for(layout.tp, layout.pp, layout.dp, layout.zero, layout.recompute,
-                                           layout.schedule, layout.sequence_parallel), reason)
+        result.refused.setdefault(
+            rung_for(
+                layout.tp,
+                layout.pp,
+                layout.dp,
+                layout.zero,
+                layout.recompute,
+                layout.schedule,
+                layout.sequence_parallel,
+            ),
+            reason,
+        )
     return reason is not None
 
 
@@ -177,8 +195,21 @@ def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCa
                                 if zero >= 2 and mb != mbs[-1]:
                                     # FSDP keeps unsharded gradients while it accumulates: the one
                                     # micro-batch that needs no accumulation may still fit.
-                                    _score_last(plan, cache, result, tp, pp, dp, zero, recompute, schedule,
-                                                mbs[-1], v, sp, refuse)
+                                    _score_last(
+                                        plan,
+                                        cache,
+                                        result,
+                                        tp,
+                                        pp,
+                                        dp,
+                                        zero,
+                                        recompute,
+                                        schedule,
+                                        mbs[-1],
+                                        v,
+                                        sp,
+                                        refuse,
+                                    )
                                 break
                             result.fitting.append(cand)
                             fit_here = mb

@@ -53,8 +53,9 @@ def schedule_rung(schedule: str) -> int:
 
 def rung_of(layout: Layout) -> int:
     """Index in :data:`RUNGS` of the most complex technique ``layout`` uses."""
-    return rung_for(layout.tp, layout.pp, layout.dp, layout.zero, layout.recompute, layout.schedule,
-                    layout.sequence_parallel)
+    return rung_for(
+        layout.tp, layout.pp, layout.dp, layout.zero, layout.recompute, layout.schedule, layout.sequence_parallel
+    )
 
 
 def rung_for(tp: int, pp: int, dp: int, zero: int, recompute: str, schedule: str | None, sp: bool) -> int:
@@ -72,8 +73,15 @@ def rung_for(tp: int, pp: int, dp: int, zero: int, recompute: str, schedule: str
 
 def complexity(layout: Layout) -> tuple:
     """The complexity rank: smaller is simpler."""
-    return (rung_of(layout), _RECOMPUTE_RANK[layout.recompute], layout.zero,
-            int(layout.sequence_parallel), layout.tp, layout.pp, layout.virtual_stages)
+    return (
+        rung_of(layout),
+        _RECOMPUTE_RANK[layout.recompute],
+        layout.zero,
+        int(layout.sequence_parallel),
+        layout.tp,
+        layout.pp,
+        layout.virtual_stages,
+    )
 
 
 def rung_name(index: int) -> str:

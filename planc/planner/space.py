@@ -50,8 +50,11 @@ def tp_options(plan: Plan) -> list[int]:
     if tp != AUTO:
         return [tp]
     m = plan.model
-    return [d for d in _divisors(plan.hardware.per_node)
-            if all(x % d == 0 for x in (m.heads, m.kv_heads, m.ffn, m.padded_vocab))]
+    return [
+        d
+        for d in _divisors(plan.hardware.per_node)
+        if all(x % d == 0 for x in (m.heads, m.kv_heads, m.ffn, m.padded_vocab))
+    ]
 
 
 def pp_options(plan: Plan, tp: int) -> list[int]:
@@ -103,9 +106,11 @@ def degree_options(plan: Plan) -> list[tuple[int, int, int]]:
     """Every legal (tp, pp, dp): tp x pp x dp = world, dp divides global_batch, and no fixed key
     is dropped (see :func:`needs_more_than_one`)."""
     gb, needs = plan.train.global_batch, needs_more_than_one(plan)
-    return [(tp, pp, dp) for tp, pp, dp in device_splits(plan)
-            if gb % dp == 0 and all(degree > 1 for name, degree in (("tp", tp), ("pp", pp), ("dp", dp))
-                                    if name in needs)]
+    return [
+        (tp, pp, dp)
+        for tp, pp, dp in device_splits(plan)
+        if gb % dp == 0 and all(degree > 1 for name, degree in (("tp", tp), ("pp", pp), ("dp", dp)) if name in needs)
+    ]
 
 
 def zero_options(plan: Plan, dp: int) -> list[int]:
@@ -135,7 +140,7 @@ def schedule_options(plan: Plan, pp: int) -> list[tuple[str | None, int]]:
     sched, v_fixed = plan.layout.schedule, plan.layout.virtual_stages
     vs = [v for v in (VIRTUAL_STAGE_CHOICES if v_fixed == AUTO else [v_fixed]) if pp * v <= layers]
     out: list[tuple[str | None, int]] = []
-    for s in ([sched] if sched != AUTO else ["1f1b", "interleaved", "zero-bubble"]):
+    for s in [sched] if sched != AUTO else ["1f1b", "interleaved", "zero-bubble"]:
         if s in ("1f1b", "gpipe"):
             if v_fixed in (AUTO, 1):
                 out.append((s, 1))
@@ -183,45 +188,56 @@ def why_no_layout(plan: Plan) -> SpecIssue | None:
     world, gb, lay = plan.world_size, plan.train.global_batch, plan.layout
     splits = device_splits(plan)
     if not splits:
-        return SpecIssue(("layout",), f"no tp x pp x dp covers the {world} devices with the fixed degrees and "
-                                      f"tp dividing heads, kv_heads, ffn and the padded vocabulary within "
-                                      f"per_node = {plan.hardware.per_node}",
-                         "set tp, pp or dp to auto, or change the device count")
+        return SpecIssue(
+            ("layout",),
+            f"no tp x pp x dp covers the {world} devices with the fixed degrees and "
+            f"tp dividing heads, kv_heads, ffn and the padded vocabulary within "
+            f"per_node = {plan.hardware.per_node}",
+            "set tp, pp or dp to auto, or change the device count",
+        )
     for name, key in needs_more_than_one(plan).items():
         kept = [split for split in splits if split[_DEGREE_INDEX[name]] > 1]
         if not kept:
-            return SpecIssue(("layout", key), f"{fixed_text(plan, key)} needs {name} > 1, but every legal "
-                                              f"layout of the {world} device(s) has {name} = 1",
-                             f"remove {key}, or change the fixed degrees or the device count so {name} can "
-                             f"exceed 1")
+            return SpecIssue(
+                ("layout", key),
+                f"{fixed_text(plan, key)} needs {name} > 1, but every legal "
+                f"layout of the {world} device(s) has {name} = 1",
+                f"remove {key}, or change the fixed degrees or the device count so {name} can exceed 1",
+            )
         splits = kept
     dps = sorted({dp for _, _, dp in splits})
     splits = [split for split in splits if gb % split[2] == 0]
     if not splits:
         shown = ", ".join(map(str, dps))
-        return SpecIssue(("train", "global_batch"),
-                         f"global_batch = {gb} is not divisible by any legal data-parallel degree "
-                         f"(dp = devices / (tp x pp) can be {shown} here)",
-                         f"every data-parallel rank runs whole sequences; use a multiple of {dps[0]}, "
-                         f"e.g. global_batch = {-(-gb // dps[0]) * dps[0]}")
+        return SpecIssue(
+            ("train", "global_batch"),
+            f"global_batch = {gb} is not divisible by any legal data-parallel degree "
+            f"(dp = devices / (tp x pp) can be {shown} here)",
+            f"every data-parallel rank runs whole sequences; use a multiple of {dps[0]}, "
+            f"e.g. global_batch = {-(-gb // dps[0]) * dps[0]}",
+        )
     if plan.train.micro_batch != AUTO:
         mb = plan.train.micro_batch
         locals_ = sorted({gb // dp for _, _, dp in splits})
         splits = [split for split in splits if micro_batch_options(plan, split[2])]
         if not splits:
             shown = " or ".join(map(str, locals_))
-            return SpecIssue(("train", "micro_batch"),
-                             f"micro_batch = {mb} does not divide the {shown} sequences each data-parallel "
-                             f"rank gets per step (global_batch / dp)",
-                             f"use a micro_batch that divides {locals_[-1]}, or micro_batch = auto")
+            return SpecIssue(
+                ("train", "micro_batch"),
+                f"micro_batch = {mb} does not divide the {shown} sequences each data-parallel "
+                f"rank gets per step (global_batch / dp)",
+                f"use a micro_batch that divides {locals_[-1]}, or micro_batch = auto",
+            )
     splits_with_schedule = [split for split in splits if schedule_options(plan, split[1])]
     if not splits_with_schedule:  # only a fixed virtual_stages can empty them (checks catch v = 1)
         v = lay.virtual_stages
         pps = sorted({pp for _, pp, _ in splits})
-        return SpecIssue(("layout", "virtual_stages"),
-                         f"virtual_stages = {v} needs pp x {v} <= layers = {plan.model.layers}, but pp can only "
-                         f"be {', '.join(map(str, pps))} here",
-                         "each virtual stage needs at least one layer; lower virtual_stages or set it to auto")
+        return SpecIssue(
+            ("layout", "virtual_stages"),
+            f"virtual_stages = {v} needs pp x {v} <= layers = {plan.model.layers}, but pp can only "
+            f"be {', '.join(map(str, pps))} here",
+            "each virtual stage needs at least one layer; lower virtual_stages or set it to auto",
+        )
     return _why_no_combination(plan, splits_with_schedule)
 
 
@@ -230,7 +246,7 @@ def _why_no_combination(plan: Plan, splits: list[tuple[int, int, int]]) -> SpecI
     gb = plan.train.global_batch
     composed = False
     last = None
-    for tp, pp, dp in splits:
+    for _tp, pp, dp in splits:
         for schedule, _ in schedule_options(plan, pp):
             for zero in zero_options(plan, dp):
                 if not schedule_composes(schedule, dp, zero):
@@ -241,15 +257,20 @@ def _why_no_combination(plan: Plan, splits: list[tuple[int, int, int]]) -> SpecI
                         return None
                     last = (schedule, pp, gb // (dp * mb), dp, mb)
     if not composed:
-        return SpecIssue(("layout", "schedule"),
-                         f"zero-bubble with data parallelism runs only under ZeRO-2, but the plan fixes "
-                         f"zero = {plan.layout.zero}",
-                         "its separate weight-gradient pass escapes DDP's and FSDP's hooks; set zero = 2 "
-                         "or use schedule = 1f1b or interleaved")
+        return SpecIssue(
+            ("layout", "schedule"),
+            f"zero-bubble with data parallelism runs only under ZeRO-2, but the plan fixes zero = {plan.layout.zero}",
+            "its separate weight-gradient pass escapes DDP's and FSDP's hooks; set zero = 2 "
+            "or use schedule = 1f1b or interleaved",
+        )
     schedule, pp, m, dp, mb = last
-    rule = (f"needs at least pp = {pp} micro-batches per step" if schedule == "1f1b"
-            else f"needs a micro-batch count divisible by its rounds (max(1, m // pp) with pp = {pp})")
-    return SpecIssue(("train", "micro_batch") if plan.train.micro_batch != AUTO else ("layout", "schedule"),
-                     f"schedule {schedule} {rule}, but global_batch / (dp x micro_batch) = "
-                     f"{gb} / ({dp} x {mb}) = {m}",
-                     "lower micro_batch, raise global_batch, or use fewer pipeline stages")
+    rule = (
+        f"needs at least pp = {pp} micro-batches per step"
+        if schedule == "1f1b"
+        else f"needs a micro-batch count divisible by its rounds (max(1, m // pp) with pp = {pp})"
+    )
+    return SpecIssue(
+        ("train", "micro_batch") if plan.train.micro_batch != AUTO else ("layout", "schedule"),
+        f"schedule {schedule} {rule}, but global_batch / (dp x micro_batch) = {gb} / ({dp} x {mb}) = {m}",
+        "lower micro_batch, raise global_batch, or use fewer pipeline stages",
+    )

@@ -40,8 +40,9 @@ import pickle
 import re
 import shutil
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -140,9 +141,13 @@ def _state(pairs) -> tuple[dict[str, Any], dict[str, Any], list[tuple[set[str], 
     for part, optimizer in pairs:
         part_model = get_model_state_dict(part)
         part_optim = get_optimizer_state_dict(part, _inner_optimizer(optimizer), options=OPTIM_OPTIONS)
-        clash = (model_state.keys() & part_model.keys()) | ((optim_tensors.keys() | optim_values.keys()) & part_optim.keys())
+        clash = (model_state.keys() & part_model.keys()) | (
+            (optim_tensors.keys() | optim_values.keys()) & part_optim.keys()
+        )
         if clash:
-            raise CheckpointError(f"model parts share state {sorted(clash)[:3]}; every part must own distinct parameters")
+            raise CheckpointError(
+                f"model parts share state {sorted(clash)[:3]}; every part must own distinct parameters"
+            )
         for key, value in part_model.items():
             if not isinstance(value, torch.Tensor):
                 raise CheckpointError(f"model state {key!r} is a {type(value).__name__}, not a tensor")
@@ -174,9 +179,15 @@ class _MetadataUnpickler(pickle.Unpickler):
     """Admits only what DCP's ``.metadata`` is made of; anything else is refused, never constructed."""
 
     MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
-    GLOBALS = {("torch", "Size"), ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"),
-               ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "PureWindowsPath"),
-               ("collections", "OrderedDict")}
+    GLOBALS = {
+        ("torch", "Size"),
+        ("torch.serialization", "_get_layout"),
+        ("pathlib", "PosixPath"),
+        ("pathlib", "PurePosixPath"),
+        ("pathlib", "WindowsPath"),
+        ("pathlib", "PureWindowsPath"),
+        ("collections", "OrderedDict"),
+    }
 
     def find_class(self, module: str, name: str) -> Any:
         if module in self.MODULES:
@@ -187,7 +198,9 @@ class _MetadataUnpickler(pickle.Unpickler):
             return super().find_class(module, name)
         elif module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
-        raise pickle.UnpicklingError(f"checkpoint metadata refers to {module}.{name}, which a DCP checkpoint never holds")
+        raise pickle.UnpicklingError(
+            f"checkpoint metadata refers to {module}.{name}, which a DCP checkpoint never holds"
+        )
 
 
 class SafeFileSystemReader(FileSystemReader):
@@ -316,7 +329,9 @@ def load_checkpoint(
     with open(path / METADATA_FILE, encoding="utf-8") as f:
         metadata = json.load(f)
     if metadata.get("format") != FORMAT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint format {metadata.get('format')!r}, this planc reads {FORMAT_VERSION}")
+        raise CheckpointError(
+            f"{path}: checkpoint format {metadata.get('format')!r}, this planc reads {FORMAT_VERSION}"
+        )
     if len(metadata["lr_schedulers"]) != len(lr_schedulers):
         raise CheckpointError(
             f"{path} holds {len(metadata['lr_schedulers'])} learning-rate scheduler states, "

@@ -91,10 +91,10 @@ class TextFileData:
         if vocab < BYTE_VOCAB:
             raise DataError(
                 f"train.data = {str(path)!r} is read as bytes, which needs model.vocab >= {BYTE_VOCAB}, "
-                f"but vocab = {vocab}; raise vocab to at least {BYTE_VOCAB} or use data = \"synthetic\""
+                f'but vocab = {vocab}; raise vocab to at least {BYTE_VOCAB} or use data = "synthetic"'
             )
         if not self.path.is_file():
-            raise DataError(f"train.data: no such file {str(self.path)!r}; give a path to a text file or \"synthetic\"")
+            raise DataError(f'train.data: no such file {str(self.path)!r}; give a path to a text file or "synthetic"')
         size = self.path.stat().st_size
         #: windows start every seq_len bytes, so window i holds bytes [i*S, i*S + S + 1).
         self.windows = (size - 1) // seq_len if size > 0 else 0
@@ -153,6 +153,8 @@ def local_micro_batches(batch: torch.Tensor, dp_rank: int, dp: int, micro_batch:
         raise ValueError(f"global batch {rows} is not divisible by dp = {dp}")
     per_rank = rows // dp
     if per_rank % micro_batch:
-        raise ValueError(f"{per_rank} sequences per data-parallel rank are not divisible by micro_batch = {micro_batch}")
+        raise ValueError(
+            f"{per_rank} sequences per data-parallel rank are not divisible by micro_batch = {micro_batch}"
+        )
     local = batch[dp_rank * per_rank : (dp_rank + 1) * per_rank]
     return list(local.split(micro_batch))

@@ -12,8 +12,13 @@ import re
 
 #: Substrings of the errors gloo and NCCL raise when the other end of a collective is gone.
 PEER_LOST_SIGNS = (
-    "Connection closed by peer", "Connection reset by peer", "Broken pipe", "Connection refused",
-    "NCCL communicator was aborted", "remote process exited", "Socket Timeout",
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "Connection refused",
+    "NCCL communicator was aborted",
+    "remote process exited",
+    "Socket Timeout",
 )
 
 
@@ -26,12 +31,16 @@ def describe_failure(exc: BaseException, *, rank: int, step: int) -> str | None:
     # gloo prefixes its source location ("[/path/pair.cc:553] "): keep the sentence, not the path.
     first_line = re.sub(r"^\[[^\]]*\]\s*", "", first_line).split(". This is typically")[0][:200]
     if isinstance(exc, torch.OutOfMemoryError):
-        return (f"rank {rank}: out of device memory in step {step}: {first_line}. "
-                "Run `planc explain` on the plan to see the predicted memory; lower the micro-batch, "
-                "add recompute, or raise the ZeRO stage")
+        return (
+            f"rank {rank}: out of device memory in step {step}: {first_line}. "
+            "Run `planc explain` on the plan to see the predicted memory; lower the micro-batch, "
+            "add recompute, or raise the ZeRO stage"
+        )
     if _peer_lost(exc):
-        return (f"rank {rank}: lost contact with another rank in step {step} (a peer process crashed or was "
-                f"killed; its own message, if any, is above): {first_line}")
+        return (
+            f"rank {rank}: lost contact with another rank in step {step} (a peer process crashed or was "
+            f"killed; its own message, if any, is above): {first_line}"
+        )
     return None
 
 

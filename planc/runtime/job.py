@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -78,7 +80,7 @@ class Job:
     num_stages: int = 1
     """Pipeline stages in total (pp x virtual_stages)."""
 
-    schedule_builder: Callable[["Job"], Any] | None = None
+    schedule_builder: Callable[[Job], Any] | None = None
     """Set by ``pipeline``: builds the pipelining schedule from the final model parts."""
     schedule: Any = None
     """The ``torch.distributed.pipelining`` schedule (None without pipelining)."""
@@ -107,13 +109,13 @@ class Job:
     lr_schedulers: list[Any] = field(default_factory=list)
     """One learning-rate scheduler per optimizer."""
 
-    _after_init: list[Callable[["Job"], None]] = field(default_factory=list, repr=False)
+    _after_init: list[Callable[[Job], None]] = field(default_factory=list, repr=False)
     _initialised: bool = field(default=False, repr=False)
 
     # -- phase 1 --------------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, plan: Plan, layout: Layout, *, device: str | torch.device | None = None) -> "Job":
+    def create(cls, plan: Plan, layout: Layout, *, device: str | torch.device | None = None) -> Job:
         """Join (or start) the process group, build the ("pp", "dp", "tp") mesh and the full model on meta.
 
         ``device`` defaults to this process's CUDA device under torchrun when CUDA is available and
@@ -172,7 +174,7 @@ class Job:
         """The model parts without a DistributedDataParallel wrapper (FQNs as in the bare model)."""
         return [getattr(part, "module", part) if _is_ddp(part) else part for part in self.model_parts]
 
-    def after_init(self, callback: Callable[["Job"], None]) -> None:
+    def after_init(self, callback: Callable[[Job], None]) -> None:
         """Run ``callback(job)`` inside :meth:`init_weights`, once the weights are real and initialised.
 
         For wrappers that need real tensors (DistributedDataParallel, its communication hooks).

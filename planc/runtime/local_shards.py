@@ -20,7 +20,8 @@ Gradient norms and checkpoints rebuild the DTensor from the spec (:func:`as_dten
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -58,8 +59,14 @@ def _show_dtensors(specs: dict[str, Any]):
         for name, spec in specs.items():
             # An instance attribute shadows the registered parameter for attribute access only:
             # named_parameters(), DDP and the optimizer keep seeing the plain local shard.
-            module.__dict__[name] = DTensor.from_local(module._parameters[name], spec.mesh, spec.placements,
-                                                       run_check=False, shape=spec.shape, stride=spec.stride)
+            module.__dict__[name] = DTensor.from_local(
+                module._parameters[name],
+                spec.mesh,
+                spec.placements,
+                run_check=False,
+                shape=spec.shape,
+                stride=spec.stride,
+            )
 
     return hook
 
@@ -76,8 +83,7 @@ def as_dtensor(tensor: torch.Tensor, spec) -> torch.Tensor:
     """The DTensor whose local shard is ``tensor`` (shares storage; for norms and checkpoints)."""
     from torch.distributed.tensor import DTensor
 
-    return DTensor.from_local(tensor, spec.mesh, spec.placements, run_check=False, shape=spec.shape,
-                              stride=spec.stride)
+    return DTensor.from_local(tensor, spec.mesh, spec.placements, run_check=False, shape=spec.shape, stride=spec.stride)
 
 
 def wrap_ddp(job, *, bucket_bytes: float) -> None:
@@ -92,22 +98,24 @@ def wrap_ddp(job, *, bucket_bytes: float) -> None:
     wrapped = []
     for part in job.model_parts:
         localize_dtensor_parameters(part, job.local_shard_specs)
-        wrapped.append(DistributedDataParallel(
-            part,
-            process_group=group,
-            bucket_cap_mb=bucket_bytes / 2**20,
-            device_ids=[job.device.index] if job.device.type == "cuda" else None,
-            # Under pipelining the schedule drives DDP's reducer by hand (no_sync for every micro-batch
-            # but the last, then reducer.prepare_for_backward). With DDP's defaults the reducer records
-            # each parameter once per micro-batch on the first step and its bucket rebuild fails
-            # ("rebuilt parameter indices size is not same as original model parameters size");
-            # static_graph=True runs but averages wrongly (its losses leave the reference at step 2).
-            # find_unused_parameters=True skips the bucket rebuild and matches the reference.
-            find_unused_parameters=job.layout.pp > 1,
-            # Gradients live in DDP's buckets instead of beside them: saves a full copy of the
-            # gradients (4 bytes per parameter in fp32), as PyTorch's DDP docs describe.
-            gradient_as_bucket_view=True,
-        ))
+        wrapped.append(
+            DistributedDataParallel(
+                part,
+                process_group=group,
+                bucket_cap_mb=bucket_bytes / 2**20,
+                device_ids=[job.device.index] if job.device.type == "cuda" else None,
+                # Under pipelining the schedule drives DDP's reducer by hand (no_sync for every micro-batch
+                # but the last, then reducer.prepare_for_backward). With DDP's defaults the reducer records
+                # each parameter once per micro-batch on the first step and its bucket rebuild fails
+                # ("rebuilt parameter indices size is not same as original model parameters size");
+                # static_graph=True runs but averages wrongly (its losses leave the reference at step 2).
+                # find_unused_parameters=True skips the bucket rebuild and matches the reference.
+                find_unused_parameters=job.layout.pp > 1,
+                # Gradients live in DDP's buckets instead of beside them: saves a full copy of the
+                # gradients (4 bytes per parameter in fp32), as PyTorch's DDP docs describe.
+                gradient_as_bucket_view=True,
+            )
+        )
     job.model_parts = wrapped
 
     def no_sync(sync: bool):
@@ -143,13 +151,18 @@ def dtensor_parameters(job) -> Iterator[None]:
                 if spec is None:
                     continue
                 if id(param) not in swapped:
-                    swapped[id(param)] = (param, nn.Parameter(as_dtensor(param.data, spec),
-                                                              requires_grad=param.requires_grad))
+                    swapped[id(param)] = (
+                        param,
+                        nn.Parameter(as_dtensor(param.data, spec), requires_grad=param.requires_grad),
+                    )
                 sub._parameters[name] = swapped[id(param)][1]
     optimizers = [_inner(o) for o in job.optimizers]
     for optimizer in optimizers:
-        _swap_optimizer(optimizer, {id(local): (local, view) for local, view in swapped.values()},
-                        lambda t, local: as_dtensor(t, job.local_shard_specs[local]) if t.shape == local.shape else t)
+        _swap_optimizer(
+            optimizer,
+            {id(local): (local, view) for local, view in swapped.values()},
+            lambda t, local: as_dtensor(t, job.local_shard_specs[local]) if t.shape == local.shape else t,
+        )
     try:
         yield
     finally:
@@ -178,7 +191,7 @@ def _swap_optimizer(optimizer, mapping: dict, convert) -> None:
     for group in optimizer.param_groups:
         # In place: ZeroRedundancyOptimizer's partition cache holds these very lists.
         group["params"][:] = [mapping[id(p)][1] if id(p) in mapping else p for p in group["params"]]
-    for old_id, (old, new) in mapping.items():
+    for old, new in mapping.values():
         if old in optimizer.state:
             state = optimizer.state.pop(old)
             optimizer.state[new] = {k: convert(v, old) if isinstance(v, torch.Tensor) else v for k, v in state.items()}

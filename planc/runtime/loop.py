@@ -14,9 +14,9 @@ import io
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -26,12 +26,19 @@ from planc.runtime.local_shards import dtensor_parameters
 from planc.runtime.step import train_step
 
 
-def train(job, *, steps: int | None = None, out_dir: str | Path | None = None, data_dir: str | Path | None = None,
-          quiet: bool = False) -> list[dict]:
+def train(
+    job,
+    *,
+    steps: int | None = None,
+    out_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    quiet: bool = False,
+) -> list[dict]:
     """Train ``job`` to ``steps`` finished optimizer steps (default: the plan's); returns this run's step records.
 
-    ``quiet`` silences the progress lines (metrics.jsonl is still written). ``out_dir`` (the run directory) receives ``metrics.jsonl`` and, when the plan has a checkpoint
-    block, the checkpoints (``checkpoint.dir`` relative to it).
+    ``quiet`` silences the progress lines (metrics.jsonl is still written). ``out_dir`` (the run
+    directory) receives ``metrics.jsonl`` and, when the plan has a checkpoint block, the checkpoints
+    (``checkpoint.dir`` relative to it).
     """
     from planc.runtime.metrics import MetricsLogger
 
@@ -51,8 +58,12 @@ def train(job, *, steps: int | None = None, out_dir: str | Path | None = None, d
 
     logger = MetricsLogger(
         Path(out_dir) / "metrics.jsonl" if out_dir is not None else None,
-        tokens_per_step=plan.tokens_per_step, total_steps=total, rank=dist.get_rank(),
-        print_every=plan.train.log_every, device=job.device, stream=io.StringIO() if quiet else None,
+        tokens_per_step=plan.tokens_per_step,
+        total_steps=total,
+        rank=dist.get_rank(),
+        print_every=plan.train.log_every,
+        device=job.device,
+        stream=io.StringIO() if quiet else None,
     )
     records = []
     step = start
@@ -67,17 +78,33 @@ def train(job, *, steps: int | None = None, out_dir: str | Path | None = None, d
             records.append({"step": step + 1, **result, "step_s": elapsed})
             if checkpoint_dir is not None and (step + 1) % plan.checkpoint.every == 0:
                 with dtensor_parameters(job):
-                    save_checkpoint(checkpoint_dir, step + 1, job.model_parts, job.optimizers, job.lr_schedulers,
-                                    keep=plan.checkpoint.keep)
+                    save_checkpoint(
+                        checkpoint_dir,
+                        step + 1,
+                        job.model_parts,
+                        job.optimizers,
+                        job.lr_schedulers,
+                        keep=plan.checkpoint.keep,
+                    )
             if _agreed(interrupted(), job):
                 saving = checkpoint_dir is not None and (step + 1) % plan.checkpoint.every != 0
                 if dist.get_rank() == 0:
-                    print(f"interrupted after step {step + 1}; " + ("saving a checkpoint, then " if saving else "")
-                          + "stopping", flush=True)
+                    print(
+                        f"interrupted after step {step + 1}; "
+                        + ("saving a checkpoint, then " if saving else "")
+                        + "stopping",
+                        flush=True,
+                    )
                 if saving:  # so that running again resumes exactly here
                     with dtensor_parameters(job):
-                        save_checkpoint(checkpoint_dir, step + 1, job.model_parts, job.optimizers, job.lr_schedulers,
-                                        keep=plan.checkpoint.keep)
+                        save_checkpoint(
+                            checkpoint_dir,
+                            step + 1,
+                            job.model_parts,
+                            job.optimizers,
+                            job.lr_schedulers,
+                            keep=plan.checkpoint.keep,
+                        )
                 break
     return records
 

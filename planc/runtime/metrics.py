@@ -65,8 +65,17 @@ class MetricsLogger:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "a", encoding="utf-8")
 
-    def log(self, step: int, *, loss: float, lr: float, step_s: float, grad_norm: float | None = None,
-            memory_bytes: int | None = None, **extra: Any) -> dict[str, Any] | None:
+    def log(
+        self,
+        step: int,
+        *,
+        loss: float,
+        lr: float,
+        step_s: float,
+        grad_norm: float | None = None,
+        memory_bytes: int | None = None,
+        **extra: Any,
+    ) -> dict[str, Any] | None:
         """Record finished step ``step``; returns the record (None on ranks other than 0)."""
         if not self.active:
             return None
@@ -92,7 +101,7 @@ class MetricsLogger:
             self._file.close()
             self._file = None
 
-    def __enter__(self) -> "MetricsLogger":
+    def __enter__(self) -> MetricsLogger:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn

@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -105,9 +105,7 @@ def train_reference(
         if on_step is not None:
             on_step(step + 1, run.losses[-1])
         if checkpoint_dir is not None and plan.checkpoint is not None and (step + 1) % plan.checkpoint.every == 0:
-            save_checkpoint(
-                checkpoint_dir, step + 1, [model], [optimizer], [scheduler], keep=plan.checkpoint.keep
-            )
+            save_checkpoint(checkpoint_dir, step + 1, [model], [optimizer], [scheduler], keep=plan.checkpoint.keep)
     return run
 
 
@@ -117,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("plan", help="a plan.json (as written by `planc check --json` or into a run directory)")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the plan's train.steps)")
-    parser.add_argument("--micro-batch", type=int, default=None, help="sequences per micro-batch (default: plan's, else all)")
+    parser.add_argument(
+        "--micro-batch", type=int, default=None, help="sequences per micro-batch (default: plan's, else all)"
+    )
     parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     args = parser.parse_args(argv)
     path = Path(args.plan)

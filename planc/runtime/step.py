@@ -33,8 +33,10 @@ def train_step(job, batch: torch.Tensor) -> dict[str, float]:
 
     Returns ``{"loss": ..., "grad_norm": ..., "lr": ...}`` (the same numbers on every rank).
     """
-    micro_batches = [inputs_and_targets(rows.to(job.device)) for rows in
-                     local_micro_batches(batch, job.coordinates["dp"], job.layout.dp, job.layout.micro_batch)]
+    micro_batches = [
+        inputs_and_targets(rows.to(job.device))
+        for rows in local_micro_batches(batch, job.coordinates["dp"], job.layout.dp, job.layout.micro_batch)
+    ]
     for optimizer in job.optimizers:
         optimizer.zero_grad(set_to_none=True)
     if job.schedule is not None:
@@ -123,8 +125,11 @@ def clip_grad_norm(job, max_norm: float) -> float:
         if p.grad is None:
             continue
         spec = job.local_shard_specs.get(p)
-        views.append(SimpleNamespace(grad=as_dtensor(p.grad, spec), counted=id(p) not in uncounted)
-                     if spec is not None else SimpleNamespace(grad=p.grad, counted=id(p) not in uncounted))
+        views.append(
+            SimpleNamespace(grad=as_dtensor(p.grad, spec), counted=id(p) not in uncounted)
+            if spec is not None
+            else SimpleNamespace(grad=p.grad, counted=id(p) not in uncounted)
+        )
     pp_group = job.group("pp") if job.layout.pp > 1 else None
     total = grad_norm([v for v in views if v.counted], 2.0, pp_group)
     if max_norm > 0:

@@ -14,6 +14,19 @@ from planc.spec.plan import Plan, PluginUse
 from planc.spec.train import TrainSpec
 
 __all__ = [
-    "BLOCKS", "block_keys", "build_plan", "CheckpointSpec", "HardwareSpec", "SpecError", "SpecIssue",
-    "Layout", "LayoutSpec", "ModelSpec", "MESH_DIM_NAMES", "ParallelDims", "Plan", "PluginUse", "TrainSpec",
+    "BLOCKS",
+    "block_keys",
+    "build_plan",
+    "CheckpointSpec",
+    "HardwareSpec",
+    "SpecError",
+    "SpecIssue",
+    "Layout",
+    "LayoutSpec",
+    "ModelSpec",
+    "MESH_DIM_NAMES",
+    "ParallelDims",
+    "Plan",
+    "PluginUse",
+    "TrainSpec",
 ]

@@ -18,8 +18,9 @@ file), field validation, cross-field checks — and collects every problem as a
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path as FsPath
-from typing import Any, Collection
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -49,8 +50,10 @@ REQUIRED_BLOCKS = ("model", "hardware", "train")
 #: Keys of the model block that say where the architecture comes from, not what it is.
 MODEL_SOURCE_KEYS = ("from", "preset")
 #: Computed fields: reported, never written.
-DERIVED_KEYS = {"model": {"head_dim", "padded_vocab", "params", "params_per_layer", "params_embedding"},
-                "hardware": {"world_size"}}
+DERIVED_KEYS = {
+    "model": {"head_dim", "padded_vocab", "params", "params_per_layer", "params_embedding"},
+    "hardware": {"world_size"},
+}
 
 
 def block_keys(block: str) -> list[str]:
@@ -78,8 +81,13 @@ def build_plan(
 
     for block in raw:
         if block not in BLOCKS and block != "uses":
-            issues.append(SpecIssue((block,), f"unknown block '{block}'",
-                                    did_you_mean(block, [*BLOCKS, "use"]) or one_of([*BLOCKS, "use"])))
+            issues.append(
+                SpecIssue(
+                    (block,),
+                    f"unknown block '{block}'",
+                    did_you_mean(block, [*BLOCKS, "use"]) or one_of([*BLOCKS, "use"]),
+                )
+            )
     for block in REQUIRED_BLOCKS:
         if block not in raw:
             issues.append(SpecIssue((), f"the plan has no {block} block", _MISSING_BLOCK_HINTS[block]))
@@ -107,8 +115,11 @@ def build_plan(
         try:
             section = model_cls.model_validate(values)
         except ValidationError as exc:
-            issues += [i for i in _translate(block, values, model_cls, exc)
-                       if not _about_dropped(i, bad_keys) and not _follows_from(i, block, block_issues, exc)]
+            issues += [
+                i
+                for i in _translate(block, values, model_cls, exc)
+                if not _about_dropped(i, bad_keys) and not _follows_from(i, block, block_issues, exc)
+            ]
         else:
             if not block_issues:
                 sections[block] = section
@@ -134,8 +145,13 @@ _MISSING_BLOCK_HINTS = {
 def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | None:
     """Expand ``preset = ...`` or ``from "config.json"`` into model keys; plan keys override."""
     if "from" in values and "preset" in values:
-        issues.append(SpecIssue(("model", "preset"), "a model block takes either 'from' or 'preset', not both",
-                                "keep one source of the architecture and override keys after it"))
+        issues.append(
+            SpecIssue(
+                ("model", "preset"),
+                "a model block takes either 'from' or 'preset', not both",
+                "keep one source of the architecture and override keys after it",
+            )
+        )
         return None
     for key, example in (("preset", '"llama3-8b"'), ("from", '"config.json"')):
         if key in values and not isinstance(values[key], str):
@@ -145,8 +161,13 @@ def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | No
     if "preset" in values:
         name = values.pop("preset")
         if name not in MODEL_PRESETS:
-            issues.append(SpecIssue(("model", "preset"), f"unknown model preset {name!r}",
-                                    did_you_mean(name, MODEL_PRESETS) or one_of(MODEL_PRESETS)))
+            issues.append(
+                SpecIssue(
+                    ("model", "preset"),
+                    f"unknown model preset {name!r}",
+                    did_you_mean(name, MODEL_PRESETS) or one_of(MODEL_PRESETS),
+                )
+            )
             return None
         base = dict(MODEL_PRESETS[name], name=name)
         origin = ("model", "preset")
@@ -157,8 +178,13 @@ def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | No
         try:
             base, hf_notes = read_hf_config(path)
         except HFConfigError as exc:
-            issues.append(SpecIssue(("model", "from"), str(exc),
-                                    "give the path of a Hugging Face config.json, relative to the .plan file"))
+            issues.append(
+                SpecIssue(
+                    ("model", "from"),
+                    str(exc),
+                    "give the path of a Hugging Face config.json, relative to the .plan file",
+                )
+            )
             return None
         notes.extend(hf_notes)
         origin = ("model", "from")
@@ -179,12 +205,22 @@ def _resolve_data_path(values: dict, base_dir: FsPath, issues: list[SpecIssue]) 
     try:
         is_file = path.is_file()
     except (OSError, ValueError) as exc:  # a NUL byte, a name too long for the file system
-        issues.append(SpecIssue(("train", "data"), f"cannot use {data!r} as a data path: {exc}",
-                                'give a text file (path relative to the .plan file) or data = "synthetic"'))
+        issues.append(
+            SpecIssue(
+                ("train", "data"),
+                f"cannot use {data!r} as a data path: {exc}",
+                'give a text file (path relative to the .plan file) or data = "synthetic"',
+            )
+        )
         return values
     if not is_file:
-        issues.append(SpecIssue(("train", "data"), f"data file not found: {path}",
-                                'give a text file (path relative to the .plan file) or data = "synthetic"'))
+        issues.append(
+            SpecIssue(
+                ("train", "data"),
+                f"data file not found: {path}",
+                'give a text file (path relative to the .plan file) or data = "synthetic"',
+            )
+        )
         return values
     return {**values, "data": str(path.resolve())}
 
@@ -194,12 +230,22 @@ def _check_keys_and_units(block: str, values: dict, model_cls: type[BaseModel]) 
     fields = model_cls.model_fields
     for key, value in values.items():
         if key in DERIVED_KEYS.get(block, ()):
-            issues.append(SpecIssue((block, key), f"'{key}' is derived by planc and cannot be set",
-                                    "remove it; `planc check --json` shows the derived value"))
+            issues.append(
+                SpecIssue(
+                    (block, key),
+                    f"'{key}' is derived by planc and cannot be set",
+                    "remove it; `planc check --json` shows the derived value",
+                )
+            )
             continue
         if key not in fields:
-            issues.append(SpecIssue((block, key), f"unknown key '{key}' in the {block} block",
-                                    did_you_mean(key, block_keys(block)) or one_of(block_keys(block))))
+            issues.append(
+                SpecIssue(
+                    (block, key),
+                    f"unknown key '{key}' in the {block} block",
+                    did_you_mean(key, block_keys(block)) or one_of(block_keys(block)),
+                )
+            )
             continue
         written = (value.kind, value.text) if isinstance(value, Quantity) else (None, None)
         problem = unit_mismatch(key, unit_kind_of(fields[key]), *written)
@@ -208,17 +254,21 @@ def _check_keys_and_units(block: str, values: dict, model_cls: type[BaseModel]) 
     return issues
 
 
-def unit_mismatch(label: str, expected: str | None, written: str | None,
-                  text: str | None) -> tuple[str, str] | None:
+def unit_mismatch(label: str, expected: str | None, written: str | None, text: str | None) -> tuple[str, str] | None:
     """(message, hint) when a value's unit does not suit its key, else None. ``label`` names the
     key (``memory``, ``option 'bucket' of strategy 'ddp'``); ``expected`` is the key's unit kind
     (None: a plain value); ``written`` the kind of the unit written with ``text`` (None: none)."""
     if expected and written is None:
-        return (f"{label} needs a unit: {KIND_DESCRIPTIONS[expected]}",
-                f"write the unit after the number, e.g. {_unit_example(expected)}")
+        return (
+            f"{label} needs a unit: {KIND_DESCRIPTIONS[expected]}",
+            f"write the unit after the number, e.g. {_unit_example(expected)}",
+        )
     if expected and written != expected:
-        return (f"{label} is {KIND_DESCRIPTIONS[expected].split(',')[0]}, but {text} is "
-                f"{KIND_DESCRIPTIONS[written].split(',')[0]}", f"use a unit like {_unit_example(expected)}")
+        return (
+            f"{label} is {KIND_DESCRIPTIONS[expected].split(',')[0]}, but {text} is "
+            f"{KIND_DESCRIPTIONS[written].split(',')[0]}",
+            f"use a unit like {_unit_example(expected)}",
+        )
     if not expected and written is not None:
         return f"{label} takes a plain value, not a quantity ({text})", "drop the unit"
     return None
@@ -231,16 +281,24 @@ def _unit_example(kind: str) -> str:
 def _check_device(values: dict) -> list[SpecIssue]:
     device = values.get("device")
     if device is not None and not isinstance(device, str):
-        return [SpecIssue(("hardware", "device"), "device must be a device name in quotes",
-                          'e.g. device = "A100-80GB"; ' + one_of(HARDWARE_PRESETS))]
+        return [
+            SpecIssue(
+                ("hardware", "device"),
+                "device must be a device name in quotes",
+                'e.g. device = "A100-80GB"; ' + one_of(HARDWARE_PRESETS),
+            )
+        ]
     if not isinstance(device, str) or device in HARDWARE_PRESETS:
         return []
     missing = [k for k in CUSTOM_DEVICE_REQUIRED if k not in values]
     if not missing:
         return []  # a custom device that states its own numbers
     hint = did_you_mean(device, HARDWARE_PRESETS)
-    hint = (hint + " " if hint else "use one of " + ", ".join(HARDWARE_PRESETS) + "; ") + \
-        "or describe a custom device with " + ", ".join(missing)
+    hint = (
+        (hint + " " if hint else "use one of " + ", ".join(HARDWARE_PRESETS) + "; ")
+        + "or describe a custom device with "
+        + ", ".join(missing)
+    )
     return [SpecIssue(("hardware", "device"), f"unknown device preset {device!r}", hint)]
 
 
@@ -250,19 +308,30 @@ def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
     for index, item in enumerate(raw_uses):
         name = item.get("name")
         if known_strategies is not None and name not in known_strategies:
-            issues.append(SpecIssue(("uses", index, "name"), f"unknown strategy plugin '{name}'",
-                                    ((did_you_mean(name, known_strategies) or "")
-                                     + " (run `planc plugins` to list installed strategies; "
-                                     "a third-party strategy must be pip-installed)").strip()))
+            issues.append(
+                SpecIssue(
+                    ("uses", index, "name"),
+                    f"unknown strategy plugin '{name}'",
+                    (
+                        (did_you_mean(name, known_strategies) or "")
+                        + " (run `planc plugins` to list installed strategies; "
+                        "a third-party strategy must be pip-installed)"
+                    ).strip(),
+                )
+            )
             continue
         if name in seen:
-            issues.append(SpecIssue(("uses", index, "name"), f"strategy '{name}' is used twice",
-                                    "merge the options into one use block"))
+            issues.append(
+                SpecIssue(
+                    ("uses", index, "name"), f"strategy '{name}' is used twice", "merge the options into one use block"
+                )
+            )
             continue
         seen.add(name)
         options = {k: _base_units(v) for k, v in item.get("options", {}).items()}
-        units = {k: (v.kind, v.text or f"{v.value:g}") for k, v in item.get("options", {}).items()
-                 if isinstance(v, Quantity)}
+        units = {
+            k: (v.kind, v.text or f"{v.value:g}") for k, v in item.get("options", {}).items() if isinstance(v, Quantity)
+        }
         uses.append(PluginUse(name=name, options=options, units=units))
     return uses
 
@@ -309,8 +378,13 @@ def _translate(block: str, values: dict, model_cls: type[BaseModel], exc: Valida
         field = model_cls.model_fields.get(key)
         if any(e["type"] == "missing" for e in errors):
             doc = (field.description or "") if field else ""
-            issues.append(SpecIssue((block,), f"the {block} block is missing '{key}'",
-                                    f"add {key} = ...  ({doc.splitlines()[0] if doc else 'required'})"))
+            issues.append(
+                SpecIssue(
+                    (block,),
+                    f"the {block} block is missing '{key}'",
+                    f"add {key} = ...  ({doc.splitlines()[0] if doc else 'required'})",
+                )
+            )
             continue
         value = values.get(key)
         issues.append(SpecIssue((block, key), _describe_invalid(key, value, errors, field), _hint_for(value, errors)))
@@ -328,7 +402,7 @@ def _describe_invalid(key: str, value: Any, errors: list[dict], field) -> str:
     if kind == "literal_error":
         return f"{key} = {shown} is not a valid choice: expected {err['ctx']['expected']}{suffix}"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        (op, bound), = ((k, v) for k, v in err["ctx"].items())
+        ((op, bound),) = ((k, v) for k, v in err["ctx"].items())
         words = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}[op]
         return f"{key} must be {words} {_show(bound)}{suffix}, got {shown}"
     if kind in ("int_type", "int_from_float", "int_parsing"):
@@ -369,8 +443,9 @@ def _show(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str):  # a bare word (gelu, 1f1b) as written; text that is not one, or
         # that would read as a number ("1"), in quotes
-        bare = re.fullmatch(r"[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*", value) \
-            and not re.fullmatch(r"[-+]?[0-9_.]+(?:[eE][-+]?[0-9_]+)?", value)
+        bare = re.fullmatch(r"[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)*", value) and not re.fullmatch(
+            r"[-+]?[0-9_.]+(?:[eE][-+]?[0-9_]+)?", value
+        )
         return value if bare else f'"{value}"'
     if isinstance(value, Quantity):
         return value.text or f"{value.value:g}"
@@ -378,7 +453,9 @@ def _show(value: Any) -> str:
         return "[" + ", ".join(_show(item) for item in value) + "]"
     if isinstance(value, int) and abs(value) >= 10**18:  # a typo like 1e30: its 31 digits say nothing
         return f"{float(value):.3g}" if abs(value) < 10**300 else f"a {len(str(abs(value)))}-digit number"
-    return repr(value) if not isinstance(value, (int, float)) else f"{value:g}" if isinstance(value, float) else str(value)
+    return (
+        repr(value) if not isinstance(value, (int, float)) else f"{value:g}" if isinstance(value, float) else str(value)
+    )
 
 
 def _apply_aliases(issues: list[SpecIssue], aliases: dict[tuple, tuple]) -> list[SpecIssue]:

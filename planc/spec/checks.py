@@ -7,7 +7,7 @@ divisibility, products, and layouts the hardware cannot host.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from planc.spec.issues import SpecIssue
 from planc.spec.plan import Plan
@@ -22,15 +22,24 @@ def _fixed(value) -> bool:
 def check_attention_shape(plan: Plan) -> Iterable[SpecIssue]:
     m = plan.model
     if m.hidden % m.heads:
-        yield SpecIssue(("model", "heads"), f"heads = {m.heads} does not divide hidden = {m.hidden}",
-                        f"pick heads so hidden / heads is a whole head size (e.g. {_near_divisor(m.hidden, m.heads)})")
+        yield SpecIssue(
+            ("model", "heads"),
+            f"heads = {m.heads} does not divide hidden = {m.hidden}",
+            f"pick heads so hidden / heads is a whole head size (e.g. {_near_divisor(m.hidden, m.heads)})",
+        )
     if m.heads % m.kv_heads:
-        yield SpecIssue(("model", "kv_heads"), f"kv_heads = {m.kv_heads} does not divide heads = {m.heads}",
-                        f"grouped-query attention shares each KV head among heads / kv_heads query heads; "
-                        f"use a divisor of {m.heads}, e.g. {_near_divisor(m.heads, m.kv_heads)}")
+        yield SpecIssue(
+            ("model", "kv_heads"),
+            f"kv_heads = {m.kv_heads} does not divide heads = {m.heads}",
+            f"grouped-query attention shares each KV head among heads / kv_heads query heads; "
+            f"use a divisor of {m.heads}, e.g. {_near_divisor(m.heads, m.kv_heads)}",
+        )
     if m.position == "rope" and m.hidden % m.heads == 0 and m.head_dim % 2:
-        yield SpecIssue(("model", "position"), f"rope needs an even head size, but hidden / heads = {m.head_dim}",
-                        "change hidden or heads, or use position = learned")
+        yield SpecIssue(
+            ("model", "position"),
+            f"rope needs an even head size, but hidden / heads = {m.head_dim}",
+            "change hidden or heads, or use position = learned",
+        )
 
 
 def check_tensor_parallel(plan: Plan) -> Iterable[SpecIssue]:
@@ -40,47 +49,76 @@ def check_tensor_parallel(plan: Plan) -> Iterable[SpecIssue]:
     for key, value in (("heads", m.heads), ("kv_heads", m.kv_heads), ("ffn", m.ffn), ("padded_vocab", m.padded_vocab)):
         if value % tp:
             what = "the padded vocabulary" if key == "padded_vocab" else key
-            yield SpecIssue(("layout", "tp"), f"tp = {tp} does not divide {what} = {value}",
-                            f"tensor parallelism splits {what} evenly; use a tp that divides {value}, "
-                            f"e.g. {_near_divisor(value, tp)}")
+            yield SpecIssue(
+                ("layout", "tp"),
+                f"tp = {tp} does not divide {what} = {value}",
+                f"tensor parallelism splits {what} evenly; use a tp that divides {value}, "
+                f"e.g. {_near_divisor(value, tp)}",
+            )
             return
     if tp > plan.hardware.per_node:
-        yield SpecIssue(("layout", "tp"), f"tp = {tp} exceeds per_node = {plan.hardware.per_node}",
-                        "tensor parallelism all-reduces every layer and must stay inside one node; "
-                        f"use tp <= {plan.hardware.per_node} and pp or dp for the rest")
+        yield SpecIssue(
+            ("layout", "tp"),
+            f"tp = {tp} exceeds per_node = {plan.hardware.per_node}",
+            "tensor parallelism all-reduces every layer and must stay inside one node; "
+            f"use tp <= {plan.hardware.per_node} and pp or dp for the rest",
+        )
     elif plan.hardware.per_node % tp:
-        yield SpecIssue(("layout", "tp"), f"tp = {tp} does not divide per_node = {plan.hardware.per_node}",
-                        "some tensor-parallel groups would straddle two nodes and all-reduce every layer over "
-                        f"the network; use a divisor of {plan.hardware.per_node}, "
-                        f"e.g. {_near_divisor(plan.hardware.per_node, tp)}")
+        yield SpecIssue(
+            ("layout", "tp"),
+            f"tp = {tp} does not divide per_node = {plan.hardware.per_node}",
+            "some tensor-parallel groups would straddle two nodes and all-reduce every layer over "
+            f"the network; use a divisor of {plan.hardware.per_node}, "
+            f"e.g. {_near_divisor(plan.hardware.per_node, tp)}",
+        )
 
 
 def check_pipeline(plan: Plan) -> Iterable[SpecIssue]:
     lay, layers = plan.layout, plan.model.layers
     if _fixed(lay.pp) and lay.pp > layers:
-        yield SpecIssue(("layout", "pp"), f"pp = {lay.pp} is more pipeline stages than layers = {layers}",
-                        f"every stage needs at least one layer; use pp <= {layers}")
+        yield SpecIssue(
+            ("layout", "pp"),
+            f"pp = {lay.pp} is more pipeline stages than layers = {layers}",
+            f"every stage needs at least one layer; use pp <= {layers}",
+        )
     if _fixed(lay.pp) and _fixed(lay.virtual_stages) and lay.pp * lay.virtual_stages > layers:
-        yield SpecIssue(("layout", "virtual_stages"),
-                        f"pp x virtual_stages = {lay.pp} x {lay.virtual_stages} = {lay.pp * lay.virtual_stages} "
-                        f"chunks, but the model has only {layers} layers",
-                        "each virtual stage needs at least one layer; lower virtual_stages")
+        yield SpecIssue(
+            ("layout", "virtual_stages"),
+            f"pp x virtual_stages = {lay.pp} x {lay.virtual_stages} = {lay.pp * lay.virtual_stages} "
+            f"chunks, but the model has only {layers} layers",
+            "each virtual stage needs at least one layer; lower virtual_stages",
+        )
     if _fixed(lay.pp) and lay.pp == 1:
         if _fixed(lay.schedule):
-            yield SpecIssue(("layout", "schedule"), f"schedule = {lay.schedule} needs pp > 1, but pp = 1",
-                            "remove the schedule or set pp to 2 or more")
+            yield SpecIssue(
+                ("layout", "schedule"),
+                f"schedule = {lay.schedule} needs pp > 1, but pp = 1",
+                "remove the schedule or set pp to 2 or more",
+            )
         if _fixed(lay.virtual_stages) and lay.virtual_stages > 1:
-            yield SpecIssue(("layout", "virtual_stages"), "virtual_stages > 1 needs pp > 1",
-                            "remove virtual_stages or set pp to 2 or more")
+            yield SpecIssue(
+                ("layout", "virtual_stages"),
+                "virtual_stages > 1 needs pp > 1",
+                "remove virtual_stages or set pp to 2 or more",
+            )
     if lay.schedule == "interleaved" and lay.virtual_stages == 1:
-        yield SpecIssue(("layout", "virtual_stages"), "schedule = interleaved needs virtual_stages >= 2",
-                        "interleaving gives each pipeline rank v >= 2 model chunks (v = 1 is plain 1F1B); "
-                        "set virtual_stages = 2 or auto")
-    if _fixed(lay.virtual_stages) and lay.virtual_stages > 1 and _fixed(lay.schedule) \
-            and lay.schedule not in ("interleaved", "zero-bubble"):
-        yield SpecIssue(("layout", "virtual_stages"),
-                        f"virtual_stages = {lay.virtual_stages} needs schedule = interleaved or zero-bubble, "
-                        f"not {lay.schedule}", "set schedule = interleaved, or virtual_stages = 1")
+        yield SpecIssue(
+            ("layout", "virtual_stages"),
+            "schedule = interleaved needs virtual_stages >= 2",
+            "interleaving gives each pipeline rank v >= 2 model chunks (v = 1 is plain 1F1B); "
+            "set virtual_stages = 2 or auto",
+        )
+    if (
+        _fixed(lay.virtual_stages)
+        and lay.virtual_stages > 1
+        and _fixed(lay.schedule)
+        and lay.schedule not in ("interleaved", "zero-bubble")
+    ):
+        yield SpecIssue(
+            ("layout", "virtual_stages"),
+            f"virtual_stages = {lay.virtual_stages} needs schedule = interleaved or zero-bubble, not {lay.schedule}",
+            "set schedule = interleaved, or virtual_stages = 1",
+        )
 
 
 #: 2**18 devices: beyond the largest clusters built (about 100,000 GPUs in 2025); the cost model
@@ -91,9 +129,12 @@ MAX_DEVICES = 2**18
 def check_world_size(plan: Plan) -> Iterable[SpecIssue]:
     lay, world = plan.layout, plan.world_size
     if world > MAX_DEVICES:
-        yield SpecIssue(("hardware", "nodes"), f"nodes x per_node = {plan.hardware.nodes} x {plan.hardware.per_node} "
-                                               f"= {world} devices, more than planc models ({MAX_DEVICES:,})",
-                        "check nodes and per_node for a typo")
+        yield SpecIssue(
+            ("hardware", "nodes"),
+            f"nodes x per_node = {plan.hardware.nodes} x {plan.hardware.per_node} "
+            f"= {world} devices, more than planc models ({MAX_DEVICES:,})",
+            "check nodes and per_node for a typo",
+        )
         return
     degrees = {k: getattr(lay, k) for k in ("tp", "pp", "dp")}
     fixed = {k: v for k, v in degrees.items() if _fixed(v)}
@@ -103,43 +144,64 @@ def check_world_size(plan: Plan) -> Iterable[SpecIssue]:
     shown = " x ".join(f"{k} {v}" for k, v in fixed.items())
     hw = f"nodes x per_node = {plan.hardware.nodes} x {plan.hardware.per_node} = {world}"
     if len(fixed) == 3 and product != world:
-        yield SpecIssue(("layout",), f"tp x pp x dp = {lay.tp} x {lay.pp} x {lay.dp} = {product}, but {hw}",
-                        "make the product equal the number of devices, or set one of them to auto")
+        yield SpecIssue(
+            ("layout",),
+            f"tp x pp x dp = {lay.tp} x {lay.pp} x {lay.dp} = {product}, but {hw}",
+            "make the product equal the number of devices, or set one of them to auto",
+        )
     elif fixed and world % product:
-        yield SpecIssue(("layout",), f"{shown} = {product} does not divide the {world} devices ({hw})",
-                        "the fixed degrees must divide the device count")
+        yield SpecIssue(
+            ("layout",),
+            f"{shown} = {product} does not divide the {world} devices ({hw})",
+            "the fixed degrees must divide the device count",
+        )
 
 
 def check_batch(plan: Plan) -> Iterable[SpecIssue]:
     tr, lay = plan.train, plan.layout
     gb = tr.global_batch
     if _fixed(tr.micro_batch) and tr.micro_batch > gb:
-        yield SpecIssue(("train", "micro_batch"), f"micro_batch = {tr.micro_batch} is larger than global_batch = {gb}",
-                        "a micro-batch is part of one optimizer step's batch")
+        yield SpecIssue(
+            ("train", "micro_batch"),
+            f"micro_batch = {tr.micro_batch} is larger than global_batch = {gb}",
+            "a micro-batch is part of one optimizer step's batch",
+        )
     if _fixed(lay.dp):
         mb = tr.micro_batch if _fixed(tr.micro_batch) else 1
         if gb % (lay.dp * mb):
             what = f"dp x micro_batch = {lay.dp} x {mb} = {lay.dp * mb}" if _fixed(tr.micro_batch) else f"dp = {lay.dp}"
-            yield SpecIssue(("train", "global_batch"), f"global_batch = {gb} is not divisible by {what}",
-                            f"every data-parallel rank runs whole micro-batches; use a global_batch that is a "
-                            f"multiple of {lay.dp * mb}, e.g. {_round_up(gb, lay.dp * mb)}")
+            yield SpecIssue(
+                ("train", "global_batch"),
+                f"global_batch = {gb} is not divisible by {what}",
+                f"every data-parallel rank runs whole micro-batches; use a global_batch that is a "
+                f"multiple of {lay.dp * mb}, e.g. {_round_up(gb, lay.dp * mb)}",
+            )
 
 
 def check_sequence_parallel(plan: Plan) -> Iterable[SpecIssue]:
     lay = plan.layout
     if lay.sequence_parallel is True and _fixed(lay.tp) and lay.tp == 1:
-        yield SpecIssue(("layout", "sequence_parallel"), "sequence_parallel = true needs tp > 1",
-                        "sequence parallelism shards over the tensor-parallel group; set tp >= 2")
+        yield SpecIssue(
+            ("layout", "sequence_parallel"),
+            "sequence_parallel = true needs tp > 1",
+            "sequence parallelism shards over the tensor-parallel group; set tp >= 2",
+        )
 
 
 def check_learning_rate(plan: Plan) -> Iterable[SpecIssue]:
     tr = plan.train
     if tr.min_lr > tr.lr:
-        yield SpecIssue(("train", "min_lr"), f"min_lr = {tr.min_lr} is above lr = {tr.lr}",
-                        "the cosine schedule decays from lr down to min_lr")
+        yield SpecIssue(
+            ("train", "min_lr"),
+            f"min_lr = {tr.min_lr} is above lr = {tr.lr}",
+            "the cosine schedule decays from lr down to min_lr",
+        )
     if tr.warmup_steps > tr.steps:
-        yield SpecIssue(("train", "warmup_steps"), f"warmup_steps = {tr.warmup_steps} exceeds steps = {tr.steps}",
-                        "warmup is part of the run; lower it")
+        yield SpecIssue(
+            ("train", "warmup_steps"),
+            f"warmup_steps = {tr.warmup_steps} exceeds steps = {tr.steps}",
+            "warmup is part of the run; lower it",
+        )
 
 
 def check_checkpoint(plan: Plan) -> Iterable[SpecIssue]:

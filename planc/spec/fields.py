@@ -10,7 +10,7 @@ Plugin authors use the same types for their options (``Bytes``, ``Bandwidth``, .
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -32,7 +32,8 @@ def _accept_quantity(kind: QuantityKind):
         if isinstance(value, Quantity):
             if value.kind != kind:
                 raise ValueError(
-                    f"expects {KIND_DESCRIPTIONS[kind]}, but {value.text or value.value} is {KIND_DESCRIPTIONS[value.kind].split(',')[0]}"
+                    f"expects {KIND_DESCRIPTIONS[kind]}, but {value.text or value.value} is "
+                    f"{KIND_DESCRIPTIONS[value.kind].split(',')[0]}"
                 )
             return value.value
         return value
@@ -47,13 +48,15 @@ def _positive(value: float) -> float:
 
 
 Bytes = Annotated[float, UnitKind("bytes"), BeforeValidator(_accept_quantity("bytes")), AfterValidator(_positive)]
-Bandwidth = Annotated[float, UnitKind("bandwidth"), BeforeValidator(_accept_quantity("bandwidth")), AfterValidator(_positive)]
+Bandwidth = Annotated[
+    float, UnitKind("bandwidth"), BeforeValidator(_accept_quantity("bandwidth")), AfterValidator(_positive)
+]
 Compute = Annotated[float, UnitKind("compute"), BeforeValidator(_accept_quantity("compute")), AfterValidator(_positive)]
 Seconds = Annotated[float, UnitKind("time"), BeforeValidator(_accept_quantity("time")), Field(ge=0)]
 
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
-PositiveIntOrAuto = Union[PositiveInt, Auto]
+PositiveIntOrAuto = PositiveInt | Auto
 #: true or false only: pydantic's lax bool would also take yes/no/on/off/1/0, which the language
 #: does not have (a plan says what it means).
 Flag = Annotated[bool, Field(strict=True)]

@@ -81,8 +81,11 @@ def _llama(config: dict, notes: list[str]) -> dict:
     window, context = config.get("sliding_window"), config.get("max_position_embeddings", 4096)
     # Qwen2 configs carry a sliding_window but switch it off with use_sliding_window = false; a
     # window as long as the context is full attention anyway.
-    if window and config.get("use_sliding_window", True) is not False \
-            and not (isinstance(window, int) and isinstance(context, int) and window >= context):
+    if (
+        window
+        and config.get("use_sliding_window", True) is not False
+        and not (isinstance(window, int) and isinstance(context, int) and window >= context)
+    ):
         notes.append(f"sliding-window attention ({window} tokens) is built as full causal attention")
     if config.get("rope_scaling"):
         notes.append("rope_scaling is ignored (plain RoPE)")
@@ -95,7 +98,8 @@ def _llama(config: dict, notes: list[str]) -> dict:
         hidden=config["hidden_size"],
         heads=config["num_attention_heads"],
         # absent or null: one KV head per query head (multi-head attention); 0 is an error, not MHA
-        kv_heads=config["num_attention_heads"] if config.get("num_key_value_heads") is None
+        kv_heads=config["num_attention_heads"]
+        if config.get("num_key_value_heads") is None
         else config["num_key_value_heads"],
         ffn=config["intermediate_size"],
         vocab=config["vocab_size"],

@@ -5,7 +5,7 @@ A fixed key is obeyed, never changed; the planner fills in the rest.
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -25,16 +25,16 @@ class LayoutSpec(SpecModel):
     """Pipeline-parallel degree (number of stages; at most layers)."""
     dp: PositiveIntOrAuto = "auto"
     """Data-parallel degree; tp x pp x dp = nodes x per_node."""
-    zero: Union[ZeroStage, Auto] = "auto"
+    zero: ZeroStage | Auto = "auto"
     """ZeRO stage of data parallelism: 0 = DDP, 1 = sharded optimizer, 2 = + sharded gradients,
     3 = + sharded parameters (FSDP)."""
-    recompute: Union[Recompute, Auto] = "auto"
+    recompute: Recompute | Auto = "auto"
     """Activation recomputation: none, selective (recompute cheap ops), or full (per block)."""
-    schedule: Union[Schedule, Auto] = "auto"
+    schedule: Schedule | Auto = "auto"
     """Pipeline schedule: gpipe, 1f1b, interleaved (1F1B with virtual stages), zero-bubble."""
     virtual_stages: PositiveIntOrAuto = "auto"
     """Model chunks per pipeline rank for the interleaved schedule (v); 1 otherwise."""
-    sequence_parallel: Union[Flag, Auto] = "auto"
+    sequence_parallel: Flag | Auto = "auto"
     """Shard norms and dropout along the sequence over the tensor-parallel group."""
     tolerance: float = Field(default=0.05, ge=0, lt=1)
     """The planner picks the simplest layout within this fraction of the best throughput."""
@@ -63,7 +63,7 @@ class Layout(SpecModel):
     """Sequence parallelism over the TP group (only when tp > 1)."""
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Layout":
+    def _consistent(self) -> Layout:
         if (self.pp > 1) != (self.schedule is not None):
             raise ValueError("schedule must be set exactly when pp > 1")
         if self.virtual_stages > 1 and self.schedule not in ("interleaved", "zero-bubble"):

@@ -30,8 +30,7 @@ class ParallelDims:
         product = self.tp * self.pp * self.dp
         if product != self.world_size:
             raise ValueError(
-                f"tp x pp x dp = {self.tp} x {self.pp} x {self.dp} = {product}, "
-                f"but the world size is {self.world_size}"
+                f"tp x pp x dp = {self.tp} x {self.pp} x {self.dp} = {product}, but the world size is {self.world_size}"
             )
 
     @property

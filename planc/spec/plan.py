@@ -69,6 +69,6 @@ class Plan(SpecModel):
         return self.model_dump_json(indent=2)
 
     @classmethod
-    def from_json(cls, text: str) -> "Plan":
+    def from_json(cls, text: str) -> Plan:
         """Read a plan written by :meth:`to_json` (derived fields are recomputed, not trusted)."""
         return cls.model_validate_json(text)

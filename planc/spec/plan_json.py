@@ -23,24 +23,30 @@ def plan_from_json_text(text: str, shown: str) -> Plan:
     try:
         document = strict_json.loads(text)
     except ValueError as exc:
-        raise PlanError(f"{shown} is not valid JSON: {exc}", hint="pass a .plan file, or a plan.json written by planc") \
-            from None
+        raise PlanError(
+            f"{shown} is not valid JSON: {exc}", hint="pass a .plan file, or a plan.json written by planc"
+        ) from None
     if isinstance(document, dict) and isinstance(document.get("plan"), dict) and "layout" in document:
         document = document["plan"]  # a run directory's plan.json
     if not isinstance(document, dict):
-        raise PlanError(f"{shown} does not hold a plan (a JSON object)",
-                        hint="pass a .plan file, or a plan.json written by planc")
+        raise PlanError(
+            f"{shown} does not hold a plan (a JSON object)", hint="pass a .plan file, or a plan.json written by planc"
+        )
     try:
         plan = Plan.model_validate(document).model_copy(update={"source": shown})
     except ValidationError as exc:
-        raise PlanError(f"{shown} is not a valid plan: " + _problems(
-            (".".join(map(str, e["loc"])) or "(top level)", e["msg"]) for e in exc.errors()),
-            hint="fix the named keys, or regenerate it with `planc check --json`") from None
+        raise PlanError(
+            f"{shown} is not a valid plan: "
+            + _problems((".".join(map(str, e["loc"])) or "(top level)", e["msg"]) for e in exc.errors()),
+            hint="fix the named keys, or regenerate it with `planc check --json`",
+        ) from None
     issues = run_checks(plan)
     if issues:
-        raise PlanError(f"{shown} is not a valid plan: " + _problems(
-            (".".join(map(str, i.path)) or "(plan)", i.message) for i in issues),
-            hint=issues[0].hint)
+        raise PlanError(
+            f"{shown} is not a valid plan: "
+            + _problems((".".join(map(str, i.path)) or "(plan)", i.message) for i in issues),
+            hint=issues[0].hint,
+        )
     return plan
 
 

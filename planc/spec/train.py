@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -19,7 +19,7 @@ class TrainSpec(SpecModel):
 
     global_batch: Annotated[int, Field(gt=0, le=MAX_GLOBAL_BATCH, strict=True)]
     """Sequences per optimizer step, summed over all data-parallel ranks and micro-batches."""
-    micro_batch: Union[PositiveInt, Auto] = "auto"
+    micro_batch: PositiveInt | Auto = "auto"
     """Sequences per forward/backward on one data-parallel rank (auto: the planner picks)."""
     precision: Literal["fp32", "bf16"] = "bf16"
     """Compute precision: fp32, or bf16 with fp32 master weights and optimizer states."""

@@ -79,8 +79,10 @@ def _global_rank(job, pp_rank: int, dp_rank: int, tp_rank: int) -> int:
 def build_schedule(job, options):
     """A PipelineStage per local chunk and the schedule the layout names."""
     group = job.group("pp")
-    stages = [PipelineStage(part, stage, job.num_stages, job.device, group=group)
-              for part, stage in zip(job.model_parts, job.stage_indices)]
+    stages = [
+        PipelineStage(part, stage, job.num_stages, job.device, group=group)
+        for part, stage in zip(job.model_parts, job.stage_indices)
+    ]
     job.stages = stages
     n_micro = microbatches(job.plan, job.layout)
     schedule = job.layout.schedule

@@ -67,6 +67,7 @@ class SelectivePolicy:
     def entering(self, is_output_projection: bool):
         def hook(module, args) -> None:
             self.in_output_projection = is_output_projection
+
         return hook
 
 
@@ -86,6 +87,7 @@ def wrap_block(block: nn.Module, mode: str) -> nn.Module:
         return checkpoint_wrapper(block, preserve_rng_state=False)
     if mode == "selective":
         policy = selective_policy_for(block)
-        return checkpoint_wrapper(block, preserve_rng_state=False,
-                                  context_fn=partial(create_selective_checkpoint_contexts, policy))
+        return checkpoint_wrapper(
+            block, preserve_rng_state=False, context_fn=partial(create_selective_checkpoint_contexts, policy)
+        )
     raise ValueError(f"unknown recompute mode {mode!r}; expected 'full' or 'selective'")

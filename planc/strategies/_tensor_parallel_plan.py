@@ -37,9 +37,9 @@ class ReplicateParallel(ParallelStyle):
     gradient-norm computation want.
     """
 
-    def __init__(self, output_layout=Replicate()):
+    def __init__(self, output_layout=None):
         super().__init__()
-        self.output_layout = output_layout
+        self.output_layout = Replicate() if output_layout is None else output_layout
 
     @staticmethod
     def _replicate_params(name, module, mesh):
@@ -49,8 +49,12 @@ class ReplicateParallel(ParallelStyle):
 
     @staticmethod
     def _input_fn(module, inputs, mesh):
-        return tuple(DTensor.from_local(x, mesh, [Replicate()], run_check=False)
-                     if isinstance(x, torch.Tensor) and not isinstance(x, DTensor) else x for x in inputs)
+        return tuple(
+            DTensor.from_local(x, mesh, [Replicate()], run_check=False)
+            if isinstance(x, torch.Tensor) and not isinstance(x, DTensor)
+            else x
+            for x in inputs
+        )
 
     @staticmethod
     def _output_fn(layout, module, output, mesh):
@@ -59,8 +63,9 @@ class ReplicateParallel(ParallelStyle):
         return output.to_local()
 
     def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
-        return distribute_module(module, device_mesh, self._replicate_params, self._input_fn,
-                                 partial(self._output_fn, self.output_layout))
+        return distribute_module(
+            module, device_mesh, self._replicate_params, self._input_fn, partial(self._output_fn, self.output_layout)
+        )
 
 
 def block_plan(sequence_parallel: bool) -> dict[str, ParallelStyle]:

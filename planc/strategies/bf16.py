@@ -42,7 +42,6 @@ def check(plan, layout, options: Options) -> str | None:
     return None
 
 
-
 def apply(job, options: Options) -> None:
     """Put the bf16 policy on the job: FSDP takes it at wrap time, or the forward is autocast."""
     import torch

@@ -10,8 +10,8 @@ as plain parameters (see :mod:`planc.runtime.local_shards`).
 
 from __future__ import annotations
 
-from planc.spec.fields import Bytes
 from planc.cost.builtin import ddp as cost  # noqa: F401  (the plan-time cost pass)
+from planc.spec.fields import Bytes
 from planc.strategies._builtin import StrategyOptions, after
 
 NAME = "ddp"
@@ -36,7 +36,6 @@ def check(plan, layout, options: Options) -> str | None:
     if layout.dp < 2:
         return "needs more than one data-parallel rank (layout dp > 1)"
     return None
-
 
 
 def apply(job, options: Options) -> None:

@@ -14,7 +14,8 @@ reduce-scatters its gradients into the sharded ``.grad`` (1/dp of the fp32 gradi
 as torchtitan does. ``use fsdp { accumulate_unsharded = true }`` instead turns reduction off
 (``set_requires_gradient_sync(False)``) for all micro-batches but the last: one reduce-scatter per
 step, but FSDP2 then keeps the stage's *unsharded* fp32 gradients between micro-batches (4 bytes
-per parameter). Under pipelining torch's ``PipelineStage`` always does the latter itself. With ``bf16`` active, FSDP2 takes its ``MixedPrecisionPolicy``
+per parameter). Under pipelining torch's ``PipelineStage`` always does the latter itself. With
+``bf16`` active, FSDP2 takes its ``MixedPrecisionPolicy``
 (bf16 compute copies, fp32 sharded master weights, fp32 gradient reduce-scatter) -- which is why
 ``bf16`` is applied before ``fsdp``: FSDP2 takes the policy only when it wraps.
 """
@@ -53,10 +54,11 @@ def enabled(plan, layout) -> bool:
 def check(plan, layout, options: Options) -> str | None:
     expected = layout.zero == 3
     if options.reshard_after_forward is not None and options.reshard_after_forward != expected:
-        return (f"reshard_after_forward = {str(options.reshard_after_forward).lower()} contradicts "
-                f"layout zero = {layout.zero} (ZeRO-3 reshards, ZeRO-2 does not); set the zero stage instead")
+        return (
+            f"reshard_after_forward = {str(options.reshard_after_forward).lower()} contradicts "
+            f"layout zero = {layout.zero} (ZeRO-3 reshards, ZeRO-2 does not); set the zero stage instead"
+        )
     return None
-
 
 
 def reshards(layout, options: Options) -> bool:

@@ -83,25 +83,33 @@ def microbatches(plan, layout) -> int:
 def check(plan, layout, options: Options) -> str | None:
     chunks = layout.pp * layout.virtual_stages
     if chunks > plan.model.layers:
-        return (f"pp x virtual_stages = {chunks} chunks, but the model has only {plan.model.layers} layers; "
-                "each chunk needs at least one")
+        return (
+            f"pp x virtual_stages = {chunks} chunks, but the model has only {plan.model.layers} layers; "
+            "each chunk needs at least one"
+        )
     n_micro = microbatches(plan, layout)
     if layout.schedule in ("gpipe", "1f1b") and layout.virtual_stages != 1:
         return f"the {layout.schedule} schedule runs one stage per rank; set virtual_stages = 1 or use interleaved"
     if layout.schedule == "1f1b" and n_micro < layout.pp:
-        return (f"1F1B needs at least as many micro-batches as stages: {n_micro} < pp = {layout.pp}; "
-                "lower micro_batch or raise global_batch")
+        return (
+            f"1F1B needs at least as many micro-batches as stages: {n_micro} < pp = {layout.pp}; "
+            "lower micro_batch or raise global_batch"
+        )
     if layout.schedule in ("interleaved", "zero-bubble") and assignment_style(layout, options) == "loop":
         rounds = max(1, n_micro // layout.pp)
         if n_micro % rounds:
-            return (f"the interleaved schedules run micro-batches in rounds of pp = {layout.pp}; "
-                    f"{n_micro} micro-batches do not split into {rounds} equal rounds -- use a multiple of {layout.pp}")
+            return (
+                f"the interleaved schedules run micro-batches in rounds of pp = {layout.pp}; "
+                f"{n_micro} micro-batches do not split into {rounds} equal rounds -- use a multiple of {layout.pp}"
+            )
     if assignment_style(layout, options) == "v":
         if layout.virtual_stages != 2:
             return "zero_bubble = zbv places two chunks per rank in a V; set virtual_stages = 2"
         if plan.model.tie_embeddings:
-            return ("ZBV puts the first and the last stage on the same rank, where planc cannot keep a tied copy "
-                    "of the embedding; use zero_bubble = interleaved, or untie the embeddings")
+            return (
+                "ZBV puts the first and the last stage on the same rank, where planc cannot keep a tied copy "
+                "of the embedding; use zero_bubble = interleaved, or untie the embeddings"
+            )
     if layout.schedule == "zero-bubble" and layout.dp > 1 and layout.zero != 2:
         return ZERO_BUBBLE_DATA_PARALLEL
     return None
@@ -112,8 +120,8 @@ def check(plan, layout, options: Options) -> str | None:
 ZERO_BUBBLE_DATA_PARALLEL = (
     "the zero-bubble schedules compute weight gradients in a separate pass with torch.autograd.grad, which "
     "DistributedDataParallel never sees and which FSDP only handles when parameters stay gathered; "
-    "with data parallelism use zero = 2, or the interleaved schedule")
-
+    "with data parallelism use zero = 2, or the interleaved schedule"
+)
 
 
 def apply(job, options: Options) -> None:

@@ -48,10 +48,11 @@ def resolved_mode(layout, options: Options) -> str:
 
 def check(plan, layout, options: Options) -> str | None:
     if options.mode is not None and options.mode != layout.recompute:
-        return (f"mode = {options.mode} contradicts the layout's recompute = {layout.recompute}; "
-                "set layout { recompute = ... } instead")
+        return (
+            f"mode = {options.mode} contradicts the layout's recompute = {layout.recompute}; "
+            "set layout { recompute = ... } instead"
+        )
     return None
-
 
 
 def apply(job, options: Options) -> None:

@@ -18,12 +18,14 @@ their plan-time face (the contract), and this loader only imports the modules.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.metadata as metadata
 import os
 import threading
 import types
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import networkx as nx
 from pydantic import BaseModel, ValidationError
@@ -122,10 +124,12 @@ class LoadedStrategy:
         try:
             return function(*args)
         except Exception as exc:
-            raise PlanError(f"strategy plugin '{self.name}' (from {self.distribution} {self.version}) failed in "
-                            f"{hook}(): {type(exc).__name__}: {exc}",
-                            hint=f"report it to the plugin's authors; PLANC_PLUGINS can leave it out "
-                                 f"(e.g. PLANC_PLUGINS={','.join(BUILTIN_ORDER)})") from exc
+            raise PlanError(
+                f"strategy plugin '{self.name}' (from {self.distribution} {self.version}) failed in "
+                f"{hook}(): {type(exc).__name__}: {exc}",
+                hint=f"report it to the plugin's authors; PLANC_PLUGINS can leave it out "
+                f"(e.g. PLANC_PLUGINS={','.join(BUILTIN_ORDER)})",
+            ) from exc
 
     def apply(self, job, options) -> None:
         """Run time: transform ``job`` with PyTorch's own implementation."""
@@ -143,16 +147,22 @@ class LoadedStrategy:
 
         The validation context is ``{"plan": plan, "layout": layout}``: an Options model may fill
         layout-dependent defaults from it (the built-ins do), so an emitted program shows the
-        values that will run. Raises :class:`~planc.spec.SpecError` addressed to ``("uses", index, "options", key)`` so the
-        DSL layer can point at the offending option; an unknown option gets a did-you-mean hint.
+        values that will run. Raises :class:`~planc.spec.SpecError` addressed to
+        ``("uses", index, "options", key)`` so the DSL layer can point at the offending option; an
+        unknown option gets a did-you-mean hint.
         """
         index = self.use_index(plan)
         raw = dict(plan.uses[index].options) if index is not None else {}
         units = dict(plan.uses[index].units) if index is not None else {}
         return self.validate_options(raw, index, context={"plan": plan, "layout": layout}, units=units)
 
-    def validate_options(self, raw: dict[str, Any], index: int | None = None, context: dict | None = None,
-                         units: dict[str, tuple[str, str]] | None = None) -> BaseModel:
+    def validate_options(
+        self,
+        raw: dict[str, Any],
+        index: int | None = None,
+        context: dict | None = None,
+        units: dict[str, tuple[str, str]] | None = None,
+    ) -> BaseModel:
         """``units``: the unit kind and text of each option written with a unit (from a .plan)."""
         model = self.options_model
         fields = list(model.model_fields)
@@ -166,8 +176,9 @@ class LoadedStrategy:
                     hint = did_you_mean(key, fields) or f"'{self.name}' takes {one_of(fields)}"
                 issues.append(SpecIssue(base + (key,), f"unknown option '{key}' for strategy '{self.name}'", hint))
             elif key in (units or {}):  # a plain number is taken in base units, as from plan.json
-                problem = unit_mismatch(f"option '{key}' of strategy '{self.name}'",
-                                        unit_kind_of(model.model_fields[key]), *units[key])
+                problem = unit_mismatch(
+                    f"option '{key}' of strategy '{self.name}'", unit_kind_of(model.model_fields[key]), *units[key]
+                )
                 if problem:
                     issues.append(SpecIssue(base + (key,), *problem))
         if issues:
@@ -178,9 +189,13 @@ class LoadedStrategy:
             for err in exc.errors():
                 key = err["loc"][0] if err["loc"] else None
                 doc = model.model_fields[key].description if key in model.model_fields else None
-                issues.append(SpecIssue(base + ((key,) if key is not None else ()),
-                                        f"option '{key}' of strategy '{self.name}': {err['msg']}",
-                                        doc.splitlines()[0] if doc else None))
+                issues.append(
+                    SpecIssue(
+                        base + ((key,) if key is not None else ()),
+                        f"option '{key}' of strategy '{self.name}': {err['msg']}",
+                        doc.splitlines()[0] if doc else None,
+                    )
+                )
             raise SpecError(issues) from None
 
 
@@ -200,9 +215,11 @@ class Registry:
         try:
             return self.strategies[name]
         except KeyError:
-            raise PlanError(f"no strategy named '{name}' is installed",
-                            hint=(did_you_mean(name, self.strategies) or "")
-                            + " (run `planc plugins` to list installed strategies)") from None
+            raise PlanError(
+                f"no strategy named '{name}' is installed",
+                hint=(did_you_mean(name, self.strategies) or "")
+                + " (run `planc plugins` to list installed strategies)",
+            ) from None
 
     def active(self, plan, layout) -> list[LoadedStrategy]:
         """The strategies taking part in ``layout``, in composition order.
@@ -223,8 +240,10 @@ class Registry:
                 names = list(nx.lexicographical_topological_sort(graph))
             except nx.NetworkXUnfeasible:
                 cycle = " -> ".join(edge[0] for edge in nx.find_cycle(graph))
-                raise PlanError(f"the strategies cannot be ordered: their AFTER declarations form a cycle "
-                                f"({cycle})", hint="remove one of these strategies (or fix the plugin's AFTER)") from None
+                raise PlanError(
+                    f"the strategies cannot be ordered: their AFTER declarations form a cycle ({cycle})",
+                    hint="remove one of these strategies (or fix the plugin's AFTER)",
+                ) from None
             self._order, self._order_key = [self.strategies[n] for n in names], key
         return self._order
 
@@ -249,10 +268,13 @@ class Registry:
         problems = [p for p in self.problems if p.name == name and p.skipped]
         if not problems:
             return []
-        return [SpecIssue(("uses", index, "name"), f"strategy plugin '{name}' is installed but was not loaded: "
-                                                  f"{problems[0].message}",
-                          "fix or reinstall the plugin, or remove this use block (`planc plugins` lists every "
-                          "problem)")]
+        return [
+            SpecIssue(
+                ("uses", index, "name"),
+                f"strategy plugin '{name}' is installed but was not loaded: {problems[0].message}",
+                "fix or reinstall the plugin, or remove this use block (`planc plugins` lists every problem)",
+            )
+        ]
 
     def missing_builtins(self, plan, layout) -> list[SpecIssue]:
         """The built-ins ``layout`` needs that are not loaded (``PLANC_PLUGINS`` left them out): without
@@ -271,10 +293,15 @@ class Registry:
             return []
         shown = " and ".join(f"'{name}' ({rule})" for name, rule in needed)
         names = ",".join(name for name, _ in needed)
-        return [SpecIssue(("layout",), f"the layout {layout.describe()} needs the built-in strateg"
-                                       f"{'ies' if len(needed) > 1 else 'y'} {shown}, which "
-                                       f"{api.RESTRICT_ENV} leaves out",
-                          f"add {names} to {api.RESTRICT_ENV}, or unset it")]
+        return [
+            SpecIssue(
+                ("layout",),
+                f"the layout {layout.describe()} needs the built-in strateg"
+                f"{'ies' if len(needed) > 1 else 'y'} {shown}, which "
+                f"{api.RESTRICT_ENV} leaves out",
+                f"add {names} to {api.RESTRICT_ENV}, or unset it",
+            )
+        ]
 
     def refusal(self, plan, layout) -> str | None:
         """None when every strategy the plan names in a ``use`` block accepts ``layout`` (its own
@@ -298,9 +325,15 @@ class Registry:
         for index, use in enumerate(plan.uses):
             if use.name not in self.strategies:
                 issues += self._unloaded_use(index, use.name) or [
-                    SpecIssue(("uses", index, "name"), f"unknown strategy plugin '{use.name}'",
-                              ((did_you_mean(use.name, self.strategies) or "") + " (run `planc plugins` to list "
-                               "installed strategies)").strip())]
+                    SpecIssue(
+                        ("uses", index, "name"),
+                        f"unknown strategy plugin '{use.name}'",
+                        (
+                            (did_you_mean(use.name, self.strategies) or "") + " (run `planc plugins` to list "
+                            "installed strategies)"
+                        ).strip(),
+                    )
+                ]
         issues += self.missing_builtins(plan, layout)
         try:
             active = self.active(plan, layout)
@@ -324,16 +357,20 @@ class Registry:
         refuse)."""
         issues = self.check(plan, layout)
         if issues:
-            raise PlanError("; ".join(issue.message for issue in issues),
-                            hint=next((i.hint for i in issues if i.hint), None))
+            raise PlanError(
+                "; ".join(issue.message for issue in issues), hint=next((i.hint for i in issues if i.hint), None)
+            )
 
     def unused_uses(self, plan, layout) -> list[str]:
         """Warnings for ``use`` blocks of strategies that do not take part in ``layout`` (their options
         have no effect; with an ``auto`` layout that is the planner's choice, not a mistake)."""
         active = {s.name for s in self.active(plan, layout)}
-        return [f"use {use.name}: '{use.name}' does not take part in the layout {layout.describe()}, "
-                "so its options have no effect" for use in plan.uses
-                if use.name in self.strategies and use.name not in active]
+        return [
+            f"use {use.name}: '{use.name}' does not take part in the layout {layout.describe()}, "
+            "so its options have no effect"
+            for use in plan.uses
+            if use.name in self.strategies and use.name not in active
+        ]
 
 
 def composition_graph(strategies: Iterable[LoadedStrategy]) -> nx.DiGraph:
@@ -389,23 +426,33 @@ def _load(restrict: set[str] | None) -> Registry:
     registered_names = {ep.name for ep in entry_points}
     if restrict is not None:
         for name in sorted(restrict - registered_names):
-            registry.problems.append(PluginProblem(
-                name, "PLANC_PLUGINS", "", f"no installed distribution registers a strategy named '{name}'; "
-                + (did_you_mean(name, registered_names) or one_of(sorted(registered_names)))))
+            registry.problems.append(
+                PluginProblem(
+                    name,
+                    "PLANC_PLUGINS",
+                    "",
+                    f"no installed distribution registers a strategy named '{name}'; "
+                    + (did_you_mean(name, registered_names) or one_of(sorted(registered_names))),
+                )
+            )
         entry_points = [ep for ep in entry_points if ep.name in restrict]
 
     candidates: dict[str, list[LoadedStrategy]] = {}
     for ep in entry_points:
         distribution, version = _dist_of(ep)
-        problem = lambda message: PluginProblem(ep.name, distribution, version, message)  # noqa: E731
+        problem = functools.partial(PluginProblem, ep.name, distribution, version)
         try:
             module = ep.load()
         except Exception as exc:  # a broken plugin must not take planc down
             registry.problems.append(problem(f"import of '{ep.value}' failed: {type(exc).__name__}: {exc}"))
             continue
         if not isinstance(module, types.ModuleType):
-            registry.problems.append(problem(f"'{ep.value}' is a {type(module).__name__}, but a strategy entry "
-                                             "point must name a module (e.g. \"my_package.strategy\")"))
+            registry.problems.append(
+                problem(
+                    f"'{ep.value}' is a {type(module).__name__}, but a strategy entry "
+                    'point must name a module (e.g. "my_package.strategy")'
+                )
+            )
             continue
         messages = contract_problems(ep.name, module)
         if messages:
@@ -429,12 +476,16 @@ def _settle_collision(name: str, claims: list[LoadedStrategy], problems: list[Pl
         if claim is winner:
             continue
         if winner is not None:
-            message = (f"the name '{name}' belongs to planc's built-in strategy; this plugin cannot replace it "
-                       "(rename it, e.g. '{}_{}')".format(claim.distribution.replace("-", "_"), name))
+            message = (
+                f"the name '{name}' belongs to planc's built-in strategy; this plugin cannot replace it "
+                "(rename it, e.g. '{}_{}')".format(claim.distribution.replace("-", "_"), name)
+            )
         else:
             others = ", ".join(f"{c.distribution} {c.version}" for c in claims if c is not claim)
-            message = (f"the name '{name}' is also registered by {others}; planc cannot tell which one "
-                       "`use` means, so both are skipped (uninstall one, or ask an author to rename it)")
+            message = (
+                f"the name '{name}' is also registered by {others}; planc cannot tell which one "
+                "`use` means, so both are skipped (uninstall one, or ask an author to rename it)"
+            )
         problems.append(PluginProblem(name, claim.distribution, claim.version, message))
     return {name: winner} if winner is not None else {}
 
@@ -444,12 +495,18 @@ def contract_problems(name: str, module: types.ModuleType) -> list[str]:
     messages = []
     missing = [attr for attr in api.REQUIRED_ATTRIBUTES if not hasattr(module, attr)]
     if missing:
-        messages.append("missing required attribute" + ("s " if len(missing) > 1 else " ")
-                        + ", ".join(missing) + " (see planc.strategies.api)")
+        messages.append(
+            "missing required attribute"
+            + ("s " if len(missing) > 1 else " ")
+            + ", ".join(missing)
+            + " (see planc.strategies.api)"
+        )
     version = getattr(module, "API_VERSION", None)
     if version is not None and version != api.API_VERSION:
-        messages.append(f"declares API_VERSION = {version!r}, but this planc implements strategy API "
-                        f"version {api.API_VERSION}; install a version of the plugin made for it")
+        messages.append(
+            f"declares API_VERSION = {version!r}, but this planc implements strategy API "
+            f"version {api.API_VERSION}; install a version of the plugin made for it"
+        )
     declared = getattr(module, "NAME", None)
     if declared is not None and declared != name:
         messages.append(f"NAME = {declared!r} differs from its entry-point name '{name}'; make them equal")
@@ -463,8 +520,10 @@ def contract_problems(name: str, module: types.ModuleType) -> list[str]:
     if isinstance(after, str) or not all(isinstance(a, str) for a in _iterable(after)):
         messages.append(f"AFTER must be a tuple of strategy names, got {after!r}")
     for attr, hook in _misspelled_hooks(module):
-        messages.append(f"unknown attribute '{attr}': did you mean '{hook}'? A misspelled hook would be "
-                        "silently ignored, so the plugin is skipped until it is renamed")
+        messages.append(
+            f"unknown attribute '{attr}': did you mean '{hook}'? A misspelled hook would be "
+            "silently ignored, so the plugin is skipped until it is renamed"
+        )
     return messages
 
 
@@ -502,12 +561,21 @@ def _drop_cycles(registry: Registry, registered_names: set[str]) -> None:
     for strategy in registry.strategies.values():
         for before in strategy.after:
             if before not in registered_names:
-                registry.problems.append(PluginProblem(
-                    strategy.name, strategy.distribution, strategy.version,
-                    f"AFTER names '{before}', which no installed distribution registers; that ordering "
-                    "constraint is ignored" + (f" ({did_you_mean(before, registered_names)})"
-                                               if did_you_mean(before, registered_names) else ""),
-                    skipped=False))
+                registry.problems.append(
+                    PluginProblem(
+                        strategy.name,
+                        strategy.distribution,
+                        strategy.version,
+                        f"AFTER names '{before}', which no installed distribution registers; that ordering "
+                        "constraint is ignored"
+                        + (
+                            f" ({did_you_mean(before, registered_names)})"
+                            if did_you_mean(before, registered_names)
+                            else ""
+                        ),
+                        skipped=False,
+                    )
+                )
     graph = composition_graph(registry.strategies.values())
     while True:
         try:
@@ -520,9 +588,14 @@ def _drop_cycles(registry: Registry, registered_names: set[str]) -> None:
         for name in culprits:
             strategy = registry.strategies.pop(name)
             graph.remove_node(name)
-            registry.problems.append(PluginProblem(
-                name, strategy.distribution, strategy.version,
-                f"its AFTER declaration closes an ordering cycle ({path}); fix AFTER so the order is a chain"))
+            registry.problems.append(
+                PluginProblem(
+                    name,
+                    strategy.distribution,
+                    strategy.version,
+                    f"its AFTER declaration closes an ordering cycle ({path}); fix AFTER so the order is a chain",
+                )
+            )
 
 
 def describe_options(model: type[BaseModel]) -> list[dict[str, Any]]:
@@ -532,14 +605,16 @@ def describe_options(model: type[BaseModel]) -> list[dict[str, Any]]:
     rows = []
     for name, info in model.model_fields.items():
         default = info.get_default(call_default_factory=True) if not info.is_required() else None
-        rows.append({
-            "name": name,
-            "type": type_name(info.annotation),
-            "unit": unit_kind_of(info),
-            "default": default,
-            "required": info.is_required(),
-            "description": " ".join((info.description or "").split()),
-        })
+        rows.append(
+            {
+                "name": name,
+                "type": type_name(info.annotation),
+                "unit": unit_kind_of(info),
+                "default": default,
+                "required": info.is_required(),
+                "description": " ".join((info.description or "").split()),
+            }
+        )
     return rows
 
 

@@ -44,23 +44,29 @@ def enabled(plan, layout) -> bool:
 
 def check(plan, layout, options: Options) -> str | None:
     m, tp = plan.model, layout.tp
-    for what, value in (("heads", m.heads), ("kv_heads", m.kv_heads), ("ffn", m.ffn),
-                        ("the padded vocabulary", m.padded_vocab)):
+    for what, value in (
+        ("heads", m.heads),
+        ("kv_heads", m.kv_heads),
+        ("ffn", m.ffn),
+        ("the padded vocabulary", m.padded_vocab),
+    ):
         if value % tp:
             return f"tp = {tp} does not divide {what} = {value}; pick a tp that divides it"
     sequence_parallel = uses_sequence_parallel(layout, options)
     if sequence_parallel and m.seq_len % tp:
-        return (f"sequence parallelism splits seq_len = {m.seq_len} over tp = {tp}, which does not divide it; "
-                "turn sequence_parallel off or pick a tp that divides seq_len")
+        return (
+            f"sequence parallelism splits seq_len = {m.seq_len} over tp = {tp}, which does not divide it; "
+            "turn sequence_parallel off or pick a tp that divides seq_len"
+        )
     if options.sequence_parallel is not None and options.sequence_parallel != layout.sequence_parallel:
-        return ("the use block's sequence_parallel contradicts the layout's; set layout { sequence_parallel = ... } "
-                "instead")
+        return (
+            "the use block's sequence_parallel contradicts the layout's; set layout { sequence_parallel = ... } instead"
+        )
     return None
 
 
 def uses_sequence_parallel(layout, options: Options) -> bool:
     return layout.sequence_parallel if options.sequence_parallel is None else options.sequence_parallel
-
 
 
 def apply(job, options: Options) -> None:

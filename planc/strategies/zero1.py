@@ -8,8 +8,8 @@ DistributedDataParallel, as in ``ddp``.
 
 from __future__ import annotations
 
-from planc.spec.fields import Bytes
 from planc.cost.builtin import zero1 as cost  # noqa: F401  (the plan-time cost pass)
+from planc.spec.fields import Bytes
 from planc.strategies._builtin import StrategyOptions, after
 
 NAME = "zero1"
@@ -36,7 +36,6 @@ def check(plan, layout, options: Options) -> str | None:
     return None
 
 
-
 def apply(job, options: Options) -> None:
     """DDP for the gradients (once the weights are real); ZeroRedundancyOptimizer over the "dp" group."""
     from planc.runtime.local_shards import wrap_ddp
@@ -53,8 +52,8 @@ def apply(job, options: Options) -> None:
         # Optimizer.defaults may hold entries the constructor does not take (AdamW's decoupled_weight_decay).
         accepted = inspect.signature(optimizer_class.__init__).parameters
         defaults = {k: v for k, v in template.defaults.items() if k in accepted}
-        return ZeroRedundancyOptimizer(template.param_groups, optimizer_class=optimizer_class,
-                                       process_group=job.group("dp"), **defaults)
+        return ZeroRedundancyOptimizer(
+            template.param_groups, optimizer_class=optimizer_class, process_group=job.group("dp"), **defaults
+        )
 
     job.optimizer_factory = zero_optimizer
-

@@ -14,7 +14,7 @@ import pytest
 from planc.cli import main
 from planc.runtime.reference import train_reference
 
-from .conftest import DATA, ROOT, plan_at
+from .conftest import plan_at
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
 
@@ -38,8 +38,9 @@ def test_compile_writes_a_program(tmp_path, in_root, capsys):
 
 def test_compile_refuses_a_layout_that_does_not_fit(tmp_path, capsys):
     plan = tmp_path / "big.plan"
-    plan.write_text('model { preset = "llama3-8b" }\nhardware { device = "cpu"  per_node = 1 }\n'
-                    "train { global_batch = 1 }\n")
+    plan.write_text(
+        'model { preset = "llama3-8b" }\nhardware { device = "cpu"  per_node = 1 }\ntrain { global_batch = 1 }\n'
+    )
     assert main(["compile", str(plan)]) == 1
     err = capsys.readouterr().err
     assert "per device, but cpu has 4.0 GiB" in err and "--force" in err
@@ -51,8 +52,14 @@ def test_emitted_program_matches_reference_under_torchrun(tmp_path, in_root):
     """pp 2 x tp 2 (SP, selective recompute, GQA, SwiGLU, RoPE, accumulation) on 4 processes."""
     plan_path = "tests/codegen/data/pp2-tp2.plan"
     assert main(["compile", plan_path, "-o", str(tmp_path / "train.py")]) == 0
-    result = subprocess.run([*TORCHRUN, "--nproc-per-node", "4", "train.py", "--out", "."], cwd=tmp_path,
-                            env=_env(), capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [*TORCHRUN, "--nproc-per-node", "4", "train.py", "--out", "."],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     losses = [r["loss"] for r in _metrics(tmp_path)]
     reference = train_reference(plan_at(plan_path), steps=3).losses
@@ -63,8 +70,13 @@ def test_emitted_program_matches_reference_under_torchrun(tmp_path, in_root):
 @pytest.mark.dist
 def test_planc_run_trains_and_writes_the_run_directory(tmp_path, in_root):
     out = tmp_path / "run"
-    result = subprocess.run([sys.executable, "-m", "planc", "run", "plans/tiny-cpu.plan", "--steps", "3",
-                             "--out", str(out)], env=_env(), capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "planc", "run", "plans/tiny-cpu.plan", "--steps", "3", "--out", str(out)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     records = _metrics(out)
     assert [r["step"] for r in records] == [1, 2, 3]
@@ -80,9 +92,13 @@ def test_planc_run_trains_and_writes_the_run_directory(tmp_path, in_root):
 @pytest.mark.dist
 def test_ctrl_c_stops_every_rank(tmp_path, in_root):
     out = tmp_path / "run"
-    process = subprocess.Popen([sys.executable, "-m", "planc", "run", "plans/tiny-cpu.plan", "--steps", "10000",
-                                "--out", str(out)], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "planc", "run", "plans/tiny-cpu.plan", "--steps", "10000", "--out", str(out)],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     metrics = out / "metrics.jsonl"
     while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
@@ -137,10 +153,25 @@ def test_print_shows_the_local_command(tmp_path, in_root, capsys):
 def test_planc_run_under_torchrun_trains_in_place(tmp_path, in_root):
     """Started by torchrun itself, `planc run` builds the job in each rank instead of launching."""
     out = tmp_path / "run"
-    result = subprocess.run([*TORCHRUN, "--nproc-per-node", "2", "-m", "planc", "run",
-                             "tests/codegen/data/powersgd.plan", "--steps", "2", "--out", str(out)],
-                            env=_env(),
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            *TORCHRUN,
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "planc",
+            "run",
+            "tests/codegen/data/powersgd.plan",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if "unknown strategy plugin 'powersgd'" in result.stderr:
         pytest.skip("planc-powersgd is not installed")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -151,9 +182,13 @@ def test_planc_run_under_torchrun_trains_in_place(tmp_path, in_root):
 @pytest.mark.dist
 def test_a_killed_rank_ends_with_clear_messages(tmp_path, in_root):
     out = tmp_path / "run"
-    process = subprocess.Popen([sys.executable, "-m", "planc", "run", "plans/tiny-cpu.plan", "--steps", "10000",
-                                "--out", str(out)], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "planc", "run", "plans/tiny-cpu.plan", "--steps", "10000", "--out", str(out)],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     metrics = out / "metrics.jsonl"
     while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):

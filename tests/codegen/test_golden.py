@@ -52,9 +52,14 @@ def test_program_structure(name, in_root):
     assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
     assert {"PLAN", "LAYOUT"} <= set(assigned)
     # Each active strategy is applied once, in the registry's composition order.
-    calls = [node.func.value.id for node in ast.walk(tree.body[-2])
-             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-             and node.func.attr == "apply" and isinstance(node.func.value, ast.Name)]
+    calls = [
+        node.func.value.id
+        for node in ast.walk(tree.body[-2])
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "apply"
+        and isinstance(node.func.value, ast.Name)
+    ]
     expected = [s.module.rsplit(".", 1)[-1] if s.builtin else s.name for s in compiled.strategies]
     assert calls == expected
 

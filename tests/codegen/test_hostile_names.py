@@ -40,9 +40,9 @@ def hostile_plan(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     directory = tmp_path / 'evil"""dir\n__import__'
     directory.mkdir()
-    data_file = directory / "data'\"\"\"x.txt"
+    data_file = directory / 'data\'"""x.txt'
     data_file.write_bytes(bytes(range(256)) * 64)
-    source = directory / f"{TRACE}'\"\"\"\n.plan"
+    source = directory / f'{TRACE}\'"""\n.plan'
     text = _plan_text(PAYLOAD, str(data_file))
     source.write_text(text)
     return load_plan_text(text, str(source), base_dir=directory)

@@ -9,8 +9,13 @@ from planc.spec import Layout, build_plan
 
 
 def plan():
-    return build_plan({"model": {"preset": "gpt2-medium"}, "hardware": {"device": "A100-80GB", "nodes": 2},
-                       "train": {"global_batch": 64}})
+    return build_plan(
+        {
+            "model": {"preset": "gpt2-medium"},
+            "hardware": {"device": "A100-80GB", "nodes": 2},
+            "train": {"global_batch": 64},
+        }
+    )
 
 
 def layout(**kw):
@@ -68,6 +73,7 @@ def test_a_plugin_pass_moves_optimizer_memory_off_the_device():
 def test_passes_do_not_mutate_their_input():
     p, lay = plan(), layout()
     from planc.cost import base_estimate, build_context
+
     ctx = build_context(p, lay)
     est = base_estimate(ctx)
     snapshot = (est.stages, est.compute, est.comm)

@@ -13,21 +13,29 @@ from planc.spec import build_plan
 
 def test_narayanan_eq3_for_their_gpt():
     # l = 2, h = 128, s = 64, V = 256, B = 4: 96 B s l h^2 (1 + s/6h + V/16lh)
-    m = build_plan({"model": dict(layers=2, hidden=128, heads=4, vocab=256, seq_len=64, vocab_multiple=1),
-                    "hardware": {"device": "cpu"}, "train": {"global_batch": 4}}).model
+    m = build_plan(
+        {
+            "model": dict(layers=2, hidden=128, heads=4, vocab=256, seq_len=64, vocab_multiple=1),
+            "hardware": {"device": "cpu"},
+            "train": {"global_batch": 4},
+        }
+    ).model
     tokens = 4 * 64
     expected = 96 * 4 * 64 * 2 * 128**2 * (1 + 64 / (6 * 128) + 256 / (16 * 2 * 128))
     assert narayanan_eq3(4, 64, 2, 128, 256) == pytest.approx(expected)
     assert hardware_flops_per_step(m, tokens, "full") == pytest.approx(expected)
     # without recomputation: 72 B s l h^2 (1 + s/6h + V/(12 l h))
     assert model_flops_per_step(m, tokens) == pytest.approx(
-        72 * 4 * 64 * 2 * 128**2 * (1 + 64 / (6 * 128) + 256 / (12 * 2 * 128)))
+        72 * 4 * 64 * 2 * 128**2 * (1 + 64 / (6 * 128) + 256 / (12 * 2 * 128))
+    )
     # selective, fused attention: one more attention-out GEMM per block, 2 h^2 per token
     assert hardware_flops_per_step(m, tokens, "selective") == pytest.approx(
-        model_flops_per_step(m, tokens) + 2 * 2 * 128**2 * tokens)
+        model_flops_per_step(m, tokens) + 2 * 2 * 128**2 * tokens
+    )
     # selective, materialized attention (Korthikanti): the scores and attention over values again, 4 s h
     assert hardware_flops_per_step(m, tokens, "selective", "materialized") == pytest.approx(
-        model_flops_per_step(m, tokens) + 2 * 4 * 64 * 128 * tokens)
+        model_flops_per_step(m, tokens) + 2 * 4 * 64 * 128 * tokens
+    )
 
 
 LINK = GroupLink(size=4, bandwidth=100e9, latency=1e-5, nodes=1, per_node=4)

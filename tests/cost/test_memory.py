@@ -74,8 +74,7 @@ def test_planc_runtime_activations_golden():
     assert act.none == pytest.approx(40 * s * b * h + small)
     # in bf16 throughout (FSDP's bf16 parameters, r = e = 2) the linears share one input:
     # 2 r = 4, 2 e = 4, 6, 2, 16 -> 32 s b h
-    assert layer_activation_bytes(m, b, 1, False, 2, 2, PLANC_RUNTIME).none == pytest.approx(
-        32 * s * b * h + small)
+    assert layer_activation_bytes(m, b, 1, False, 2, 2, PLANC_RUNTIME).none == pytest.approx(32 * s * b * h + small)
     # selective keeps: block input r = 4, QKV 6, O 2 + lse, MLP-in output 2 x 4 = 8 (not the
     # output projections' results, which no-recompute does not keep either)
     assert act.selective == pytest.approx((4 + 6 + 2 + 8) * s * b * h + 4 * a * s * b)
@@ -85,8 +84,10 @@ def test_planc_runtime_activations_golden():
 def test_gqa_shrinks_k_and_v():
     mha, gqa = gpt(), gpt(kv_heads=4)
     # K and V are kv_heads / heads = 1/4 the size of Q: 2 e (1 - 1/4) s b h fewer bytes
-    diff = layer_activation_bytes(mha, 1, 1, False, 2, 2, PLANC_RUNTIME).none \
+    diff = (
+        layer_activation_bytes(mha, 1, 1, False, 2, 2, PLANC_RUNTIME).none
         - layer_activation_bytes(gqa, 1, 1, False, 2, 2, PLANC_RUNTIME).none
+    )
     assert diff == pytest.approx(2 * 2 * 0.75 * 2048 * 1024)
 
 

@@ -6,35 +6,63 @@
 - a longer pipeline schedule bubble never makes a step faster.
 """
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import pytest
 
 from planc.cost import build_context, evaluate
 from planc.spec import Layout, build_plan
 
-MODELS = st.sampled_from([
-    dict(layers=8, hidden=512, heads=8, vocab=4096, seq_len=256),
-    dict(layers=12, hidden=768, heads=12, kv_heads=4, vocab=8000, seq_len=512, mlp="swiglu", norm="rmsnorm",
-         position="rope"),
-    dict(layers=6, hidden=1024, heads=16, vocab=32000, seq_len=1024, tie_embeddings=True),
-])
+MODELS = st.sampled_from(
+    [
+        dict(layers=8, hidden=512, heads=8, vocab=4096, seq_len=256),
+        dict(
+            layers=12,
+            hidden=768,
+            heads=12,
+            kv_heads=4,
+            vocab=8000,
+            seq_len=512,
+            mlp="swiglu",
+            norm="rmsnorm",
+            position="rope",
+        ),
+        dict(layers=6, hidden=1024, heads=16, vocab=32000, seq_len=1024, tie_embeddings=True),
+    ]
+)
 
 
 def plan(model, precision="bf16", optimizer="adamw"):
-    return build_plan({"model": model, "hardware": {"device": "A100-80GB", "nodes": 2},
-                       "train": {"global_batch": 64, "precision": precision, "optimizer": optimizer}})
+    return build_plan(
+        {
+            "model": model,
+            "hardware": {"device": "A100-80GB", "nodes": 2},
+            "train": {"global_batch": 64, "precision": precision, "optimizer": optimizer},
+        }
+    )
 
 
 def lay(tp=1, pp=1, dp=16, zero=0, recompute="none", mb=1, schedule=None, sp=False):
-    return Layout(tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute, schedule=schedule if pp > 1 else None,
-                  micro_batch=mb, sequence_parallel=sp)
+    return Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        zero=zero,
+        recompute=recompute,
+        schedule=schedule if pp > 1 else None,
+        micro_batch=mb,
+        sequence_parallel=sp,
+    )
 
 
 @settings(max_examples=40, deadline=None)
-@given(MODELS, st.sampled_from(["bf16", "fp32"]), st.sampled_from([1, 2]), st.sampled_from([0, 1, 2, 3]),
-       st.sampled_from([1, 2]))
+@given(
+    MODELS,
+    st.sampled_from(["bf16", "fp32"]),
+    st.sampled_from([1, 2]),
+    st.sampled_from([0, 1, 2, 3]),
+    st.sampled_from([1, 2]),
+)
 def test_more_tp_never_raises_parameter_memory(model, precision, pp, zero, dp):
     # TP shards a data-parallel replica further: same pp and dp, tp devices more per replica.
     previous = None
@@ -42,8 +70,13 @@ def test_more_tp_never_raises_parameter_memory(model, precision, pp, zero, dp):
         if model["heads"] % tp or model.get("kv_heads", model["heads"]) % tp:
             continue
         world = tp * pp * dp
-        p = build_plan({"model": model, "hardware": {"device": "A100-80GB", "nodes": 1, "per_node": world},
-                        "train": {"global_batch": 64, "precision": precision}})
+        p = build_plan(
+            {
+                "model": model,
+                "hardware": {"device": "A100-80GB", "nodes": 1, "per_node": world},
+                "train": {"global_batch": 64, "precision": precision},
+            }
+        )
         est = evaluate(p, lay(tp=tp, pp=pp, dp=dp, zero=zero, schedule="1f1b", mb=1))
         params = max(s.params + s.master for s in est.stages)
         if previous is not None:
@@ -68,8 +101,10 @@ def test_more_recompute_never_raises_activation_memory(model, mb, tp, sp, zero):
     if model["heads"] % tp or model.get("kv_heads", model["heads"]) % tp:
         return
     sp = sp and tp > 1
-    acts = [evaluate(p, lay(tp=tp, dp=16 // tp, recompute=r, mb=mb, sp=sp, zero=zero)).memory.activations
-            for r in ("none", "selective", "full")]
+    acts = [
+        evaluate(p, lay(tp=tp, dp=16 // tp, recompute=r, mb=mb, sp=sp, zero=zero)).memory.activations
+        for r in ("none", "selective", "full")
+    ]
     assert acts[0] >= acts[1] >= acts[2]
 
 
@@ -80,14 +115,18 @@ def test_interleaving_shrinks_the_bubble(model, pp):
         return
     p = plan(model)
     one = evaluate(p, Layout(tp=1, pp=pp, dp=16 // pp, zero=0, recompute="none", schedule="1f1b", micro_batch=1))
-    two = evaluate(p, Layout(tp=1, pp=pp, dp=16 // pp, zero=0, recompute="none", schedule="interleaved",
-                             micro_batch=1, virtual_stages=2))
-    zb = evaluate(p, Layout(tp=1, pp=pp, dp=16 // pp, zero=0, recompute="none", schedule="zero-bubble",
-                            micro_batch=1))
+    two = evaluate(
+        p,
+        Layout(
+            tp=1, pp=pp, dp=16 // pp, zero=0, recompute="none", schedule="interleaved", micro_batch=1, virtual_stages=2
+        ),
+    )
+    zb = evaluate(p, Layout(tp=1, pp=pp, dp=16 // pp, zero=0, recompute="none", schedule="zero-bubble", micro_batch=1))
     assert two.bubble < one.bubble
     # ZB-H1: (T_F + T_B - T_W) / (T_F + T_B) of 1F1B's bubble (a third when T_F = T_B = T_W)
-    slow = build_context(p, Layout(tp=1, pp=pp, dp=16 // pp, zero=0, recompute="none", schedule="1f1b",
-                                   micro_batch=1)).slowest
+    slow = build_context(
+        p, Layout(tp=1, pp=pp, dp=16 // pp, zero=0, recompute="none", schedule="1f1b", micro_batch=1)
+    ).slowest
     ratio = (slow.forward + slow.backward - slow.backward_weight) / (slow.forward + slow.backward)
     assert zb.bubble == pytest.approx(one.bubble * ratio, rel=1e-9)
     assert zb.bubble < one.bubble

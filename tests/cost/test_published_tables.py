@@ -37,14 +37,29 @@ def test_zero_model_states_match_paper(row):
 
 
 def megatron_plan(row):
-    return build_plan({
-        "model": {"layers": row["layers"], "hidden": row["hidden"], "heads": row["heads"], "ffn": row["ffn"],
-                  "vocab": row["vocab"], "seq_len": row["seq_len"]},
-        "hardware": {"device": "A100-80GB", "nodes": row["gpus"] // 8, "per_node": 8},
-        "train": {"global_batch": row["global_batch"], "precision": "bf16", "optimizer": "adam"},
-        "layout": {"tp": row["tp"], "pp": row["pp"], "dp": row["dp"], "zero": 0, "recompute": "full",
-                   "sequence_parallel": False, **({"schedule": "interleaved"} if row["pp"] > 1 else {})},
-    })
+    return build_plan(
+        {
+            "model": {
+                "layers": row["layers"],
+                "hidden": row["hidden"],
+                "heads": row["heads"],
+                "ffn": row["ffn"],
+                "vocab": row["vocab"],
+                "seq_len": row["seq_len"],
+            },
+            "hardware": {"device": "A100-80GB", "nodes": row["gpus"] // 8, "per_node": 8},
+            "train": {"global_batch": row["global_batch"], "precision": "bf16", "optimizer": "adam"},
+            "layout": {
+                "tp": row["tp"],
+                "pp": row["pp"],
+                "dp": row["dp"],
+                "zero": 0,
+                "recompute": "full",
+                "sequence_parallel": False,
+                **({"schedule": "interleaved"} if row["pp"] > 1 else {}),
+            },
+        }
+    )
 
 
 @pytest.mark.parametrize("row", MEGATRON, ids=[r["id"] for r in MEGATRON])

@@ -39,8 +39,12 @@ def run_case(case: dict) -> dict:
         del job
         resumed = compose(plan, layout)
         records += train(resumed, steps=case["steps"], out_dir=case["out_dir"], quiet=True)
-    return {"losses": [r["loss"] for r in records], "grad_norms": [r["grad_norm"] for r in records],
-            "seconds": time.perf_counter() - began, "facts": facts}
+    return {
+        "losses": [r["loss"] for r in records],
+        "grad_norms": [r["grad_norm"] for r in records],
+        "seconds": time.perf_counter() - began,
+        "facts": facts,
+    }
 
 
 def gather_facts(job) -> dict:
@@ -79,9 +83,12 @@ def main(cases_path: str, results_path: str) -> int:
             results[case["name"]] = run_case(case)
         except Exception as exc:  # report and go on: one broken case must not hide the others
             results[case["name"]] = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
-            print(f"[rank {dist.get_rank() if dist.is_initialized() else 0}] case {case['name']} failed: "
-                  f"{results[case['name']]['error']}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[rank {dist.get_rank() if dist.is_initialized() else 0}] case {case['name']} failed: "
+                f"{results[case['name']]['error']}",
+                file=sys.stderr,
+                flush=True,
+            )
         if dist.is_initialized():
             dist.barrier()
     if not dist.is_initialized() or dist.get_rank() == 0:

@@ -40,11 +40,32 @@ def launch(world: int, tmp_path_factory) -> dict:
     cases = [c for c in CASES if c["world"] == world]
     folder = tmp_path_factory.mktemp(f"world{world}")
     cases_path, results_path = folder / "cases.json", folder / "results.json"
-    cases_path.write_text(json.dumps([
-        {"name": c["name"], "plan": c["plan"].model_dump(mode="json"), "layout": c["layout"].model_dump(mode="json"),
-         "steps": c["steps"], "resume_at": c["resume_at"], "out_dir": str(folder / c["name"])} for c in cases]))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
-               str(RUNNER), str(cases_path), str(results_path)]
+    cases_path.write_text(
+        json.dumps(
+            [
+                {
+                    "name": c["name"],
+                    "plan": c["plan"].model_dump(mode="json"),
+                    "layout": c["layout"].model_dump(mode="json"),
+                    "steps": c["steps"],
+                    "resume_at": c["resume_at"],
+                    "out_dir": str(folder / c["name"]),
+                }
+                for c in cases
+            ]
+        )
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(world),
+        str(RUNNER),
+        str(cases_path),
+        str(results_path),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     began = time.perf_counter()
     try:
@@ -54,7 +75,9 @@ def launch(world: int, tmp_path_factory) -> dict:
         pytest.fail(f"torchrun with {world} processes timed out after {LAUNCH_TIMEOUT[world]} s:\n{tail}")
     LAUNCH_SECONDS[world] = time.perf_counter() - began
     if not results_path.exists():
-        pytest.fail(f"torchrun with {world} processes wrote no results (exit {done.returncode}):\n{done.stderr[-4000:]}")
+        pytest.fail(
+            f"torchrun with {world} processes wrote no results (exit {done.returncode}):\n{done.stderr[-4000:]}"
+        )
     return json.loads(results_path.read_text())
 
 
@@ -73,9 +96,13 @@ def launches(tmp_path_factory):
 def expected_facts(case: dict) -> dict:
     """What rank 0 must hold for the case's layout (rank 0: first pipeline stage, tp rank 0, dp rank 0)."""
     lay, plan = case["layout"], case["plan"]
-    facts = {"loss_parallel": lay.tp > 1, "fsdp": lay.dp > 1 and lay.zero in (2, 3),
-             "optimizer": "ZeroRedundancyOptimizer" if lay.dp > 1 and lay.zero == 1 else
-             {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}[plan.train.optimizer]}
+    facts = {
+        "loss_parallel": lay.tp > 1,
+        "fsdp": lay.dp > 1 and lay.zero in (2, 3),
+        "optimizer": "ZeroRedundancyOptimizer"
+        if lay.dp > 1 and lay.zero == 1
+        else {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}[plan.train.optimizer],
+    }
     if lay.dp > 1 and lay.zero in (0, 1):
         facts["part_types"] = ["DistributedDataParallel"]
     blocks = {"none": 0}.get(lay.recompute)
@@ -88,9 +115,16 @@ def expected_facts(case: dict) -> dict:
         zbv = any(u.name == "pipeline" and u.options.get("zero_bubble") == "zbv" for u in plan.uses)
         # Rank 0 holds stages 0, pp, 2pp, ... (looped), or 0 and 2pp-1 (V-shaped).
         facts["stages"] = [0, 2 * lay.pp - 1] if zbv else [k * lay.pp for k in range(lay.virtual_stages)]
-        facts["schedule"] = "ScheduleZBVZeroBubble" if zbv else {
-            "gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B",
-            "zero-bubble": "ScheduleInterleavedZeroBubble"}[lay.schedule]
+        facts["schedule"] = (
+            "ScheduleZBVZeroBubble"
+            if zbv
+            else {
+                "gpipe": "ScheduleGPipe",
+                "1f1b": "Schedule1F1B",
+                "interleaved": "ScheduleInterleaved1F1B",
+                "zero-bubble": "ScheduleInterleavedZeroBubble",
+            }[lay.schedule]
+        )
         facts["tied_copies"] = 1 if plan.model.tie_embeddings else 0
     else:
         facts["schedule"] = None
@@ -115,12 +149,14 @@ def test_layout_reproduces_reference(case, launches):
         k = case["same_until"]
         assert max(differences[:k]) <= case["tolerance"], f"{case['name']}: differs before step {k + 1}: {differences}"
         assert max(differences[k:]) > 100 * case["tolerance"], (
-            f"{case['name']}: expected to leave the reference after step {k}, but |dloss| = {differences}")
+            f"{case['name']}: expected to leave the reference after step {k}, but |dloss| = {differences}"
+        )
         assert got["losses"][-1] < got["losses"][0]
         return
     assert max(differences) <= case["tolerance"], (
         f"{case['name']}: per-step |loss - reference| = {[f'{d:.2e}' for d in differences]} "
-        f"(tolerance {case['tolerance']:.0e}); losses {got['losses']} vs reference {reference.losses}")
+        f"(tolerance {case['tolerance']:.0e}); losses {got['losses']} vs reference {reference.losses}"
+    )
     # The loss must actually move, or "equal to the reference" would prove little.
     assert reference.losses[-1] < reference.losses[0] - 0.02
     if case["plan"].train.precision == "bf16":

@@ -8,22 +8,26 @@ from planc.units import UNITS
 KEYWORD_KEYS = ["model", "use", "from", "true", "false", "auto", "h", "s", "GiB"]
 keys = st.one_of(st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True), st.sampled_from(KEYWORD_KEYS))
 
-ints = st.integers(-10**6, 10**12).flatmap(
-    lambda n: st.sampled_from([str(n), f"{n:_}"]) if abs(n) >= 1000 else st.just(str(n)))
+ints = st.integers(-(10**6), 10**12).flatmap(
+    lambda n: st.sampled_from([str(n), f"{n:_}"]) if abs(n) >= 1000 else st.just(str(n))
+)
 floats = st.floats(min_value=1e-6, max_value=1e6, allow_nan=False, allow_infinity=False).map(repr)
-exponents = st.tuples(st.integers(1, 9), st.sampled_from(["e", "E"]), st.sampled_from(["", "-", "+"]),
-                      st.integers(0, 30)).map(lambda t: f"{t[0]}{t[1]}{t[2]}{t[3]}")
+exponents = st.tuples(
+    st.integers(1, 9), st.sampled_from(["e", "E"]), st.sampled_from(["", "-", "+"]), st.integers(0, 30)
+).map(lambda t: f"{t[0]}{t[1]}{t[2]}{t[3]}")
 numbers = st.one_of(ints, floats, exponents)
 words = st.sampled_from(["gelu", "swiglu", "1f1b", "zero-bubble", "A100-80GB", "synthetic", "x_y", "none"])
 string_chars = st.characters(blacklist_characters='"\\\n\r\x00', blacklist_categories=("Cs",))
 escapes = st.sampled_from(['\\"', "\\\\", "\\n", "\\t", "\\u00e9", "\\/"])
 strings = st.lists(st.one_of(string_chars, escapes), max_size=12).map(lambda parts: '"' + "".join(parts) + '"')
-quantities = st.tuples(st.integers(0, 10**6).map(str), st.sampled_from(["", " ", "  "]),
-                       st.sampled_from(sorted(UNITS))).map("".join)
+quantities = st.tuples(
+    st.integers(0, 10**6).map(str), st.sampled_from(["", " ", "  "]), st.sampled_from(sorted(UNITS))
+).map("".join)
 scalars = st.one_of(numbers, words, strings, quantities, st.sampled_from(["true", "false", "auto"]))
 
-comment_text = st.text(st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), max_size=15) \
-    .map(lambda t: "#" + t.rstrip(" \t\f\v\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2028\u2029\u3000"))
+comment_text = st.text(st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), max_size=15).map(
+    lambda t: "#" + t.rstrip(" \t\f\v\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2028\u2029\u3000")
+)
 #: What may separate two tokens: spaces, newlines, empty lines, a comment to the end of the line.
 separators = st.one_of(
     st.sampled_from([" ", "  ", "\t", "\n", "\n\n", "\n  ", " \n\n  "]),

@@ -8,6 +8,7 @@ from planc.dsl.doc_tables import update
 from planc.spec import BLOCKS, block_keys
 from planc.spec.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from planc.units import UNITS
+
 from .helpers import ROOT
 
 DOC = ROOT / "docs" / "language.md"

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 
 from planc.dsl import ast, format_plan, parse
 from planc.dsl.lower import value_of
+
 from .helpers import EXAMPLE_PLANS, run_cli
 from .plan_strategies import plan_texts
 
@@ -63,7 +64,7 @@ def test_canonical_layout():
         "\n\n\n"
         "  vocab = 256}\n"
         "use b\n"
-        "hardware{device=\"cpu\"}use a{ }\n"
+        'hardware{device="cpu"}use a{ }\n'
         "# end\n"
     )
     assert format_plan(parse(source, "x")) == (
@@ -96,7 +97,7 @@ def test_canonical_layout():
 
 def test_fmt_command_print_check_write(tmp_path, capsys):
     path = tmp_path / "p.plan"
-    path.write_text("train{global_batch=8}\nmodel{preset=\"gpt2\"}\n")
+    path.write_text('train{global_batch=8}\nmodel{preset="gpt2"}\n')
     path.chmod(0o640)
     canonical = 'model {\n  preset = "gpt2"\n}\n\ntrain {\n  global_batch = 8\n}\n'
 

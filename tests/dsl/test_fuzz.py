@@ -18,15 +18,68 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planc.dsl.syntax_errors import scan
+
 from .helpers import EXAMPLE_PLANS, run_cli
 
 N = int(os.environ.get("PLANC_FUZZ_EXAMPLES", "150"))
 SEEDS = [path.read_text() for path in EXAMPLE_PLANS]
 #: Fragments that tend to break things: structure, literals, keywords, odd characters.
-POOL = ["{", "}", "[", "]", "=", ",", '"', "#", "\n", " ", "\t", "model", "use", "from", "auto", "true",
-        "-", "+", ".", "1e3", "1e999", "80 GiB", "80 GIB", "2h", "x", "\\", "\\u00", "é", "\x00", "\x0c",
-        "\u2028", "1f1b", "tp", "layers", "hardware", "use fsdp", '"a"', "0", "-1", "[1, 2]", "'", ":", ";",
-        "model from", '"/dev/zero"', "preset", '"gpt2"', "= [", "\r", "1_", "_1", "0x10", "nan", "inf"]
+POOL = [
+    "{",
+    "}",
+    "[",
+    "]",
+    "=",
+    ",",
+    '"',
+    "#",
+    "\n",
+    " ",
+    "\t",
+    "model",
+    "use",
+    "from",
+    "auto",
+    "true",
+    "-",
+    "+",
+    ".",
+    "1e3",
+    "1e999",
+    "80 GiB",
+    "80 GIB",
+    "2h",
+    "x",
+    "\\",
+    "\\u00",
+    "é",
+    "\x00",
+    "\x0c",
+    "\u2028",
+    "1f1b",
+    "tp",
+    "layers",
+    "hardware",
+    "use fsdp",
+    '"a"',
+    "0",
+    "-1",
+    "[1, 2]",
+    "'",
+    ":",
+    ";",
+    "model from",
+    '"/dev/zero"',
+    "preset",
+    '"gpt2"',
+    "= [",
+    "\r",
+    "1_",
+    "_1",
+    "0x10",
+    "nan",
+    "inf",
+]
 LOCATED = re.compile(r"^\S.*:\d+:\d+: error: ", re.MULTILINE)
 
 
@@ -73,9 +126,9 @@ def mutate(text: str, ops: list[tuple[str, int, int, str]]) -> str:
         if op == "insert":
             text = text[:i] + fragment + text[i:]
         elif op == "delete":
-            text = text[:i] + text[i:min(j, i + 8)]
+            text = text[:i] + text[i : min(j, i + 8)]
         elif op == "swap" and i < j < n - 1:
-            text = text[:i] + text[j] + text[i + 1:j] + text[i] + text[j + 1:]
+            text = text[:i] + text[j] + text[i + 1 : j] + text[i] + text[j + 1 :]
         elif op == "truncate":
             text = text[:i]
         elif op == "duplicate":
@@ -83,11 +136,21 @@ def mutate(text: str, ops: list[tuple[str, int, int, str]]) -> str:
     return text
 
 
-OPS = ["insert", "delete", "swap", "truncate", "duplicate", "token-delete", "token-duplicate",
-       "token-replace", "token-swap"]
+OPS = [
+    "insert",
+    "delete",
+    "swap",
+    "truncate",
+    "duplicate",
+    "token-delete",
+    "token-duplicate",
+    "token-replace",
+    "token-swap",
+]
 fragments = st.one_of(st.sampled_from(POOL), st.text(max_size=3))
-ops = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 10**6), st.integers(0, 10**6), fragments),
-               min_size=1, max_size=6)
+ops = st.lists(
+    st.tuples(st.sampled_from(OPS), st.integers(0, 10**6), st.integers(0, 10**6), fragments), min_size=1, max_size=6
+)
 
 
 @settings(max_examples=N, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -101,9 +164,15 @@ def test_random_mutations_of_the_examples(tmp_path, capsys):
     outcomes: Counter = Counter()
     tries = 10 * N
     for _ in range(tries):
-        edits = [(rng.choice(OPS), rng.randrange(10**6), rng.randrange(10**6),
-                  rng.choice(POOL) if rng.random() < 0.8 else chr(rng.randrange(1, 0x3000)))
-                 for _ in range(rng.randint(1, 8))]
+        edits = [
+            (
+                rng.choice(OPS),
+                rng.randrange(10**6),
+                rng.randrange(10**6),
+                rng.choice(POOL) if rng.random() < 0.8 else chr(rng.randrange(1, 0x3000)),
+            )
+            for _ in range(rng.randint(1, 8))
+        ]
         check_text(tmp_path, capsys, mutate(rng.choice(SEEDS), edits), outcomes)
     with capsys.disabled():
         print(f"\nfuzz: {tries} random mutations of {len(SEEDS)} example plans: {dict(outcomes)}")
@@ -119,7 +188,7 @@ def test_random_bytes(tmp_path, capsys):
         size = rng.choice([0, 1, 2, 10, 100, 1000, 5000])
         data = rng.randbytes(size)
         if index % 2:  # half of them: printable ASCII junk, which gets past the UTF-8 and NUL checks
-            data = bytes(rng.choice(b" \n\t{}[]=,\"#abcxyz019-._") for _ in range(size))
+            data = bytes(rng.choice(b' \n\t{}[]=,"#abcxyz019-._') for _ in range(size))
         check_text(tmp_path, capsys, data, outcomes)
     with capsys.disabled():
         print(f"\nfuzz: {tries} random byte files: {dict(outcomes)}")
@@ -128,13 +197,17 @@ def test_random_bytes(tmp_path, capsys):
 
 def test_a_few_runs_as_a_subprocess(tmp_path):
     rng = random.Random(3)
-    inputs = [rng.randbytes(300), mutate(SEEDS[0], [("token-delete", 7, 0, ""), ("insert", 40, 0, "[[")]),
-              SEEDS[0][: len(SEEDS[0]) // 2]]
+    inputs = [
+        rng.randbytes(300),
+        mutate(SEEDS[0], [("token-delete", 7, 0, ""), ("insert", 40, 0, "[[")]),
+        SEEDS[0][: len(SEEDS[0]) // 2],
+    ]
     for index, data in enumerate(inputs):
         path = tmp_path / f"case{index}.plan"
         path.write_bytes(data if isinstance(data, bytes) else data.encode())
-        result = subprocess.run([sys.executable, "-m", "planc", "check", str(path)],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "planc", "check", str(path)], capture_output=True, text=True, timeout=60
+        )
         assert result.returncode == 1, result.stderr
         assert "Traceback" not in result.stderr and "internal error" not in result.stderr
         assert LOCATED.search(result.stderr) or result.stderr.startswith("error: ")

@@ -10,18 +10,44 @@ from planc.dsl import load_plan_text
 REST = 'hardware { device = "A100-80GB" }\ntrain { global_batch = 8 }\n'
 
 LLAMA = {  # a small Llama 2-style config, as transformers writes it
-    "model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 6,
-    "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 3000, "max_position_embeddings": 1024,
-    "rms_norm_eps": 1e-6, "rope_theta": 500000.0, "tie_word_embeddings": False, "hidden_act": "silu",
+    "model_type": "llama",
+    "hidden_size": 512,
+    "intermediate_size": 1376,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "vocab_size": 3000,
+    "max_position_embeddings": 1024,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
 }
 GPT2 = {  # GPT-2 small's config.json (openai-community/gpt2), n_inner null = 4 * n_embd
-    "model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "n_ctx": 1024,
-    "vocab_size": 50257, "n_inner": None, "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new",
+    "model_type": "gpt2",
+    "n_embd": 768,
+    "n_head": 12,
+    "n_layer": 12,
+    "n_positions": 1024,
+    "n_ctx": 1024,
+    "vocab_size": 50257,
+    "n_inner": None,
+    "layer_norm_epsilon": 1e-5,
+    "activation_function": "gelu_new",
 }
 NEOX = {  # a Pythia-style GPT-NeoX config
-    "model_type": "gpt_neox", "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 8,
-    "num_attention_heads": 16, "vocab_size": 50304, "max_position_embeddings": 2048, "rotary_pct": 0.25,
-    "rotary_emb_base": 10000, "use_parallel_residual": True, "layer_norm_eps": 1e-5, "tie_word_embeddings": False,
+    "model_type": "gpt_neox",
+    "hidden_size": 1024,
+    "intermediate_size": 4096,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 16,
+    "vocab_size": 50304,
+    "max_position_embeddings": 2048,
+    "rotary_pct": 0.25,
+    "rotary_emb_base": 10000,
+    "use_parallel_residual": True,
+    "layer_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
 }
 
 
@@ -38,22 +64,22 @@ def test_llama_style(tmp_path):
     plan = load(tmp_path, LLAMA)
     m = plan.model
     assert (m.layers, m.hidden, m.heads, m.kv_heads, m.ffn) == (6, 512, 8, 2, 1376)
-    assert (m.vocab, m.seq_len) == (3000, 1024)             # vocab_size, max_position_embeddings
+    assert (m.vocab, m.seq_len) == (3000, 1024)  # vocab_size, max_position_embeddings
     assert (m.mlp, m.norm, m.position) == ("swiglu", "rmsnorm", "rope")
     assert m.bias is False and m.tie_embeddings is False
     assert m.rope_theta == 500000.0 and m.norm_eps == 1e-6
-    assert m.padded_vocab == 3072                           # 3000 rounded up to a multiple of 128
-    assert m.head_dim == 64                                 # 512 / 8
+    assert m.padded_vocab == 3072  # 3000 rounded up to a multiple of 128
+    assert m.head_dim == 64  # 512 / 8
     assert plan.notes == ()
 
 
 def test_gpt2_style(tmp_path):
     m = load(tmp_path, GPT2).model
-    assert (m.layers, m.hidden, m.heads, m.kv_heads) == (12, 768, 12, 12)   # kv_heads = heads
-    assert m.ffn == 3072                                    # n_inner null -> 4 * 768
+    assert (m.layers, m.hidden, m.heads, m.kv_heads) == (12, 768, 12, 12)  # kv_heads = heads
+    assert m.ffn == 3072  # n_inner null -> 4 * 768
     assert (m.vocab, m.seq_len) == (50257, 1024)
     assert (m.mlp, m.norm, m.position) == ("gelu", "layernorm", "learned")
-    assert m.bias is True and m.tie_embeddings is True      # GPT-2 ties the output to the embedding
+    assert m.bias is True and m.tie_embeddings is True  # GPT-2 ties the output to the embedding
     # GPT-2 small has 124,439,808 parameters; planc pads 50257 to 50304 rows: + 47 x 768.
     assert m.params == 124_439_808 + 47 * 768
 
@@ -78,13 +104,16 @@ def test_name_comes_from_the_folder(tmp_path):
     assert load(tmp_path, LLAMA).model.name == "m"
 
 
-@pytest.mark.parametrize("config,expected", [
-    ({"model_type": "bert", "hidden_size": 8}, "model_type 'bert' is not supported"),
-    ({"model_type": "llama", "hidden_size": 8}, "needs the key 'num_hidden_layers'"),
-    ({**LLAMA, "rope_theta": "fast"}, "a value has the wrong type"),
-    ({**LLAMA, "model_type": ["llama"]}, "is not supported"),
-    ([1, 2], "must hold a JSON object"),
-])
+@pytest.mark.parametrize(
+    "config,expected",
+    [
+        ({"model_type": "bert", "hidden_size": 8}, "model_type 'bert' is not supported"),
+        ({"model_type": "llama", "hidden_size": 8}, "needs the key 'num_hidden_layers'"),
+        ({**LLAMA, "rope_theta": "fast"}, "a value has the wrong type"),
+        ({**LLAMA, "model_type": ["llama"]}, "is not supported"),
+        ([1, 2], "must hold a JSON object"),
+    ],
+)
 def test_bad_configs_are_located_errors(tmp_path, config, expected):
     from planc.errors import PlanError
 
@@ -95,14 +124,17 @@ def test_bad_configs_are_located_errors(tmp_path, config, expected):
     assert ":1:12: error:" in text  # at the path in `model from "..."`
 
 
-@pytest.mark.parametrize("raw,expected", [
-    ('"hidden_size": 1e400', "the number 1e400 is out of range for a 64-bit float"),
-    ('"rope_theta": NaN', "NaN is not a number"),
-    ('"hidden_size": -Infinity', "-Infinity is not a number"),
-    ('"hidden_size": 1' + "0" * 5000, "is out of range"),  # Python refuses int() of > 4300 digits
-    ('"num_hidden_layers": 99999999999999999999', "is out of range"),
-    ('"rope_theta": "inf"', "rope_theta must be a finite number, got inf"),
-])
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ('"hidden_size": 1e400', "the number 1e400 is out of range for a 64-bit float"),
+        ('"rope_theta": NaN', "NaN is not a number"),
+        ('"hidden_size": -Infinity', "-Infinity is not a number"),
+        ('"hidden_size": 1' + "0" * 5000, "is out of range"),  # Python refuses int() of > 4300 digits
+        ('"num_hidden_layers": 99999999999999999999', "is out of range"),
+        ('"rope_theta": "inf"', "rope_theta must be a finite number, got inf"),
+    ],
+)
 def test_numbers_a_config_cannot_mean_are_located_errors(tmp_path, raw, expected):
     from planc.errors import PlanError
 

@@ -8,7 +8,7 @@ import pytest
 
 from planc.dsl import load_plan
 from planc.dsl.load import MAX_PLAN_BYTES, known_strategies
-from planc.errors import PlanError
+
 from .helpers import EXAMPLE_PLANS, PLANS, run_cli
 
 EXPECTED_SUMMARIES = {
@@ -63,7 +63,7 @@ def test_check_json_is_the_plan(capsys):
 
 def test_check_several_files_reports_each_and_fails_if_any_fails(tmp_path, capsys):
     bad = tmp_path / "bad.plan"
-    bad.write_text("model { preset = \"gpt2\" }\n")
+    bad.write_text('model { preset = "gpt2" }\n')
     good = PLANS / "tiny-cpu.plan"
     code, out, err = run_cli(capsys, "check", str(good), str(bad), str(good))
     assert code == 1
@@ -73,9 +73,18 @@ def test_check_several_files_reports_each_and_fails_if_any_fails(tmp_path, capsy
 
 
 def test_check_prints_notes(tmp_path, capsys):
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "vocab_size": 128, "max_position_embeddings": 64}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "gpt_neox",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "vocab_size": 128,
+                "max_position_embeddings": 64,
+            }
+        )
+    )
     plan = tmp_path / "neox.plan"
     plan.write_text('model from "config.json"\nhardware { device = "cpu" }\ntrain { global_batch = 4 }\n')
     code, out, _ = run_cli(capsys, "check", str(plan))
@@ -84,6 +93,7 @@ def test_check_prints_notes(tmp_path, capsys):
 
 
 # -- files that are not plans -----------------------------------------------------------------
+
 
 def _check(capsys, path) -> str:
     code, out, err = run_cli(capsys, "check", str(path))
@@ -158,12 +168,14 @@ def test_byte_order_mark_and_crlf_are_fine(tmp_path):
 def test_relative_paths_resolve_against_the_plan_file(tmp_path):
     (tmp_path / "corpus.txt").write_text("hello world\n")
     path = tmp_path / "p.plan"
-    path.write_text('model { preset = "gpt2" }\nhardware { device = "cpu" }\n'
-                    'train { global_batch = 4  data = "corpus.txt" }\n')
+    path.write_text(
+        'model { preset = "gpt2" }\nhardware { device = "cpu" }\ntrain { global_batch = 4  data = "corpus.txt" }\n'
+    )
     assert load_plan(path).train.data == str((tmp_path / "corpus.txt").resolve())
 
 
 # -- which strategies `use` may name ------------------------------------------------------------
+
 
 def test_known_strategies_are_entry_point_names_restricted_by_env(monkeypatch):
     monkeypatch.delenv("PLANC_PLUGINS")
@@ -179,11 +191,18 @@ def test_checking_does_not_import_plugins_or_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from planc.cli import main; main(['check', 'plans/tiny-cpu.plan']); "
-            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('planc.strategies.') "
-            "and m != 'planc.strategies.api']; print(bad)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            cwd=PLANS.parent, env={**os.environ, "PLANC_PLUGINS": ""})
+    code = (
+        "import sys; from planc.cli import main; main(['check', 'plans/tiny-cpu.plan']); "
+        "bad = [m for m in sys.modules if m == 'torch' or m.startswith('planc.strategies.') "
+        "and m != 'planc.strategies.api']; print(bad)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=PLANS.parent,
+        env={**os.environ, "PLANC_PLUGINS": ""},
+    )
     assert result.returncode == 0 and result.stdout.strip().endswith("[]"), result.stdout + result.stderr
 
 

@@ -8,7 +8,7 @@ from planc.errors import PlanError, PlanErrors
 from planc.spec import SpecIssue
 from planc.units import Quantity
 
-SOURCE = '''model "m" {
+SOURCE = """model "m" {
   layers = 2
 }
 hardware {
@@ -16,7 +16,7 @@ hardware {
   memory = 8 GiB
 }
 use fsdp { reshard = true  sizes = [1 MiB, 2] }
-'''
+"""
 
 
 def test_raw_data_and_locations():
@@ -36,14 +36,17 @@ def test_raw_data_and_locations():
     assert (lowered.keys[("hardware", "memory")].line, lowered.keys[("hardware", "memory")].col) == (6, 3)
 
 
-@pytest.mark.parametrize("path,message,where", [
-    (("hardware", "memory"), "bad memory", (6, 12)),       # the value
-    (("hardware", "memory"), "unknown key 'memory'", (6, 3)),  # about the key: the key
-    (("hardware", "nodes"), "not written", (4, 1)),        # not in the file: the block header
-    (("uses", 0, "options", "rank"), "x", (8, 5)),        # longest prefix that exists
-    (("layout", "tp"), "no layout block", None),           # nothing of it in the file: file:1:1
-    ((), "the plan as a whole", None),
-])
+@pytest.mark.parametrize(
+    "path,message,where",
+    [
+        (("hardware", "memory"), "bad memory", (6, 12)),  # the value
+        (("hardware", "memory"), "unknown key 'memory'", (6, 3)),  # about the key: the key
+        (("hardware", "nodes"), "not written", (4, 1)),  # not in the file: the block header
+        (("uses", 0, "options", "rank"), "x", (8, 5)),  # longest prefix that exists
+        (("layout", "tp"), "no layout block", None),  # nothing of it in the file: file:1:1
+        ((), "the plan as a whole", None),
+    ],
+)
 def test_locate_falls_back_along_the_path(path, message, where):
     lowered = lower(parse(SOURCE, "x.plan"))
     error = locate(SpecIssue(path, message, "a hint"), lowered)
@@ -55,7 +58,9 @@ def test_locate_falls_back_along_the_path(path, message, where):
 
 
 def test_preset_issues_point_at_the_preset():
-    text = 'model { preset = "gpt2" }\nhardware { device = "A100-80GB" }\ntrain { global_batch = 8 }\nlayout { tp = 8 }\n'
+    text = (
+        'model { preset = "gpt2" }\nhardware { device = "A100-80GB" }\ntrain { global_batch = 8 }\nlayout { tp = 8 }\n'
+    )
     with pytest.raises(PlanError) as caught:
         load_plan_text(text, "x.plan")
     # gpt2 has 12 heads: the issue is about tp, and points at tp (the preset's heads are not written).
@@ -63,8 +68,7 @@ def test_preset_issues_point_at_the_preset():
 
 
 def test_issue_about_a_key_the_preset_set_points_at_the_preset():
-    text = ('model { preset = "gpt2"  kv_heads = 5 }\nhardware { device = "A100-80GB" }\n'
-            'train { global_batch = 8 }\n')
+    text = 'model { preset = "gpt2"  kv_heads = 5 }\nhardware { device = "A100-80GB" }\ntrain { global_batch = 8 }\n'
     with pytest.raises(PlanError) as caught:
         load_plan_text(text, "x.plan")
     assert str(caught.value).startswith("x.plan:1:37: error: kv_heads = 5 does not divide heads = 12")
@@ -73,16 +77,18 @@ def test_issue_about_a_key_the_preset_set_points_at_the_preset():
 def test_label_and_name_key_conflict():
     with pytest.raises(PlanErrors) as caught:
         load_plan_text('model "a" { name = "b" }\nhardware { device = "cpu" }\ntrain { global_batch = 1 }', "x")
-    conflict, = [e for e in caught.value.errors if "set twice" in e.message]
+    (conflict,) = [e for e in caught.value.errors if "set twice" in e.message]
     assert conflict.message == "'name' is set twice: by the block header and by this key"
     assert (conflict.location.line, conflict.location.col) == (1, 13)
     assert conflict.hint == 'line 1 already says model "a"; keep one of the two'
 
 
 def test_all_problems_of_a_file_are_reported_together_in_source_order():
-    text = ('model { preset = "gpt2"  mlp = relu }\n'
-            'hardwre { device = "cpu" }\n'
-            'train { global_batch = 0  precision = fp8 }\n')
+    text = (
+        'model { preset = "gpt2"  mlp = relu }\n'
+        'hardwre { device = "cpu" }\n'
+        "train { global_batch = 0  precision = fp8 }\n"
+    )
     with pytest.raises(PlanErrors) as caught:
         load_plan_text(text, "x.plan")
     assert [(e.location.line, e.location.col) for e in caught.value.errors] == [(1, 32), (2, 1), (3, 24), (3, 39)]
@@ -91,16 +97,20 @@ def test_all_problems_of_a_file_are_reported_together_in_source_order():
 
 
 def test_plugin_options_get_quantities_in_base_units_lists_included():
-    text = ('model { preset = "gpt2" }\nhardware { device = "cpu" }\ntrain { global_batch = 8 }\n'
-            'use ddp { bucket = 25 MB  sizes = [1 KiB, 2]  mode = fast }\n')
+    text = (
+        'model { preset = "gpt2" }\nhardware { device = "cpu" }\ntrain { global_batch = 8 }\n'
+        "use ddp { bucket = 25 MB  sizes = [1 KiB, 2]  mode = fast }\n"
+    )
     plan = build(parse(text, "x.plan"), known_strategies={"ddp"})  # lowering only: ddp takes no such options
     assert plan.uses[0].options == {"bucket": 25e6, "sizes": [1024.0, 2], "mode": "fast"}
     assert '"sizes": [\n' in plan.to_json()  # plain JSON numbers, not objects
 
 
 def test_use_options_are_validated_by_the_strategy_and_located():
-    text = ('model { preset = "gpt2" }\nhardware { device = "cpu" }\ntrain { global_batch = 8 }\n'
-            'use ddp { buckt = 25 MB }\n')
+    text = (
+        'model { preset = "gpt2" }\nhardware { device = "cpu" }\ntrain { global_batch = 8 }\n'
+        "use ddp { buckt = 25 MB }\n"
+    )
     with pytest.raises(PlanErrors) as caught:
         load_plan_text(text, "x.plan")
     (error,) = caught.value.errors
@@ -111,7 +121,9 @@ def test_use_options_are_validated_by_the_strategy_and_located():
 def test_a_flood_of_errors_is_cut_short():
     keys = "\n".join(f"  k{i} = {i}" for i in range(60))
     with pytest.raises(PlanErrors) as caught:
-        load_plan_text(f'model {{ preset = "gpt2" }}\nhardware {{ device = "cpu" }}\ntrain {{ global_batch = 8\n{keys}\n}}\n', "x")
+        load_plan_text(
+            f'model {{ preset = "gpt2" }}\nhardware {{ device = "cpu" }}\ntrain {{ global_batch = 8\n{keys}\n}}\n', "x"
+        )
     errors = caught.value.errors
     assert len(errors) == 51 and all(e.message.startswith("unknown key 'k") for e in errors[:50])
     assert errors[-1].message == "... and 10 more problems in this file" and errors[-1].location is None

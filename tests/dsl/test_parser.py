@@ -8,16 +8,17 @@ from lark import Token, Tree
 from planc.dsl import ast, parse
 from planc.dsl.parser import ToAst, lark_parser
 from planc.errors import PlanError, PlanErrors
+
 from .helpers import EXAMPLE_PLANS
 
-EVERYTHING = '''
+EVERYTHING = """
 # every construct of the language
 model "tiny" { layers = 4  hidden = 1_024 }
 use foo
 use bar { flag = true  off = false  mode = auto  names = [a, "b", 3, 80 GiB, 1f1b,]  empty = [] }
 hardware { device = "cpu"  memory = 80 GiB  net = 200Gb/s  peak = 312 TFLOPS }
 train { lr = 3e-4  big = 1e3  f = 1.5e3  neg = -3  sched = zero-bubble  data = synthetic }
-'''
+"""
 #: The other form of the model block (a plan has one model block).
 MODEL_FROM = 'model from "configs/x/config.json" { seq_len = 2_048 }\nmodel from "c.json"\n'
 
@@ -43,8 +44,9 @@ def test_every_grammar_rule_has_a_node_class():
 
 
 def test_the_example_sources_use_every_rule():
-    used = {subtree.data for source in (EVERYTHING, MODEL_FROM)
-            for subtree in lark_parser().parse(source).iter_subtrees()}
+    used = {
+        subtree.data for source in (EVERYTHING, MODEL_FROM) for subtree in lark_parser().parse(source).iter_subtrees()
+    }
     assert used == tree_names()
 
 
@@ -56,8 +58,11 @@ def _no_lark_objects(root):
             assert (item.end_line, item.end_column) >= (item.line, item.column)
 
 
-@pytest.mark.parametrize("source", [EVERYTHING, MODEL_FROM.split("\n")[0]] + [p.read_text() for p in EXAMPLE_PLANS],
-                         ids=["everything", "model-from"] + [p.stem for p in EXAMPLE_PLANS])
+@pytest.mark.parametrize(
+    "source",
+    [EVERYTHING, MODEL_FROM.split("\n")[0]] + [p.read_text() for p in EXAMPLE_PLANS],
+    ids=["everything", "model-from"] + [p.stem for p in EXAMPLE_PLANS],
+)
 def test_transform_is_total(source):
     _no_lark_objects(parse(source, "x.plan"))
 
@@ -69,8 +74,13 @@ def test_values_and_positions():
     assert bar["flag"] == ast.Bool(value=True, line=5, column=18, end_line=5, end_column=22)
     assert isinstance(bar["mode"], ast.Auto)
     names = bar["names"]
-    assert isinstance(names, ast.ListValue) and [type(i).__name__ for i in names.items] == \
-        ["Word", "String", "Number", "Quantity", "Word"]
+    assert isinstance(names, ast.ListValue) and [type(i).__name__ for i in names.items] == [
+        "Word",
+        "String",
+        "Number",
+        "Quantity",
+        "Word",
+    ]
     assert bar["empty"].items == ()
     hw = {e.key.text: e.value for e in blocks["hardware"].entries}
     assert (hw["memory"].number, hw["memory"].unit, hw["memory"].raw) == (80, "GiB", "80 GiB")
@@ -111,8 +121,12 @@ def test_every_kind_of_line_end_ends_a_comment(newline):
 def test_a_key_after_a_number_is_not_read_as_a_unit():
     # `8 h` is 8 hours, but in `nodes = 8 h = 2` (or before a key like `min_lr`) it is not.
     plan = parse("train { steps = 8 min_lr = 0 }\nhardware { nodes = 8 s = 2 }", "x")
-    assert [(e.key.text, type(e.value).__name__) for b in plan.blocks for e in b.entries] == \
-        [("steps", "Number"), ("min_lr", "Number"), ("nodes", "Number"), ("s", "Number")]
+    assert [(e.key.text, type(e.value).__name__) for b in plan.blocks for e in b.entries] == [
+        ("steps", "Number"),
+        ("min_lr", "Number"),
+        ("nodes", "Number"),
+        ("s", "Number"),
+    ]
 
 
 @pytest.mark.parametrize("word", ["1f1b", "zero-bubble", "gelu", "A100-80GB", "_x", "e3"])
@@ -121,19 +135,38 @@ def test_bare_words(word):
     assert entry.value == ast.Word(value=word, line=1, column=21, end_line=1, end_column=21 + len(word))
 
 
-@pytest.mark.parametrize("text,value", [
-    ("1_000", 1000), ("1e3", 1000), ("10e-1", 1), ("1.0", 1.0), ("2.5e-3", 0.0025), ("-7", -7), ("+3", 3),
-    ("0", 0), ("1_000.000_1", 1000.0001), ("123456789012345678901234567890", 123456789012345678901234567890),
-])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("1_000", 1000),
+        ("1e3", 1000),
+        ("10e-1", 1),
+        ("1.0", 1.0),
+        ("2.5e-3", 0.0025),
+        ("-7", -7),
+        ("+3", 3),
+        ("0", 0),
+        ("1_000.000_1", 1000.0001),
+        ("123456789012345678901234567890", 123456789012345678901234567890),
+    ],
+)
 def test_numbers(text, value):
     (entry,) = parse(f"train {{ x = {text} }}", "x").blocks[0].entries
     assert entry.value.value == value and type(entry.value.value) is type(value) and entry.value.raw == text
 
 
-@pytest.mark.parametrize("raw,value", [
-    (r'"plain"', "plain"), (r'"a\"b"', 'a"b'), (r'"back\\slash"', "back\\slash"), (r'"t\tn\n"', "t\tn\n"),
-    (r'"\u00e9t\u00E9"', "été"), (r'"a/b"', "a/b"), (r'"é # not a comment"', "é # not a comment"),
-])
+@pytest.mark.parametrize(
+    "raw,value",
+    [
+        (r'"plain"', "plain"),
+        (r'"a\"b"', 'a"b'),
+        (r'"back\\slash"', "back\\slash"),
+        (r'"t\tn\n"', "t\tn\n"),
+        (r'"\u00e9t\u00E9"', "été"),
+        (r'"a/b"', "a/b"),
+        (r'"é # not a comment"', "é # not a comment"),
+    ],
+)
 def test_strings(raw, value):
     (entry,) = parse(f"train {{ data = {raw} }}", "x").blocks[0].entries
     assert entry.value.value == value and entry.value.raw == raw
@@ -186,15 +219,16 @@ def test_comments_are_kept_and_attached():
 
 
 def test_no_comment_is_lost_in_odd_places():
-    source = ('model # a\n{ x = [1,  # b\n 2]  # c\n}\nuse foo  # d\n'
-              'hardware { a = 1 } # e\n# f\ntrain { # g\n}')
+    source = "model # a\n{ x = [1,  # b\n 2]  # c\n}\nuse foo  # d\nhardware { a = 1 } # e\n# f\ntrain { # g\n}"
     plan = parse(source, "x")
     found = sorted(item.text for item in ast.walk(plan) if isinstance(item, ast.Comment))
     assert found == ["# a", "# b", "# c", "# d", "# e", "# f", "# g"]
 
 
-@pytest.mark.parametrize("junk", ["[" * 100_000, "{" * 100_000, "model { a = " + "[" * 100_000,
-                                  "model {" * 50_000, "}" * 100_000, '"' * 100_001])
+@pytest.mark.parametrize(
+    "junk",
+    ["[" * 100_000, "{" * 100_000, "model { a = " + "[" * 100_000, "model {" * 50_000, "}" * 100_000, '"' * 100_001],
+)
 def test_deep_nesting_and_long_runs_give_a_plan_error(junk):
     with pytest.raises(PlanError) as caught:
         parse(junk, "x.plan")

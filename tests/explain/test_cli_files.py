@@ -54,7 +54,9 @@ def test_explain_reads_a_run_directorys_plan_json(plan_file, tmp_path, capsys):
     from_json = capsys.readouterr().out
     assert main(["explain", str(plan_file)]) == 0
     from_plan = capsys.readouterr().out
-    assert from_json.split("\n", 1)[1].split("layouts scored")[0] == from_plan.split("\n", 1)[1].split("layouts scored")[0]
+    assert (
+        from_json.split("\n", 1)[1].split("layouts scored")[0] == from_plan.split("\n", 1)[1].split("layouts scored")[0]
+    )
 
     # An edited plan.json is checked like a .plan file: fields, then the cross-key rules.
     record = json.loads((run_dir / "plan.json").read_text())
@@ -73,7 +75,7 @@ def test_explain_reads_a_run_directorys_plan_json(plan_file, tmp_path, capsys):
 def test_names_that_do_not_print_are_shown_escaped(tmp_path, capsys):
     # ESC [31m would turn a terminal red; a newline would forge a line; XML 1.0 forbids ESC.
     hostile = tmp_path / "hostile.plan"
-    hostile.write_text(PLAN.replace('model {', 'model "a\\u001b[31mb\\nc" {'))
+    hostile.write_text(PLAN.replace("model {", 'model "a\\u001b[31mb\\nc" {'))
     svg = tmp_path / "out.svg"
     assert main(["explain", str(hostile), "--svg", str(svg)]) == 0
     out = capsys.readouterr().out

@@ -20,13 +20,23 @@ def write(tmp_path, name, raw):
     return str(path)
 
 
-FITS = {"model": {"preset": "gpt2-medium"}, "hardware": {"device": "A100-80GB", "nodes": 1},
-        "train": {"global_batch": 64}}
-PIPELINE = {"model": {"preset": "llama2-13b", "seq_len": 2048}, "hardware": {"device": "A100-40GB", "nodes": 2},
-            "train": {"global_batch": 64}, "layout": {"pp": 4, "tp": 2, "schedule": "1f1b"}}
-TOO_BIG = {"model": {"preset": "llama2-7b"}, "hardware": {"device": "A100-80GB", "nodes": 1, "per_node": 1},
-           "train": {"global_batch": 8, "micro_batch": 1},
-           "layout": {"tp": 1, "pp": 1, "dp": 1, "zero": 0, "recompute": "none"}}
+FITS = {
+    "model": {"preset": "gpt2-medium"},
+    "hardware": {"device": "A100-80GB", "nodes": 1},
+    "train": {"global_batch": 64},
+}
+PIPELINE = {
+    "model": {"preset": "llama2-13b", "seq_len": 2048},
+    "hardware": {"device": "A100-40GB", "nodes": 2},
+    "train": {"global_batch": 64},
+    "layout": {"pp": 4, "tp": 2, "schedule": "1f1b"},
+}
+TOO_BIG = {
+    "model": {"preset": "llama2-7b"},
+    "hardware": {"device": "A100-80GB", "nodes": 1, "per_node": 1},
+    "train": {"global_batch": 8, "micro_batch": 1},
+    "layout": {"tp": 1, "pp": 1, "dp": 1, "zero": 0, "recompute": "none"},
+}
 
 
 def test_text_explanation(tmp_path, capsys):
@@ -39,10 +49,26 @@ def test_text_explanation(tmp_path, capsys):
 def test_json_has_the_documented_keys(tmp_path, capsys):
     assert main(["explain", write(tmp_path, "fits", FITS), "--json", "--top", "3"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert set(d["layout"]) == {"tp", "pp", "dp", "zero", "recompute", "schedule", "micro_batch",
-                                "virtual_stages", "sequence_parallel"}
-    assert {"params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "transient_bytes",
-            "total_bytes", "capacity_bytes"} <= set(d["memory"])
+    assert set(d["layout"]) == {
+        "tp",
+        "pp",
+        "dp",
+        "zero",
+        "recompute",
+        "schedule",
+        "micro_batch",
+        "virtual_stages",
+        "sequence_parallel",
+    }
+    assert {
+        "params_bytes",
+        "grads_bytes",
+        "optimizer_bytes",
+        "activations_bytes",
+        "transient_bytes",
+        "total_bytes",
+        "capacity_bytes",
+    } <= set(d["memory"])
     assert {"step_s", "compute_s", "bubble_s", "exposed_comm_s"} <= set(d["time"])
     assert {"tokens_per_s", "model_tflops_per_device", "hardware_tflops_per_device", "mfu"} <= set(d["throughput"])
     assert d["model"]["params"] == build_plan(FITS).model.params
@@ -54,8 +80,14 @@ def test_json_has_the_documented_keys(tmp_path, capsys):
     assert parts == pytest.approx(m["total_bytes"])
     # and the step time to its parts
     t = d["time"]
-    assert t["step_s"] == pytest.approx(t["compute_s"] + t["recompute_s"] + t["bubble_s"] + t["optimizer_s"]
-                                        + sum(t["exposed_comm_s"].values()) + sum(t["other_s"].values()))
+    assert t["step_s"] == pytest.approx(
+        t["compute_s"]
+        + t["recompute_s"]
+        + t["bubble_s"]
+        + t["optimizer_s"]
+        + sum(t["exposed_comm_s"].values())
+        + sum(t["other_s"].values())
+    )
 
 
 def test_pipeline_timeline_and_svg(tmp_path, capsys):
@@ -90,6 +122,8 @@ def test_bad_arguments_are_clear_errors(tmp_path, capsys):
 
 
 def test_explain_never_imports_torch():
-    code = ("import sys; from planc.cli import main; import planc.planner, planc.explain.report, planc.explain.svg; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys; from planc.cli import main; import planc.planner, planc.explain.report, planc.explain.svg; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

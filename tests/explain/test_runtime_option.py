@@ -20,13 +20,13 @@ ROWS = json.loads((Path(__file__).resolve().parent.parent / "data" / "megatron_t
 
 def plan_text(row: dict) -> str:
     schedule = "  schedule = interleaved" if row["pp"] > 1 else ""
-    return f"""model "{row['id']}" {{
-  layers = {row['layers']}  hidden = {row['hidden']}  heads = {row['heads']}  ffn = {row['ffn']}
-  vocab = {row['vocab']}  seq_len = {row['seq_len']}
+    return f"""model "{row["id"]}" {{
+  layers = {row["layers"]}  hidden = {row["hidden"]}  heads = {row["heads"]}  ffn = {row["ffn"]}
+  vocab = {row["vocab"]}  seq_len = {row["seq_len"]}
 }}
-hardware {{ device = "A100-80GB"  nodes = {row['gpus'] // 8}  per_node = 8  inter_node_bw = 200 Gb/s }}
-train {{ global_batch = {row['global_batch']}  precision = bf16  optimizer = adam }}
-layout {{ tp = {row['tp']}  pp = {row['pp']}  dp = {row['dp']}  zero = 0  recompute = full{schedule} }}
+hardware {{ device = "A100-80GB"  nodes = {row["gpus"] // 8}  per_node = 8  inter_node_bw = 200 Gb/s }}
+train {{ global_batch = {row["global_batch"]}  precision = bf16  optimizer = adam }}
+layout {{ tp = {row["tp"]}  pp = {row["pp"]}  dp = {row["dp"]}  zero = 0  recompute = full{schedule} }}
 """
 
 

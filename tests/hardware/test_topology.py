@@ -5,8 +5,13 @@ from planc.spec import ParallelDims, build_plan
 
 
 def hardware(nodes=4, per_node=8):
-    return build_plan({"model": {"preset": "gpt2"}, "hardware": {"device": "A100-80GB", "nodes": nodes,
-                       "per_node": per_node}, "train": {"global_batch": 64}}).hardware
+    return build_plan(
+        {
+            "model": {"preset": "gpt2"},
+            "hardware": {"device": "A100-80GB", "nodes": nodes, "per_node": per_node},
+            "train": {"global_batch": 64},
+        }
+    ).hardware
 
 
 def test_graph_shape():

@@ -8,9 +8,14 @@ from planc.spec import Layout, build_plan
 
 
 def plan(model=None, nodes=1, per_node=8, device="A100-80GB", gb=64, layout=None, **train):
-    return build_plan({"model": model or {"preset": "gpt2-medium"},
-                       "hardware": {"device": device, "nodes": nodes, "per_node": per_node},
-                       "train": {"global_batch": gb, **train}, "layout": layout or {}})
+    return build_plan(
+        {
+            "model": model or {"preset": "gpt2-medium"},
+            "hardware": {"device": device, "nodes": nodes, "per_node": per_node},
+            "train": {"global_batch": gb, **train},
+            "layout": layout or {},
+        }
+    )
 
 
 def L(**kw):
@@ -20,10 +25,21 @@ def L(**kw):
 
 
 def test_ladder_order():
-    ladder = [L(tp=1, dp=1), L(), L(zero=1), L(zero=2), L(zero=3), L(recompute="selective"), L(recompute="full"),
-              L(tp=2, dp=4), L(tp=2, dp=4, sequence_parallel=True), L(pp=2, dp=4, schedule="1f1b"),
-              L(pp=2, dp=4, schedule="gpipe"), L(pp=2, dp=4, schedule="interleaved", virtual_stages=2),
-              L(pp=2, dp=4, schedule="zero-bubble")]
+    ladder = [
+        L(tp=1, dp=1),
+        L(),
+        L(zero=1),
+        L(zero=2),
+        L(zero=3),
+        L(recompute="selective"),
+        L(recompute="full"),
+        L(tp=2, dp=4),
+        L(tp=2, dp=4, sequence_parallel=True),
+        L(pp=2, dp=4, schedule="1f1b"),
+        L(pp=2, dp=4, schedule="gpipe"),
+        L(pp=2, dp=4, schedule="interleaved", virtual_stages=2),
+        L(pp=2, dp=4, schedule="zero-bubble"),
+    ]
     assert [RUNGS[rung_of(x)] for x in ladder] == list(RUNGS)
     ranks = [complexity(x) for x in ladder]
     assert ranks == sorted(ranks)
@@ -69,8 +85,13 @@ def test_fixed_keys_are_obeyed():
 
 def test_a_fully_fixed_layout_is_evaluated_as_given_even_if_it_does_not_fit():
     # llama2-7b on one 80 GiB GPU with DDP: states alone 16 B x 6.7e9 = 108 GB > 80 GiB
-    p = plan(model={"preset": "llama2-7b", "seq_len": 2048}, per_node=1, gb=8,
-             layout={"tp": 1, "pp": 1, "dp": 1, "zero": 0, "recompute": "full"}, micro_batch=1)
+    p = plan(
+        model={"preset": "llama2-7b", "seq_len": 2048},
+        per_node=1,
+        gb=8,
+        layout={"tp": 1, "pp": 1, "dp": 1, "zero": 0, "recompute": "full"},
+        micro_batch=1,
+    )
     choice = choose(p)
     assert choice.fixed and not choice.fits
     assert (choice.layout.tp, choice.layout.dp, choice.layout.recompute) == (1, 1, "full")
@@ -94,16 +115,22 @@ def test_why_not_simpler_has_numbers():
     assert rows["DDP"].fits is False
     assert rows["DDP"].memory_bytes > rows["DDP"].capacity_bytes
     assert all(r.reason for r in choice.rejected)
-    assert [r.strategy for r in choice.rejected] == [s for s in RUNGS[1:rung_of(choice.layout)]]
+    assert [r.strategy for r in choice.rejected] == [s for s in RUNGS[1 : rung_of(choice.layout)]]
 
 
-@pytest.mark.parametrize("fixed,holds", [
-    ({"schedule": "gpipe"}, lambda lay: lay.pp > 1 and lay.schedule == "gpipe"),
-    ({"schedule": "interleaved", "virtual_stages": 4}, lambda lay: lay.schedule == "interleaved" and lay.virtual_stages == 4),
-    ({"virtual_stages": 2}, lambda lay: lay.pp > 1 and lay.virtual_stages == 2),
-    ({"sequence_parallel": True}, lambda lay: lay.tp > 1 and lay.sequence_parallel),
-    ({"zero": 3}, lambda lay: lay.dp > 1 and lay.zero == 3),
-])
+@pytest.mark.parametrize(
+    "fixed,holds",
+    [
+        ({"schedule": "gpipe"}, lambda lay: lay.pp > 1 and lay.schedule == "gpipe"),
+        (
+            {"schedule": "interleaved", "virtual_stages": 4},
+            lambda lay: lay.schedule == "interleaved" and lay.virtual_stages == 4,
+        ),
+        ({"virtual_stages": 2}, lambda lay: lay.pp > 1 and lay.virtual_stages == 2),
+        ({"sequence_parallel": True}, lambda lay: lay.tp > 1 and lay.sequence_parallel),
+        ({"zero": 3}, lambda lay: lay.dp > 1 and lay.zero == 3),
+    ],
+)
 def test_a_fixed_key_is_never_dropped_to_make_room(fixed, holds):
     # gpt2 (124 M) fits one GPU, so without the rule the planner's simplest answer (pp = 1,
     # tp = 1) would silently leave each of these keys out.
@@ -127,8 +154,12 @@ def test_the_tp_rung_names_the_arithmetic_that_rules_it_out():
     choice = choose(p)
     assert choice.layout.pp > 1 and choice.layout.tp in (2, 4)
     reasons = {r.strategy: r.reason for r in choice.rejected}
-    assert reasons["+ TP"] == ("not possible: covering the 12 devices without pipelining needs dp = 3 or 6, "
-                               "which does not divide global_batch = 7")
-    assert reasons["DDP"] == ("not possible: covering the 12 devices by data parallelism alone needs dp = 12, "
-                              "more than global_batch = 7 sequences")
+    assert reasons["+ TP"] == (
+        "not possible: covering the 12 devices without pipelining needs dp = 3 or 6, "
+        "which does not divide global_batch = 7"
+    )
+    assert reasons["DDP"] == (
+        "not possible: covering the 12 devices by data parallelism alone needs dp = 12, "
+        "more than global_batch = 7 sequences"
+    )
     assert all(c.layout.tp in (1, 2, 4) for c in search(p).fitting)

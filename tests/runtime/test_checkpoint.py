@@ -18,17 +18,29 @@ from planc.runtime.optim import build_lr_scheduler, build_optimizer
 from planc.runtime.reference import train_reference
 from planc.spec import build_plan
 
-TINY = dict(layers=2, hidden=32, heads=4, kv_heads=2, vocab=64, seq_len=16, vocab_multiple=1,
-            mlp="swiglu", norm="rmsnorm", position="rope")
+TINY = dict(
+    layers=2,
+    hidden=32,
+    heads=4,
+    kv_heads=2,
+    vocab=64,
+    seq_len=16,
+    vocab_multiple=1,
+    mlp="swiglu",
+    norm="rmsnorm",
+    position="rope",
+)
 
 
 def plan(every=4, keep=3, steps=8):
-    return build_plan({
-        "model": TINY,
-        "hardware": {"device": "cpu"},
-        "train": dict(global_batch=8, micro_batch=4, lr=3e-3, warmup_steps=3, steps=steps, precision="fp32"),
-        "checkpoint": dict(every=every, keep=keep),
-    })
+    return build_plan(
+        {
+            "model": TINY,
+            "hardware": {"device": "cpu"},
+            "train": dict(global_batch=8, micro_batch=4, lr=3e-3, warmup_steps=3, steps=steps, precision="fp32"),
+            "checkpoint": dict(every=every, keep=keep),
+        }
+    )
 
 
 def test_resume_gives_the_losses_of_an_uninterrupted_run(tmp_path):

@@ -13,8 +13,8 @@ trainer (plain AdamW over the whole model) and must reproduce the uninterrupted 
 
 import pytest
 import torch
-
 from multiproc import run_gloo
+
 from planc.runtime.reference import train_reference
 from planc.spec import Plan, build_plan
 
@@ -23,12 +23,14 @@ TOL = 1e-5  # fp32, reductions in another order
 
 
 def make_plan() -> Plan:
-    return build_plan({
-        "model": MODEL,
-        "hardware": {"device": "cpu"},
-        "train": dict(global_batch=8, micro_batch=2, lr=3e-3, warmup_steps=1, steps=4, precision="fp32"),
-        "checkpoint": dict(every=2, keep=2),
-    })
+    return build_plan(
+        {
+            "model": MODEL,
+            "hardware": {"device": "cpu"},
+            "train": dict(global_batch=8, micro_batch=2, lr=3e-3, warmup_steps=1, steps=4, precision="fp32"),
+            "checkpoint": dict(every=2, keep=2),
+        }
+    )
 
 
 def _train_steps(model, optimizer, scheduler, plan, steps, dp_rank, dp):
@@ -62,9 +64,9 @@ def _ranks(rank: int, world_size: int, plan_json: str, ckpt_dir: str, zero_dir: 
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.optim import ZeroRedundancyOptimizer
-    from torch.nn.parallel import DistributedDataParallel
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.nn.parallel import DistributedDataParallel
 
     from planc.runtime.checkpoint import load_checkpoint, save_checkpoint
     from planc.runtime.model import build_model, init_weights, loss_fn
@@ -84,8 +86,13 @@ def _ranks(rank: int, world_size: int, plan_json: str, ckpt_dir: str, zero_dir: 
     init_weights(bare, plan.train.seed)
     t = plan.train
     decayed, not_decayed = parameter_groups(bare.parameters(), t.weight_decay)  # what build_optimizer uses
-    zero = ZeroRedundancyOptimizer(decayed["params"], optimizer_class=torch.optim.AdamW, lr=t.lr,
-                                   betas=(t.beta1, t.beta2), weight_decay=decayed["weight_decay"])
+    zero = ZeroRedundancyOptimizer(
+        decayed["params"],
+        optimizer_class=torch.optim.AdamW,
+        lr=t.lr,
+        betas=(t.beta1, t.beta2),
+        weight_decay=decayed["weight_decay"],
+    )
     zero.add_param_group(not_decayed)
     zero_sched = build_lr_scheduler(zero, t)
     losses = _train_steps(DistributedDataParallel(bare), zero, zero_sched, plan, range(0, 2), rank, world_size)
@@ -104,12 +111,17 @@ def _ranks(rank: int, world_size: int, plan_json: str, ckpt_dir: str, zero_dir: 
 
     # 2. Tensor parallel over tp = 2 loads it (another sharding of every matrix) and trains steps 3-4.
     tp = build_model(plan.model, device="meta")
-    layout = {"tok_embeddings": RowwiseParallel(input_layouts=Replicate()),
-              "output": ColwiseParallel(output_layouts=Replicate())}
+    layout = {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate()),
+        "output": ColwiseParallel(output_layouts=Replicate()),
+    }
     for i in tp.layers:
         layout |= {f"layers.{i}.attention.{w}": ColwiseParallel() for w in ("wq", "wk", "wv")}
-        layout |= {f"layers.{i}.attention.wo": RowwiseParallel(), f"layers.{i}.feed_forward.w1": ColwiseParallel(),
-                   f"layers.{i}.feed_forward.w2": RowwiseParallel()}
+        layout |= {
+            f"layers.{i}.attention.wo": RowwiseParallel(),
+            f"layers.{i}.feed_forward.w1": ColwiseParallel(),
+            f"layers.{i}.feed_forward.w2": RowwiseParallel(),
+        }
     parallelize_module(tp, mesh, layout)
     tp, tp_opt, tp_sched = materialise(tp)
     metadata = load_checkpoint(ckpt_dir, [tp], [tp_opt], [tp_sched])

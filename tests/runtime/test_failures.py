@@ -4,8 +4,10 @@ import torch
 
 from planc.runtime.failures import describe_failure
 
-GLOO_PEER_GONE = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
-                  "[127.0.0.1]:5309. This is typically caused by a remote worker crashing. Check the logs")
+GLOO_PEER_GONE = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+    "[127.0.0.1]:5309. This is typically caused by a remote worker crashing. Check the logs"
+)
 
 
 def test_lost_peer_is_named_without_glooisms():

@@ -9,9 +9,11 @@ import sys
 from planc.runtime.reference import train_reference
 from planc.spec import build_plan
 
-PLAN = {"model": {"layers": 2, "hidden": 32, "heads": 4, "vocab": 64, "seq_len": 16, "vocab_multiple": 32},
-        "hardware": {"device": "cpu", "per_node": 1},
-        "train": {"global_batch": 4, "precision": "fp32", "lr": 1e-2, "steps": 3, "seed": 3}}
+PLAN = {
+    "model": {"layers": 2, "hidden": 32, "heads": 4, "vocab": 64, "seq_len": 16, "vocab_multiple": 32},
+    "hardware": {"device": "cpu", "per_node": 1},
+    "train": {"global_batch": 4, "precision": "fp32", "lr": 1e-2, "steps": 3, "seed": 3},
+}
 
 SCRIPT = """
 import json, sys
@@ -31,8 +33,12 @@ finally:
 
 
 def run(layout: dict) -> object:
-    done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(PLAN), json.dumps(layout)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, json.dumps(PLAN), json.dumps(layout)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -70,8 +76,12 @@ def interrupt_run(plan: dict, out_dir) -> tuple[int, str]:
     import signal
     import threading
 
-    process = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE, json.dumps(plan), str(out_dir)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTIBLE, json.dumps(plan), str(out_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     timer = threading.Timer(120, process.kill)  # never hang the suite
     timer.start()
     try:

@@ -7,7 +7,6 @@ with column/row-wise plans, so the attention must find its local heads) and FSDP
 
 import pytest
 import torch
-
 from multiproc import run_gloo
 
 SPEC = dict(
@@ -32,8 +31,10 @@ def _check_tp_and_fsdp(rank: int, world_size: int) -> None:
 
     # Tensor parallel (Megatron-style plan, addressed by the model's module names).
     tp = build_model(spec, device="meta")
-    plan = {"tok_embeddings": RowwiseParallel(input_layouts=torch.distributed.tensor.Replicate()),
-            "output": ColwiseParallel(output_layouts=torch.distributed.tensor.Replicate())}
+    plan = {
+        "tok_embeddings": RowwiseParallel(input_layouts=torch.distributed.tensor.Replicate()),
+        "output": ColwiseParallel(output_layouts=torch.distributed.tensor.Replicate()),
+    }
     for i in tp.layers:
         plan |= {f"layers.{i}.attention.{w}": ColwiseParallel() for w in ("wq", "wk", "wv")}
         plan |= {f"layers.{i}.feed_forward.{w}": ColwiseParallel() for w in ("w1", "w3")}

@@ -52,12 +52,14 @@ def test_command_line_prints_losses(tmp_path, capsys):
     assert main([str(path), "--steps", "2", "--micro-batch", "8"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[:2] for line in lines] == [["step", "1"], ["step", "2"]]
-    assert float(lines[0].split()[-1]) == pytest.approx(train_reference(tiny_plan(steps=3), steps=1).losses[0], abs=1e-6)
+    assert float(lines[0].split()[-1]) == pytest.approx(
+        train_reference(tiny_plan(steps=3), steps=1).losses[0], abs=1e-6
+    )
 
 
 def test_command_line_reports_a_bad_plan(tmp_path, capsys):
     path = tmp_path / "plan.json"
-    path.write_text("{\"model\": 1}")
+    path.write_text('{"model": 1}')
     assert main([str(path)]) == 2
     assert "not a valid plan.json" in capsys.readouterr().err
     assert main([str(tmp_path / "missing.json")]) == 2

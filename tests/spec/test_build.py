@@ -76,12 +76,23 @@ def test_unknown_key_and_value_get_did_you_mean():
 def test_preset_keys_are_blamed_on_the_preset_line():
     # kv_heads comes from the preset; the tp that breaks it is the user's.
     with pytest.raises(SpecError) as info:
-        build_plan({"model": {"preset": "llama3-8b"}, "hardware": {"device": "H100-SXM"},
-                    "train": {"global_batch": 8}, "layout": {"tp": 16}})
+        build_plan(
+            {
+                "model": {"preset": "llama3-8b"},
+                "hardware": {"device": "H100-SXM"},
+                "train": {"global_batch": 8},
+                "layout": {"tp": 16},
+            }
+        )
     assert info.value.issues[0].path == ("layout", "tp")
     with pytest.raises(SpecError) as info:
-        build_plan({"model": {"preset": "llama3-8b", "heads": 30}, "hardware": {"device": "H100-SXM"},
-                    "train": {"global_batch": 8}})
+        build_plan(
+            {
+                "model": {"preset": "llama3-8b", "heads": 30},
+                "hardware": {"device": "H100-SXM"},
+                "train": {"global_batch": 8},
+            }
+        )
     paths = [i.path for i in info.value.issues]
     assert ("model", "heads") in paths  # written by the user: points at their line
 
@@ -105,6 +116,13 @@ def test_custom_device_needs_its_numbers():
     found = issues_of(hardware={"device": "TPU-v9"})
     (path, message), hint = next(iter(found.items()))
     assert path == ("hardware", "device") and "memory, peak" in hint
-    plan = plan_with(hardware={"device": "TPU-v9", "memory": Quantity.of(96, "GiB"), "peak": Quantity.of(900, "TFLOPS"),
-                               "intra_node_bw": Quantity.of(400, "GB/s"), "inter_node_bw": Quantity.of(50, "GB/s")})
+    plan = plan_with(
+        hardware={
+            "device": "TPU-v9",
+            "memory": Quantity.of(96, "GiB"),
+            "peak": Quantity.of(900, "TFLOPS"),
+            "intra_node_bw": Quantity.of(400, "GB/s"),
+            "inter_node_bw": Quantity.of(50, "GB/s"),
+        }
+    )
     assert plan.hardware.memory == 96 * 2**30

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from plugin_fixtures import good_plugin
+
 from planc.cli import main
 
 
@@ -17,8 +18,11 @@ def test_lists_builtins_with_origin_and_options(capsys):
 
 
 def test_json_and_problems(install_plugin, capsys):
-    install_plugin("planc-extra", "2.1", {"extra": good_plugin("extra"),
-                                           "typo": good_plugin("typo").replace("def apply(", "def aply(")})
+    install_plugin(
+        "planc-extra",
+        "2.1",
+        {"extra": good_plugin("extra"), "typo": good_plugin("typo").replace("def apply(", "def aply(")},
+    )
     assert main(["plugins", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     extra = next(s for s in data["strategies"] if s["name"] == "extra")

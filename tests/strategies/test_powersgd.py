@@ -20,9 +20,14 @@ from planc.strategies.registry import load_registry  # noqa: E402
 
 def plan(uses=(), **model):
     spec = {"layers": 4, "hidden": 256, "heads": 8, "vocab": 1000, "seq_len": 128, **model}
-    return build_plan({"model": spec, "hardware": {"device": "A100-80GB", "per_node": 8},
-                       "train": {"global_batch": 64},
-                       "uses": [{"name": n, "options": o} for n, o in uses]})
+    return build_plan(
+        {
+            "model": spec,
+            "hardware": {"device": "A100-80GB", "per_node": 8},
+            "train": {"global_batch": 64},
+            "uses": [{"name": n, "options": o} for n, o in uses],
+        }
+    )
 
 
 def layout(**fields):
@@ -45,8 +50,9 @@ def test_active_only_when_used_and_after_ddp():
     assert reg.strategies["powersgd"].options_for(used, layout()).rank == 2
 
 
-@pytest.mark.parametrize("options, message", [({"rank": 0}, "rank"), ({"start_iter": 1}, "start_iter"),
-                                              ({"rnak": 2}, "did you mean 'rank'")])
+@pytest.mark.parametrize(
+    "options, message", [({"rank": 0}, "rank"), ({"start_iter": 1}, "start_iter"), ({"rnak": 2}, "did you mean 'rank'")]
+)
 def test_options_are_validated(options, message):
     with pytest.raises(SpecError) as info:
         load_registry().strategies["powersgd"].options_for(plan(uses=[("powersgd", options)]))
@@ -70,8 +76,9 @@ def test_matrix_compression_by_hand():
     assert matrix_elements(3, 100, 4, 2.0) == (300, 300)
 
 
-@pytest.mark.parametrize("model", [{}, {"mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "kv_heads": 2},
-                                   {"tie_embeddings": True}])
+@pytest.mark.parametrize(
+    "model", [{}, {"mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "kv_heads": 2}, {"tie_embeddings": True}]
+)
 def test_gradient_shapes_cover_every_parameter(model):
     spec = plan(**model).model
     assert sum(math.prod(shape) for shape in gradient_shapes(spec, tp=1)) == spec.params

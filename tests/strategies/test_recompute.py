@@ -34,8 +34,13 @@ class CountOps(TorchDispatchMode):
 
 @pytest.fixture(scope="module")
 def spec():
-    return build_plan({"model": {"layers": 1, "hidden": 32, "heads": 4, "vocab": 64, "seq_len": 8},
-                       "hardware": {"device": "cpu", "per_node": 1}, "train": {"global_batch": 2}}).model
+    return build_plan(
+        {
+            "model": {"layers": 1, "hidden": 32, "heads": 4, "vocab": 64, "seq_len": 8},
+            "hardware": {"device": "cpu", "per_node": 1},
+            "train": {"global_batch": 2},
+        }
+    ).model
 
 
 def backward_ops(spec, mode):

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-
 from plugin_fixtures import good_plugin
+
 from planc.errors import PlanError
 from planc.spec import Layout, build_plan
 from planc.spec.issues import SpecError
@@ -19,12 +19,14 @@ BUILTINS = {"ddp", "zero1", "fsdp", "tensor_parallel", "pipeline", "recompute", 
 
 
 def plan(uses=(), precision="fp32", world=8):
-    return build_plan({
-        "model": {"layers": 8, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 32},
-        "hardware": {"device": "cpu", "per_node": world},
-        "train": {"global_batch": 16, "precision": precision},
-        "uses": [{"name": n, "options": o} for n, o in uses],
-    })
+    return build_plan(
+        {
+            "model": {"layers": 8, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 32},
+            "hardware": {"device": "cpu", "per_node": world},
+            "train": {"global_batch": 16, "precision": precision},
+            "uses": [{"name": n, "options": o} for n, o in uses],
+        }
+    )
 
 
 def layout(**fields):
@@ -96,7 +98,9 @@ def test_a_plugin_raising_at_import_is_reported(install_plugin):
 
 
 def test_wrong_api_version(install_plugin):
-    install_plugin("planc-future", "9.0", {"future": good_plugin("future").replace("API_VERSION = 1", "API_VERSION = 2")})
+    install_plugin(
+        "planc-future", "9.0", {"future": good_plugin("future").replace("API_VERSION = 1", "API_VERSION = 2")}
+    )
     reg = load_registry(refresh=True)
     assert "future" not in reg.strategies
     (problem,) = problems_of(reg, "future")
@@ -104,8 +108,9 @@ def test_wrong_api_version(install_plugin):
     assert problem.distribution == "planc-future"
 
 
-@pytest.mark.parametrize("misspelling, hook", [("aply", "apply"), ("Option", "Options"), ("enable", "enabled"),
-                                               ("after", "AFTER")])
+@pytest.mark.parametrize(
+    "misspelling, hook", [("aply", "apply"), ("Option", "Options"), ("enable", "enabled"), ("after", "AFTER")]
+)
 def test_misspelled_hook_is_reported(install_plugin, misspelling, hook):
     source = good_plugin("typo")
     if misspelling == "aply":
@@ -128,7 +133,8 @@ def test_helpers_and_imports_are_not_mistaken_for_hooks(install_plugin):
         "import json\nfrom typing import Literal\n"
         "def check_options(x):\n    return x\n"
         "def applied_count():\n    return 0\n"
-        "DEFAULT_RANK = 4\n")
+        "DEFAULT_RANK = 4\n"
+    )
     install_plugin("planc-helpers", "1.0", {"helpers": source})
     reg = load_registry(refresh=True)
     assert "helpers" in reg.strategies, [str(p) for p in reg.problems]
@@ -164,8 +170,11 @@ def test_two_plugins_with_one_name_are_both_skipped(install_plugin):
 
 
 def test_after_cycle_is_reported_and_its_plugins_skipped(install_plugin):
-    install_plugin("planc-cycle", "1.0", {"alpha": good_plugin("alpha", after=("beta",)),
-                                          "beta": good_plugin("beta", after=("alpha",))})
+    install_plugin(
+        "planc-cycle",
+        "1.0",
+        {"alpha": good_plugin("alpha", after=("beta",)), "beta": good_plugin("beta", after=("alpha",))},
+    )
     reg = load_registry(refresh=True)
     assert not {"alpha", "beta"} & set(reg.strategies)
     messages = [p.message for p in reg.problems if p.name in ("alpha", "beta")]
@@ -176,12 +185,20 @@ def test_after_cycle_is_reported_and_its_plugins_skipped(install_plugin):
 
 def test_active_reports_a_cycle_among_active_strategies(install_plugin):
     # A cycle that only closes through a built-in's AFTER: the loader drops the plugin.
-    install_plugin("planc-loop", "1.0", {"loopy": good_plugin("loopy", after=("fsdp",))
-                                         .replace("def apply", "def enabled(plan, layout):\n    return True\n\ndef apply")})
+    install_plugin(
+        "planc-loop",
+        "1.0",
+        {
+            "loopy": good_plugin("loopy", after=("fsdp",)).replace(
+                "def apply", "def enabled(plan, layout):\n    return True\n\ndef apply"
+            )
+        },
+    )
     reg = load_registry(refresh=True)
     # Make the built-in fsdp come after loopy too, on a copy, to exercise active()'s own guard.
-    from dataclasses import replace
     import types
+    from dataclasses import replace
+
     fake = types.ModuleType("fsdp_copy")
     fake.__dict__.update(vars(reg.strategies["fsdp"].module))
     fake.AFTER = ("loopy",)
@@ -212,26 +229,38 @@ def test_builtin_composition_order():
     reg = load_registry(refresh=True)
     everything = layout(tp=2, pp=2, dp=2, zero=3, recompute="full", schedule="1f1b", sequence_parallel=True)
     assert [s.name for s in reg.active(plan(precision="bf16"), everything)] == [
-        "pipeline", "tensor_parallel", "recompute", "bf16", "fsdp"]
+        "pipeline",
+        "tensor_parallel",
+        "recompute",
+        "bf16",
+        "fsdp",
+    ]
     ddp = layout(tp=2, dp=4, zero=0)
     assert [s.name for s in reg.active(plan(), ddp)] == ["tensor_parallel", "ddp"]
     # The whole built-in graph sorts to the documented order.
-    from planc.strategies.registry import composition_graph
     import networkx as nx
+
+    from planc.strategies.registry import composition_graph
+
     graph = composition_graph(reg.strategies[n] for n in BUILTIN_ORDER)
     assert list(nx.lexicographical_topological_sort(graph, key=BUILTIN_ORDER.index)) == list(BUILTIN_ORDER)
 
 
-@pytest.mark.parametrize("lay, active", [
-    (dict(dp=8), {"ddp"}),
-    (dict(dp=8, zero=1), {"zero1"}),
-    (dict(dp=8, zero=2), {"fsdp"}),
-    (dict(dp=8, zero=3, recompute="selective"), {"fsdp", "recompute"}),
-    (dict(tp=8), {"tensor_parallel"}),
-    (dict(pp=8, schedule="1f1b", micro_batch=1), {"pipeline"}),
-    (dict(tp=2, pp=2, dp=2, zero=1, schedule="interleaved", virtual_stages=2, micro_batch=1),
-     {"tensor_parallel", "pipeline", "zero1"}),
-])
+@pytest.mark.parametrize(
+    "lay, active",
+    [
+        (dict(dp=8), {"ddp"}),
+        (dict(dp=8, zero=1), {"zero1"}),
+        (dict(dp=8, zero=2), {"fsdp"}),
+        (dict(dp=8, zero=3, recompute="selective"), {"fsdp", "recompute"}),
+        (dict(tp=8), {"tensor_parallel"}),
+        (dict(pp=8, schedule="1f1b", micro_batch=1), {"pipeline"}),
+        (
+            dict(tp=2, pp=2, dp=2, zero=1, schedule="interleaved", virtual_stages=2, micro_batch=1),
+            {"tensor_parallel", "pipeline", "zero1"},
+        ),
+    ],
+)
 def test_enabled_follows_the_layout(lay, active):
     reg = load_registry(refresh=True)
     assert {s.name for s in reg.active(plan(), layout(**lay))} == active
@@ -250,9 +279,11 @@ def test_registry_check_reports_use_blocks():
 
 
 def test_loading_the_registry_does_not_import_torch():
-    code = ("import sys; from planc.strategies.registry import load_registry; reg = load_registry(); "
-            "assert len(reg.strategies) >= 7, reg.problems; "
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys; from planc.strategies.registry import load_registry; reg = load_registry(); "
+        "assert len(reg.strategies) >= 7, reg.problems; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -283,8 +314,9 @@ def test_a_layout_needing_a_builtin_left_out_by_planc_plugins_is_refused(monkeyp
     reg = load_registry(refresh=True)
     three_d = layout(tp=2, pp=2, dp=2, schedule="1f1b")
     (issue,) = reg.check(plan(), three_d)
-    assert "needs the built-in strategies 'pipeline' (more than one pipeline stage) and 'tensor_parallel'" \
-        in issue.message
+    assert (
+        "needs the built-in strategies 'pipeline' (more than one pipeline stage) and 'tensor_parallel'" in issue.message
+    )
     assert issue.hint == "add pipeline,tensor_parallel to PLANC_PLUGINS, or unset it"
     assert not reg.check(plan(), layout(dp=8))  # what ddp alone builds is fine
     with pytest.raises(PlanError, match="which PLANC_PLUGINS leaves out"):
@@ -297,8 +329,14 @@ def test_the_planner_only_chooses_layouts_the_used_plugins_accept():
     # powersgd is a DDP communication hook: it refuses ZeRO-2/3 (FSDP). Llama 2 13B's model states
     # do not fit 8 A100s under DDP or ZeRO-1 (16 and 4 + 12/8 bytes per parameter: 195 and 110 GiB),
     # so without the refusal ZeRO-2 would be the simplest fit; with it, the planner must go on to TP.
-    used = build_plan({"model": {"preset": "llama2-13b"}, "hardware": {"device": "A100-80GB", "per_node": 8},
-                       "train": {"global_batch": 64}, "uses": [{"name": "powersgd", "options": {}}]})
+    used = build_plan(
+        {
+            "model": {"preset": "llama2-13b"},
+            "hardware": {"device": "A100-80GB", "per_node": 8},
+            "train": {"global_batch": 64},
+            "uses": [{"name": "powersgd", "options": {}}],
+        }
+    )
     choice = choose(used)
     assert choice.layout.dp > 1 and choice.layout.zero in (0, 1) and choice.layout.tp > 1
     assert all(c.layout.zero in (0, 1) for c in search(used).fitting if c.layout.dp > 1)

@@ -42,38 +42,103 @@ HARDWARE_PRESETS: dict[str, dict] = {
     # NVIDIA V100 SXM2 32GB data sheet (2020): 125 TFLOPS fp16 tensor (no bf16 in hardware:
     # planc uses the fp16 rate for bf16 plans), 15.7 TFLOPS fp32, 900 GB/s HBM2, NVLink2 300 GB/s
     # total. DGX-1V: 4 x 100 Gb/s EDR IB for 8 GPUs = 6.25 GB/s per GPU.
-    "V100-32GB": dict(memory=32 * GiB, peak=125 * TFLOPS, peak_fp32=15.7 * TFLOPS, hbm_bw=900 * GB,
-                      intra_node_bw=150 * GB, inter_node_bw=6.25 * GB, per_node=8, efficiency=0.73),
+    "V100-32GB": dict(
+        memory=32 * GiB,
+        peak=125 * TFLOPS,
+        peak_fp32=15.7 * TFLOPS,
+        hbm_bw=900 * GB,
+        intra_node_bw=150 * GB,
+        inter_node_bw=6.25 * GB,
+        per_node=8,
+        efficiency=0.73,
+    ),
     # NVIDIA A100 Tensor Core GPU data sheet (2021): 312 TFLOPS bf16 dense, 19.5 TFLOPS fp32,
     # 40GB: 1,555 GB/s; 80GB: 2,039 GB/s; NVLink3 600 GB/s total. DGX A100: 8 x 200 Gb/s HDR IB.
-    "A100-40GB": dict(memory=40 * GiB, peak=312 * TFLOPS, peak_fp32=19.5 * TFLOPS, hbm_bw=1555 * GB,
-                      intra_node_bw=300 * GB, inter_node_bw=25 * GB, per_node=8, efficiency=0.73),
-    "A100-80GB": dict(memory=80 * GiB, peak=312 * TFLOPS, peak_fp32=19.5 * TFLOPS, hbm_bw=2039 * GB,
-                      intra_node_bw=300 * GB, inter_node_bw=25 * GB, per_node=8, efficiency=0.73),
+    "A100-40GB": dict(
+        memory=40 * GiB,
+        peak=312 * TFLOPS,
+        peak_fp32=19.5 * TFLOPS,
+        hbm_bw=1555 * GB,
+        intra_node_bw=300 * GB,
+        inter_node_bw=25 * GB,
+        per_node=8,
+        efficiency=0.73,
+    ),
+    "A100-80GB": dict(
+        memory=80 * GiB,
+        peak=312 * TFLOPS,
+        peak_fp32=19.5 * TFLOPS,
+        hbm_bw=2039 * GB,
+        intra_node_bw=300 * GB,
+        inter_node_bw=25 * GB,
+        per_node=8,
+        efficiency=0.73,
+    ),
     # NVIDIA H100 Tensor Core GPU data sheet (SXM5): 989 TFLOPS bf16 dense (1,979 with sparsity),
     # 67 TFLOPS fp32, 3.35 TB/s HBM3, NVLink4 900 GB/s total. DGX H100: 8 x 400 Gb/s ConnectX-7.
-    "H100-SXM": dict(memory=80 * GiB, peak=989 * TFLOPS, peak_fp32=67 * TFLOPS, hbm_bw=3350 * GB,
-                     intra_node_bw=450 * GB, inter_node_bw=50 * GB, per_node=8, efficiency=0.68),
+    "H100-SXM": dict(
+        memory=80 * GiB,
+        peak=989 * TFLOPS,
+        peak_fp32=67 * TFLOPS,
+        hbm_bw=3350 * GB,
+        intra_node_bw=450 * GB,
+        inter_node_bw=50 * GB,
+        per_node=8,
+        efficiency=0.68,
+    ),
     # NVIDIA H200 data sheet (SXM): same compute as H100, 141 GB HBM3e at 4.8 TB/s;
     # nvidia-smi reports 143771 MiB = 140.4 GiB.
-    "H200": dict(memory=140 * GiB, peak=989 * TFLOPS, peak_fp32=67 * TFLOPS, hbm_bw=4800 * GB,
-                 intra_node_bw=450 * GB, inter_node_bw=50 * GB, per_node=8, efficiency=0.71),
+    "H200": dict(
+        memory=140 * GiB,
+        peak=989 * TFLOPS,
+        peak_fp32=67 * TFLOPS,
+        hbm_bw=4800 * GB,
+        intra_node_bw=450 * GB,
+        inter_node_bw=50 * GB,
+        per_node=8,
+        efficiency=0.71,
+    ),
     # NVIDIA DGX B200 data sheet: 1,440 GB for 8 GPUs (180 GB each), 72 PFLOPS fp8 training
     # (dense) for 8 -> 2.25 PFLOPS bf16 dense per GPU; HBM3e 8 TB/s; NVLink5 1.8 TB/s total;
     # 8 x 400 Gb/s ConnectX-7.
-    "B200": dict(memory=180 * GB, peak=2250 * TFLOPS, peak_fp32=75 * TFLOPS, hbm_bw=8000 * GB,
-                 intra_node_bw=900 * GB, inter_node_bw=50 * GB, per_node=8, efficiency=0.65),
+    "B200": dict(
+        memory=180 * GB,
+        peak=2250 * TFLOPS,
+        peak_fp32=75 * TFLOPS,
+        hbm_bw=8000 * GB,
+        intra_node_bw=900 * GB,
+        inter_node_bw=50 * GB,
+        per_node=8,
+        efficiency=0.65,
+    ),
     # AMD Instinct MI300X data sheet: 192 GB HBM3 at 5.3 TB/s, 1,307.4 TFLOPS bf16 dense,
     # 163.4 TFLOPS fp32 matrix; 7 Infinity Fabric links of 128 GB/s (bidirectional) each
     # -> 448 GB/s one direction; one 400 Gb/s NIC per GPU.
-    "MI300X": dict(memory=192 * GiB, peak=1307.4 * TFLOPS, peak_fp32=163.4 * TFLOPS, hbm_bw=5300 * GB,
-                   intra_node_bw=448 * GB, inter_node_bw=50 * GB, per_node=8, efficiency=0.60),
+    "MI300X": dict(
+        memory=192 * GiB,
+        peak=1307.4 * TFLOPS,
+        peak_fp32=163.4 * TFLOPS,
+        hbm_bw=5300 * GB,
+        intra_node_bw=448 * GB,
+        inter_node_bw=50 * GB,
+        per_node=8,
+        efficiency=0.60,
+    ),
     # CPU processes over gloo, for laptop runs and tests. Rough, modest figures: a few cores'
     # worth of fp32 GEMM per process and loopback TCP between processes. Nobody plans a real
     # run on these numbers; they keep `planc explain` meaningful for CPU plans.
-    "cpu": dict(memory=4 * GiB, peak=0.1 * TFLOPS, peak_fp32=0.1 * TFLOPS, hbm_bw=20 * GB,
-                intra_node_bw=2 * GB, inter_node_bw=1 * GB, per_node=4, efficiency=0.5,
-                intra_node_latency=20e-6, inter_node_latency=50e-6),
+    "cpu": dict(
+        memory=4 * GiB,
+        peak=0.1 * TFLOPS,
+        peak_fp32=0.1 * TFLOPS,
+        hbm_bw=20 * GB,
+        intra_node_bw=2 * GB,
+        inter_node_bw=1 * GB,
+        per_node=4,
+        efficiency=0.5,
+        intra_node_latency=20e-6,
+        inter_node_latency=50e-6,
+    ),
 }
 
 #: NCCL-like message start-up costs (alpha), used when a preset does not set its own.

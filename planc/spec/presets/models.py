@@ -9,18 +9,37 @@ from __future__ import annotations
 # GPT-2: Radford et al. 2019, Table 2, and the released configs (openai-community/gpt2*):
 # vocab 50257 (padded by planc to a multiple of 128 = 50304, as Megatron and nanoGPT do),
 # 1024 positions, learned positions, LayerNorm, GELU MLP with 4h, biases, tied embeddings.
-_GPT2 = dict(vocab=50257, seq_len=1024, mlp="gelu", norm="layernorm", position="learned",
-             tie_embeddings=True, bias=True)
+_GPT2 = dict(
+    vocab=50257, seq_len=1024, mlp="gelu", norm="layernorm", position="learned", tie_embeddings=True, bias=True
+)
 
 # Llama 2: Touvron et al. 2023 (arXiv 2307.09288) and the released config.json files:
 # SwiGLU, RMSNorm (eps 1e-5), RoPE (theta 1e4), 4096 context, vocab 32000, untied, no biases.
-_LLAMA2 = dict(vocab=32000, seq_len=4096, mlp="swiglu", norm="rmsnorm", position="rope",
-               tie_embeddings=False, bias=False, rope_theta=10000.0, norm_eps=1e-5)
+_LLAMA2 = dict(
+    vocab=32000,
+    seq_len=4096,
+    mlp="swiglu",
+    norm="rmsnorm",
+    position="rope",
+    tie_embeddings=False,
+    bias=False,
+    rope_theta=10000.0,
+    norm_eps=1e-5,
+)
 
 # Llama 3: Llama Team 2024, "The Llama 3 Herd of Models" (arXiv 2407.21783), Table 3, and the
 # released configs: vocab 128256, GQA with 8 KV heads, RoPE theta 500000, 8192 context.
-_LLAMA3 = dict(vocab=128256, seq_len=8192, mlp="swiglu", norm="rmsnorm", position="rope",
-               tie_embeddings=False, bias=False, rope_theta=500000.0, norm_eps=1e-5)
+_LLAMA3 = dict(
+    vocab=128256,
+    seq_len=8192,
+    mlp="swiglu",
+    norm="rmsnorm",
+    position="rope",
+    tie_embeddings=False,
+    bias=False,
+    rope_theta=500000.0,
+    norm_eps=1e-5,
+)
 
 MODEL_PRESETS: dict[str, dict] = {
     "gpt2": dict(_GPT2, layers=12, hidden=768, heads=12),

@@ -34,7 +34,9 @@ def gradient_shapes(model, tp: int) -> list[tuple[int, ...]]:
     if model.mlp == "swiglu":
         block.append((f // tp, h))
     if model.bias:
-        block += [(h // tp,), (kv // tp,), (kv // tp,), (h,), (f // tp,), (h,)] + ([(f // tp,)] if model.mlp == "swiglu" else [])
+        block += [(h // tp,), (kv // tp,), (kv // tp,), (h,), (f // tp,), (h,)] + (
+            [(f // tp,)] if model.mlp == "swiglu" else []
+        )
     shapes += block * model.layers
     shapes += norm
     if not model.tie_embeddings:

@@ -39,8 +39,10 @@ def check(plan, layout, options: Options) -> str | None:
     if layout.dp < 2:
         return "compresses data-parallel gradients, so it needs dp > 1"
     if layout.zero >= 2:
-        return (f"PowerSGD is a DistributedDataParallel communication hook; zero = {layout.zero} uses FSDP, which has "
-                "none. Use zero = 0 or 1, or drop the use block")
+        return (
+            f"PowerSGD is a DistributedDataParallel communication hook; zero = {layout.zero} uses FSDP, which has "
+            "none. Use zero = 0 or 1, or drop the use block"
+        )
     return None
 
 
@@ -60,7 +62,8 @@ def cost(ctx, estimate, options: Options):
     ratio = traffic_ratio(ctx.plan.model, layout.tp, options.rank, options.min_compression_rate)
     if layout.zero == 0:
         estimate = estimate.with_comm(dp.scaled(ratio)).with_note(
-            f"PowerSGD rank {options.rank}: data-parallel gradient traffic x {ratio:.3f}")
+            f"PowerSGD rank {options.rank}: data-parallel gradient traffic x {ratio:.3f}"
+        )
     if options.error_feedback:
         estimate = estimate.map_stages(lambda s: s.with_transient("PowerSGD error feedback", s.grads))
     return estimate
