@@ -8,14 +8,14 @@ Pure functions with cited formulas (see docs/cost-model.md):
 - :mod:`planc.cost.compute`  kernel times (roofline, wave quantization)
 - :mod:`planc.cost.comm`     alpha-beta collectives
 - :mod:`planc.cost.builtin`  the built-in strategies' cost passes
-- :mod:`planc.cost.model`    base terms -> passes -> fixed overheads
+- :mod:`planc.cost.driver`    base terms -> passes -> fixed overheads
 
 Entry point: ``evaluate(plan, layout) -> Estimate``.
 """
 
 from planc.cost.context import ContextCache, CostContext, build_context
 from planc.cost.estimate import CommCost, CostPass, Estimate, StageMemory, Term
-from planc.cost.model import base_estimate, evaluate, finalize, run_passes
+from planc.cost.driver import base_estimate, evaluate, finalize, run_passes
 from planc.cost.passes import active_cost_passes
 from planc.cost.profile import MEGATRON_LM_2021, PLANC_RUNTIME, PROFILES, RuntimeProfile, StateBytes
 

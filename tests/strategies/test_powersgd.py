@@ -12,7 +12,7 @@ if find_spec("planc_powersgd") is None:
 
 from planc_powersgd.compression import gradient_shapes, matrix_elements, traffic_ratio  # noqa: E402
 
-from planc.cost.model import evaluate  # noqa: E402
+from planc.cost.driver import evaluate  # noqa: E402
 from planc.spec import Layout, build_plan  # noqa: E402
 from planc.spec.issues import SpecError  # noqa: E402
 from planc.strategies.registry import load_registry  # noqa: E402
