@@ -170,7 +170,7 @@ def forward_left_behind(
 ) -> tuple[int, Counter]:
     """(bytes the forward leaves for backward, ops by kind that the backward runs)."""
     from planc.runtime.compose import compose
-    from planc.runtime.model import loss_fn
+    from planc.runtime.transformer import loss_fn
 
     plan = make_plan(family, layers, precision, tp)
     job = compose(plan, make_layout(tp, sp, recompute))

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from planc.runtime.data import build_data
-from planc.runtime.model import build_model, init_weights
+from planc.runtime.transformer import build_model, init_weights
 from planc.spec import Plan
 
 

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from planc.runtime.model import build_model, init_weights
+from planc.runtime.transformer import build_model, init_weights
 from planc.spec import Layout, ParallelDims, Plan
 from planc.spec.parallel_dims import MESH_DIM_NAMES
 

@@ -15,7 +15,7 @@ from torch.distributed.pipelining import (
 )
 
 from planc.runtime.job import TiedWeight
-from planc.runtime.model import loss_fn
+from planc.runtime.transformer import loss_fn
 from planc.strategies.pipeline import assignment_style, layer_ranges, microbatches, stage_indices
 
 SINGLE_STAGE_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}

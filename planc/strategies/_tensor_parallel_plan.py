@@ -1,6 +1,6 @@
 """The tensor-parallel plan of planc's transformer (run time; imports torch).
 
-Module names are those of :mod:`planc.runtime.model` (torchtitan's). The plan follows the pattern
+Module names are those of :mod:`planc.runtime.transformer` (torchtitan's). The plan follows the pattern
 of torchtitan's ``apply_tp`` and PyTorch's TP tutorial; what is planc's own is that every
 remaining parameter becomes a replicated DTensor (:class:`ReplicateParallel`) and that a learned
 position embedding is sliced to the local sequence shard under sequence parallelism.

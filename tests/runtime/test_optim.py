@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from planc.runtime.model import build_model, init_weights, loss_fn
+from planc.runtime.transformer import build_model, init_weights, loss_fn
 from planc.runtime.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_, lr_at
 from planc.spec import ModelSpec, TrainSpec
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from planc.runtime.model import TransformerBlock, init_weights
+from planc.runtime.transformer import TransformerBlock, init_weights
 from planc.spec import build_plan
 from planc.strategies._recompute_policy import wrap_block
 

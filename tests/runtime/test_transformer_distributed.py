@@ -20,7 +20,7 @@ def _check_tp_and_fsdp(rank: int, world_size: int) -> None:
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    from planc.runtime.model import build_model, init_weights
+    from planc.runtime.transformer import build_model, init_weights
     from planc.spec import ModelSpec
 
     spec = ModelSpec(**SPEC)

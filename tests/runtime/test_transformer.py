@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from planc.runtime.model import (
+from planc.runtime.transformer import (
     apply_rope,
     build_model,
     canonical_name,
