@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from planc.codegen import CompiledPlan
-from planc.codegen.literals import inert_text
+from planc.codegen.quoting import inert_text
 from planc.errors import PlanError
 from planc.fileio import write_text_atomically  # noqa: F401  (re-exported for commands)
 

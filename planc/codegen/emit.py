@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planc import __version__
-from planc.codegen.literals import identifier_for, inert_text, keyword_arguments, python_literal
+from planc.codegen.quoting import identifier_for, inert_text, keyword_arguments, python_literal
 from planc.spec import Layout, Plan
 from planc.units import format_bytes
 
