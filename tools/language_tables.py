@@ -3,7 +3,7 @@
 Every key of every block (type, default, meaning — from the pydantic fields and their
 docstrings), the unit table, and the model and device presets. The generated parts of the
 markdown sit between ``<!-- generated:NAME -->`` and ``<!-- /generated:NAME -->``;
-``python -m planc.dsl.doc_tables docs/language.md`` rewrites them, and a test checks that the
+``python tools/language_tables.py docs/language.md`` rewrites them, and a test checks that the
 committed file is up to date.
 """
 
