@@ -147,7 +147,7 @@ def layer_activation_bytes(
 
     Selective recomputation: for materialized attention, Korthikanti's (recompute the s^2
     part). For fused attention there is no s^2 part; planc's policy (op-level activation
-    checkpointing, ``planc.strategies._recompute_policy``) keeps the outputs of the QKV and
+    checkpointing, ``planc.strategies.recompute.runtime``) keeps the outputs of the QKV and
     MLP-in matmuls, of attention and of the TP collectives, and recomputes norms, casts, RoPE,
     activation functions and the attention-out matmul: block input r T h_s; under SP the two
     all-gathered norm outputs r T h; QKV output e T h (1 + 2g) / t; O and the log-sum-exp;

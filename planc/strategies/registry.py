@@ -35,7 +35,7 @@ from planc.spec.build import unit_mismatch
 from planc.spec.fields import unit_kind_of
 from planc.spec.issues import SpecError, SpecIssue
 from planc.strategies import api
-from planc.strategies._builtin import BUILTIN_ORDER
+from planc.strategies.composition import BUILTIN_ORDER
 
 #: The distribution whose strategies are built-ins (they win every name collision).
 CORE_DISTRIBUTION = "planc"

@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from planc.runtime.transformer import TransformerBlock, init_weights
 from planc.spec import build_plan
-from planc.strategies._recompute_policy import wrap_block
+from planc.strategies.recompute.runtime import wrap_block
 
 MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
 

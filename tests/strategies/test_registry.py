@@ -12,7 +12,7 @@ from planc.errors import PlanError
 from planc.spec import Layout, build_plan
 from planc.spec.issues import SpecError
 from planc.strategies import api
-from planc.strategies._builtin import BUILTIN_ORDER
+from planc.strategies.composition import BUILTIN_ORDER
 from planc.strategies.registry import load_registry
 
 BUILTINS = {"ddp", "zero1", "fsdp", "tensor_parallel", "pipeline", "recompute", "bf16"}

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Literal
 
 from planc.cost.builtin import pipeline as cost  # noqa: F401  (the plan-time cost pass)
-from planc.strategies._builtin import StrategyOptions, after
+from planc.strategies.composition import StrategyOptions, after
 
 NAME = "pipeline"
 API_VERSION = 1
@@ -126,7 +126,7 @@ ZERO_BUBBLE_DATA_PARALLEL = (
 
 def apply(job, options: Options) -> None:
     """Split the model into this rank's chunks; the schedule is built once the chunks are final."""
-    from planc.strategies._pipeline_split import build_schedule, split_model
+    from planc.strategies.pipeline.runtime import build_schedule, split_model
 
     split_model(job, options)
     job.schedule_builder = lambda job: build_schedule(job, options)

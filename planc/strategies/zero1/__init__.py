@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from planc.cost.builtin import zero1 as cost  # noqa: F401  (the plan-time cost pass)
 from planc.spec.fields import Bytes
-from planc.strategies._builtin import StrategyOptions, after
+from planc.strategies.composition import StrategyOptions, after
 
 NAME = "zero1"
 API_VERSION = 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from planc.cost.builtin import ddp as cost  # noqa: F401  (the plan-time cost pass)
 from planc.spec.fields import Bytes
-from planc.strategies._builtin import StrategyOptions, after
+from planc.strategies.composition import StrategyOptions, after
 
 NAME = "ddp"
 API_VERSION = 1

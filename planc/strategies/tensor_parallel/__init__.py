@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from planc.cost.builtin import tensor_parallel as cost  # noqa: F401  (the plan-time cost pass)
 from planc.spec.fields import Flag
-from planc.strategies._builtin import StrategyOptions, after
+from planc.strategies.composition import StrategyOptions, after
 
 NAME = "tensor_parallel"
 API_VERSION = 1
@@ -71,7 +71,7 @@ def uses_sequence_parallel(layout, options: Options) -> bool:
 
 def apply(job, options: Options) -> None:
     """``parallelize_module`` each local model part over the "tp" mesh dimension (on the meta device)."""
-    from planc.strategies._tensor_parallel_plan import parallelize
+    from planc.strategies.tensor_parallel.runtime import parallelize
 
     sequence_parallel = uses_sequence_parallel(job.layout, options)
     for part in job.model_parts:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from planc.cost.builtin import fsdp as cost  # noqa: F401  (the plan-time cost pass)
 from planc.spec.fields import Flag
-from planc.strategies._builtin import StrategyOptions, after
+from planc.strategies.composition import StrategyOptions, after
 
 NAME = "fsdp"
 API_VERSION = 1

@@ -9,7 +9,7 @@
   (norms, activations, softmax inputs, dropout-free residual adds) and the output projections'
   matmuls, whose results no-recompute does not keep either. This is Korthikanti et al.'s
   selective recomputation in spirit: keep what is expensive to recompute, drop what is cheap,
-  and never keep more than no recomputation would (``_recompute_policy.py``).
+  and never keep more than no recomputation would (``recompute/runtime.py``).
 
 ``checkpoint_wrapper`` keeps checkpoint FQNs unchanged (its state-dict hooks strip the
 ``_checkpoint_wrapped_module`` segment).
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Literal
 
 from planc.cost.builtin import recompute as cost  # noqa: F401  (the plan-time cost pass)
-from planc.strategies._builtin import StrategyOptions, after
+from planc.strategies.composition import StrategyOptions, after
 
 NAME = "recompute"
 API_VERSION = 1
@@ -57,7 +57,7 @@ def check(plan, layout, options: Options) -> str | None:
 
 def apply(job, options: Options) -> None:
     """Wrap every local transformer block in ``checkpoint_wrapper`` (full or selective)."""
-    from planc.strategies._recompute_policy import wrap_block
+    from planc.strategies.recompute.runtime import wrap_block
 
     mode = resolved_mode(job.layout, options)
     for part in job.model_parts:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Literal
 
 from planc.cost.builtin import bf16 as cost  # noqa: F401  (the plan-time cost pass)
-from planc.strategies._builtin import StrategyOptions, after
+from planc.strategies.composition import StrategyOptions, after
 
 NAME = "bf16"
 API_VERSION = 1
