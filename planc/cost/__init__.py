@@ -14,8 +14,8 @@ Entry point: ``evaluate(plan, layout) -> Estimate``.
 """
 
 from planc.cost.context import ContextCache, CostContext, build_context
-from planc.cost.estimate import CommCost, CostPass, Estimate, StageMemory, Term
 from planc.cost.driver import base_estimate, evaluate, finalize, run_passes
+from planc.cost.estimate import CommCost, CostPass, Estimate, StageMemory, Term
 from planc.cost.passes import active_cost_passes
 from planc.cost.profile import MEGATRON_LM_2021, PLANC_RUNTIME, PROFILES, RuntimeProfile, StateBytes
 

@@ -31,9 +31,9 @@ import time
 from dataclasses import dataclass, field
 
 from planc.cost.context import ContextCache, build_context
+from planc.cost.driver import run_passes
 from planc.cost.estimate import Estimate
 from planc.cost.memory import DEVICE_RUNTIME_OVERHEAD, model_state_bytes, runtime_state_bytes
-from planc.cost.driver import run_passes
 from planc.cost.passes import active_cost_passes
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.planner import space

@@ -21,8 +21,8 @@ import torch
 
 from planc.runtime.checkpoint import load_checkpoint, save_checkpoint
 from planc.runtime.data import build_data, inputs_and_targets, local_micro_batches
-from planc.runtime.transformer import build_model, init_weights, loss_fn
 from planc.runtime.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_
+from planc.runtime.transformer import build_model, init_weights, loss_fn
 from planc.spec import Plan
 
 

@@ -24,8 +24,8 @@ import torch.distributed as dist
 
 from planc.runtime.data import inputs_and_targets, local_micro_batches
 from planc.runtime.local_shards import as_dtensor
-from planc.runtime.transformer import loss_fn
 from planc.runtime.optim import grad_norm
+from planc.runtime.transformer import loss_fn
 
 
 def train_step(job, batch: torch.Tensor) -> dict[str, float]:

@@ -13,9 +13,9 @@ from planc.runtime.checkpoint import (
     save_checkpoint,
     step_dir,
 )
-from planc.runtime.transformer import build_model, init_weights
 from planc.runtime.optim import build_lr_scheduler, build_optimizer
 from planc.runtime.reference import train_reference
+from planc.runtime.transformer import build_model, init_weights
 from planc.spec import build_plan
 
 TINY = dict(

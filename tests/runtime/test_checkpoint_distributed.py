@@ -37,8 +37,8 @@ def _train_steps(model, optimizer, scheduler, plan, steps, dp_rank, dp):
     import torch.distributed as dist
 
     from planc.runtime.data import build_data, inputs_and_targets, local_micro_batches
-    from planc.runtime.transformer import loss_fn
     from planc.runtime.optim import clip_grad_norm_
+    from planc.runtime.transformer import loss_fn
 
     data = build_data(plan.train, plan.model)
     losses = []
@@ -69,8 +69,8 @@ def _ranks(rank: int, world_size: int, plan_json: str, ckpt_dir: str, zero_dir: 
     from torch.nn.parallel import DistributedDataParallel
 
     from planc.runtime.checkpoint import load_checkpoint, save_checkpoint
-    from planc.runtime.transformer import build_model, init_weights, loss_fn
     from planc.runtime.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_, parameter_groups
+    from planc.runtime.transformer import build_model, init_weights, loss_fn
 
     plan = Plan.from_json(plan_json)
     mesh = init_device_mesh("cpu", (world_size,))

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from planc.runtime.transformer import build_model, init_weights, loss_fn
 from planc.runtime.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_, lr_at
+from planc.runtime.transformer import build_model, init_weights, loss_fn
 from planc.spec import ModelSpec, TrainSpec
 
 SPEC = ModelSpec(layers=2, hidden=32, heads=4, vocab=64, seq_len=8)
