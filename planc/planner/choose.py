@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planc import legality as space
 from planc.cost.context import ContextCache
 from planc.cost.estimate import Estimate
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
-from planc.planner import space
 from planc.planner.explore import Candidate, SearchResult, evaluate_layout, search
 from planc.planner.ladder import RUNGS, complexity, rung_name, schedule_rung
 from planc.spec.checks import MAX_DEVICES
@@ -393,10 +393,10 @@ def _nothing_fits(plan: Plan, result: SearchResult, tol: float, profile: Runtime
 
 class NoLegalLayout(Exception):
     """The plan's fixed keys and divisibility leave no layout at all (``planc check`` reports the
-    same through :func:`~planc.planner.space.why_no_layout`; this catches plans built otherwise)."""
+    same through :func:`~planc.legality.why_no_layout`; this catches plans built otherwise)."""
 
     def __init__(self, plan: Plan, refusal: str | None = None) -> None:
-        from planc.planner.space import why_no_layout
+        from planc.legality import why_no_layout
 
         issue = why_no_layout(plan)
         if issue is None and refusal is not None:

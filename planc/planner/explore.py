@@ -19,7 +19,7 @@ Pruning, each rule sound under the cost model:
 4. **Recompute only where needed.** At a micro-batch where less recomputation already fits,
    more recomputation costs time and buys nothing: it is not scored (the rung is marked
    "dominated").
-5. **GPipe** only when asked for (see :mod:`planc.planner.space`).
+5. **GPipe** only when asked for (see :mod:`planc.legality`).
 
 Every scored layout is a :class:`Candidate`. One :class:`~planc.cost.ContextCache` serves the
 whole search, so group links, stage splits and block times are computed once each.
@@ -30,13 +30,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from planc import legality as space
 from planc.cost.context import ContextCache, build_context
 from planc.cost.driver import run_passes
 from planc.cost.estimate import Estimate
 from planc.cost.memory import DEVICE_RUNTIME_OVERHEAD, model_state_bytes, runtime_state_bytes
 from planc.cost.passes import active_cost_passes
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
-from planc.planner import space
 from planc.planner.ladder import complexity, rung_for
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan

@@ -226,7 +226,7 @@ CHECKS: tuple[Check, ...] = (
 def check_some_layout_exists(plan: Plan) -> Iterable[SpecIssue]:
     """Whether the fixed keys, the batch and the device count leave any layout at all. The legal
     layouts are the planner's search space, so this asks it (one definition, no scoring)."""
-    from planc.planner.space import why_no_layout
+    from planc.legality import why_no_layout
 
     issue = why_no_layout(plan)
     if issue is not None:

@@ -2,8 +2,8 @@
 
 import pytest
 
+from planc.legality import schedule_options, tp_options
 from planc.planner import RUNGS, choose, complexity, rung_of, search
-from planc.planner.space import schedule_options, tp_options
 from planc.spec import Layout, build_plan
 
 
