@@ -171,9 +171,10 @@ def forward_left_behind(
     """(bytes the forward leaves for backward, ops by kind that the backward runs)."""
     from planc.runtime.compose import compose
     from planc.runtime.transformer import loss_fn
+    from planc.strategies.registry import load_registry
 
     plan = make_plan(family, layers, precision, tp)
-    job = compose(plan, make_layout(tp, sp, recompute))
+    job = compose(plan, make_layout(tp, sp, recompute), load_registry())
     (model,) = job.model_parts
     if bf16_params:  # bf16 parameters, as FSDP's MixedPrecisionPolicy gathers them: no autocast
         model.to(torch.bfloat16)

@@ -19,6 +19,7 @@ from planc.cost import MEGATRON_LM_2021, PLANC_RUNTIME
 from planc.cost.flops import narayanan_eq3
 from planc.planner import choose
 from planc.spec import build_plan
+from planc.strategies.registry import load_registry
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "megatron_table1.json"
 
@@ -52,9 +53,9 @@ def main() -> None:
     for row in rows:
         plan = plan_for(row)
         flops = narayanan_eq3(row["global_batch"], row["seq_len"], row["layers"], row["hidden"], row["vocab"])
-        c = choose(plan, tolerance=0.0, profile=MEGATRON_LM_2021)
+        c = choose(plan, load_registry(), tolerance=0.0, profile=MEGATRON_LM_2021)
         tf = flops / c.estimate.step_s / row["gpus"] / 1e12
-        own = choose(plan, tolerance=0.0, profile=PLANC_RUNTIME)
+        own = choose(plan, load_registry(), tolerance=0.0, profile=PLANC_RUNTIME)
         own_tf = f"{flops / own.estimate.step_s / row['gpus'] / 1e12:.0f}" if own.fits else "no fit"
         err = tf / row["tflops_per_gpu"] - 1
         worst = max(worst, abs(err))

@@ -21,6 +21,7 @@ import time
 from planc.hardware.topology import topology_for
 from planc.planner import choose
 from planc.spec import build_plan
+from planc.strategies.registry import load_registry
 
 CASES = {
     "GPT-1T on 3072 x A100-80GB": {
@@ -54,12 +55,12 @@ def main() -> None:
         plan = build_plan(raw)
         topology_for.cache_clear()
         t0 = time.perf_counter()
-        choice = choose(plan)
+        choice = choose(plan, load_registry())
         cold = time.perf_counter() - t0
         warm = []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            choice = choose(plan)
+            choice = choose(plan, load_registry())
             warm.append(time.perf_counter() - t0)
         w = statistics.median(warm)
         verdict = "ok" if cold < goal else "SLOW"

@@ -6,10 +6,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from planc.codegen.emit import Prediction, StrategyCall, emit_program, torchrun_command
 from planc.errors import PlanError
-from planc.spec import Layout, Plan
+from planc.spec.layout import Layout
+from planc.spec.plan import Plan
+
+if TYPE_CHECKING:
+    from planc.strategies.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -24,24 +29,28 @@ class CompiledPlan:
 
 
 def compile_plan(
-    plan: Plan, *, tolerance: float | None = None, force: bool = False, program_name: str = "train.py"
+    plan: Plan,
+    registry: Registry,
+    *,
+    tolerance: float | None = None,
+    force: bool = False,
+    program_name: str = "train.py",
 ) -> CompiledPlan:
-    """Choose the layout (the planner), check and collect the active strategies, emit the program.
+    """Choose the layout (the planner), check and collect the active strategies of ``registry``,
+    emit the program.
 
     Raises :class:`PlanError` when the strategies reject the layout, or when the layout is
     predicted not to fit in device memory (unless ``force``).
     """
     from planc.planner import NoLegalLayout, choose
-    from planc.strategies.registry import load_registry
 
-    registry = load_registry()
     issues = registry.validate_uses(plan)  # before planning: the cost passes need valid options
     if issues:
         raise PlanError(
             "; ".join(issue.message for issue in issues), hint=next((i.hint for i in issues if i.hint), None)
         )
     try:
-        choice = choose(plan, tolerance=tolerance)
+        choice = choose(plan, registry, tolerance=tolerance)
     except NoLegalLayout as exc:
         raise PlanError(str(exc), hint=exc.hint) from None
     estimate = choice.estimate

@@ -29,13 +29,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from planc.dsl import load_plan
+    from planc.strategies.registry import load_registry
 
+    registry = load_registry()
     failed = 0
     documents = []
     info = sys.stderr if args.json else sys.stdout
     for name in args.files:
         try:
-            plan = load_plan(name)
+            plan = load_plan(name, strategies=registry)
         except PlanError as error:
             print(str(error), file=sys.stderr)
             failed += 1

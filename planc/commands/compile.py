@@ -33,10 +33,12 @@ def run(args) -> int:
     from planc.codegen import compile_plan
     from planc.dsl.load import load_plan
     from planc.fileio import write_output
+    from planc.strategies.registry import load_registry
 
-    plan = load_plan(Path(args.file))
+    registry = load_registry()
+    plan = load_plan(Path(args.file), strategies=registry)
     program_name = Path(args.output).name if args.output else "train.py"
-    compiled = compile_plan(plan, tolerance=args.tolerance, force=args.force, program_name=program_name)
+    compiled = compile_plan(plan, registry, tolerance=args.tolerance, force=args.force, program_name=program_name)
     for warning in compiled.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.output:

@@ -9,8 +9,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from planc.errors import PlanError
+
+if TYPE_CHECKING:
+    from planc.spec.plan import Plan
+    from planc.strategies.registry import Registry
 
 HELP = "explain the layout planc chooses: memory, step time, throughput, and why not simpler"
 DESCRIPTION = (
@@ -44,8 +49,9 @@ def add_arguments(parser) -> None:
     )
 
 
-def read_plan(path_text: str):
-    """A validated Plan from a .plan file (via the DSL) or a plan.json."""
+def read_plan(path_text: str, registry: Registry) -> Plan:
+    """A validated Plan from a .plan file (via the DSL, ``use`` blocks checked against ``registry``)
+    or a plan.json."""
     path = Path(path_text)
     if path.suffix == ".json":
         if not path.exists():
@@ -66,7 +72,7 @@ def read_plan(path_text: str):
             "this planc has no .plan reader (planc.dsl) installed",
             hint="install the complete planc package, or pass a plan.json",
         ) from None
-    return load_plan(path)
+    return load_plan(path, strategies=registry)
 
 
 def run(args) -> int:
@@ -84,14 +90,14 @@ def run(args) -> int:
             hint=did_you_mean(args.runtime, PROFILES) or "one of: " + ", ".join(PROFILES),
         )
     profile = PROFILES[args.runtime]
-    plan = read_plan(args.file)
-    try:
-        choice = choose(plan, tolerance=args.tolerance, top_k=args.top, profile=profile)
-    except NoLegalLayout as exc:
-        raise PlanError(str(exc), hint=exc.hint) from None
     from planc.strategies.registry import load_registry
 
     registry = load_registry()
+    plan = read_plan(args.file, registry)
+    try:
+        choice = choose(plan, registry, tolerance=args.tolerance, top_k=args.top, profile=profile)
+    except NoLegalLayout as exc:
+        raise PlanError(str(exc), hint=exc.hint) from None
     registry.require(plan, choice.layout)  # what `planc compile` would refuse, explain refuses too
     for warning in registry.unused_uses(plan, choice.layout):
         print(f"warning: {warning}", file=sys.stderr)

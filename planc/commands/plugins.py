@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+
+from planc.spec.fields import unit_kind_of
 
 HELP = "list the installed strategy plugins (built-in and third-party), their options, and any problems"
 DESCRIPTION = (
@@ -27,8 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def listing(registry) -> dict:
     """The registry as plain data (what ``--json`` prints)."""
-    from planc.strategies.registry import describe_options
-
     strategies = []
     for name in sorted(registry.strategies, key=lambda n: (not registry.strategies[n].builtin, n)):
         strategy = registry.strategies[name]
@@ -109,3 +113,34 @@ def _decimal_bytes(value: float) -> str:
         if value >= size:
             return f"{value / size:g} {unit}"
     return f"{value:g} B"
+
+
+def describe_options(model: type[BaseModel]) -> list[dict[str, Any]]:
+    """Each option of an Options model: name, type, default, unit and one-line doc (for `planc plugins`)."""
+    rows = []
+    for name, info in model.model_fields.items():
+        default = info.get_default(call_default_factory=True) if not info.is_required() else None
+        rows.append(
+            {
+                "name": name,
+                "type": type_name(info.annotation),
+                "unit": unit_kind_of(info),
+                "default": default,
+                "required": info.is_required(),
+                "description": " ".join((info.description or "").split()),
+            }
+        )
+    return rows
+
+
+def type_name(annotation: Any) -> str:
+    """``bool``, ``'full' | 'selective'``, ``int``: how a .plan writes values of this type (an
+    optional option is simply left out: a .plan has no null, so ``None`` is not listed)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(repr(a) if isinstance(a, str) else str(a).lower() for a in args)
+    if origin is typing.Annotated:
+        return type_name(args[0])
+    if args and (origin is typing.Union or type(annotation).__name__ == "UnionType"):
+        return " | ".join(type_name(a) for a in args if a is not type(None))
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")

@@ -36,14 +36,16 @@ def run(args) -> int:
     from planc.codegen import compile_plan
     from planc.dsl.load import load_plan
     from planc.errors import PlanError
+    from planc.strategies.registry import load_registry
 
     if args.steps is not None and args.steps < 1:
         raise PlanError(f"--steps must be at least 1, got {args.steps}")
     plan_path = Path(args.file)
-    plan = load_plan(plan_path)
-    compiled = compile_plan(plan, tolerance=args.tolerance, force=args.force)
+    registry = load_registry()
+    plan = load_plan(plan_path, strategies=registry)
+    compiled = compile_plan(plan, registry, tolerance=args.tolerance, force=args.force)
     if launch.under_torchrun():
-        return _run_in_place(compiled, Path(args.out or "."), args.steps)
+        return _run_in_place(compiled, registry, Path(args.out or "."), args.steps)
 
     run_dir = Path(args.out) if args.out else launch.default_run_dir(plan_path)
     launch.write_run_dir(run_dir, compiled)
@@ -108,7 +110,7 @@ def run(args) -> int:
     return 0
 
 
-def _run_in_place(compiled, out_dir: Path, steps: int | None) -> int:
+def _run_in_place(compiled, registry, out_dir: Path, steps: int | None) -> int:
     """Already a torchrun worker: build the same job the program would, and train it here."""
     import os
 
@@ -119,7 +121,7 @@ def _run_in_place(compiled, out_dir: Path, steps: int | None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     if os.environ.get("RANK", "0") == "0":
         launch.write_run_dir(out_dir, compiled)
-    job = compose(compiled.plan, compiled.layout)
+    job = compose(compiled.plan, compiled.layout, registry)
     try:
         train(job, steps=steps, out_dir=out_dir)
     finally:

@@ -7,16 +7,16 @@ Pure functions with cited formulas (see docs/cost-model.md):
 - :mod:`planc.cost.flops`    FLOPs per step (Narayanan Eq. 3)
 - :mod:`planc.cost.compute`  kernel times (roofline, wave quantization)
 - :mod:`planc.cost.comm`     alpha-beta collectives
-- :mod:`planc.cost.builtin`  the built-in strategies' cost passes
+- :mod:`planc.cost.data_parallel`  what the data-parallel passes share
 - :mod:`planc.cost.driver`    base terms -> passes -> fixed overheads
 
-Entry point: ``evaluate(plan, layout) -> Estimate``.
+Entry point: ``evaluate(plan, layout, passes) -> Estimate``, the passes being the active
+strategies' (``registry.passes(plan, layout)``): the cost model never looks strategies up.
 """
 
 from planc.cost.context import ContextCache, CostContext, build_context
 from planc.cost.driver import base_estimate, evaluate, finalize, run_passes
-from planc.cost.estimate import CommCost, CostPass, Estimate, StageMemory, Term
-from planc.cost.passes import active_cost_passes
+from planc.cost.estimate import CommCost, CostPass, Estimate, Passes, StageMemory, Term
 from planc.cost.profile import MEGATRON_LM_2021, PLANC_RUNTIME, PROFILES, RuntimeProfile, StateBytes
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "CostContext",
     "CostPass",
     "Estimate",
+    "Passes",
     "MEGATRON_LM_2021",
     "PLANC_RUNTIME",
     "PROFILES",
@@ -32,7 +33,6 @@ __all__ = [
     "StageMemory",
     "StateBytes",
     "Term",
-    "active_cost_passes",
     "base_estimate",
     "build_context",
     "evaluate",

@@ -23,11 +23,12 @@ from planc.cost.compute import (
     head_times,
 )
 from planc.cost.memory import LayerActivations, layer_activation_bytes, logits_bytes, runtime_state_bytes
-from planc.cost.params import StageParams, representative_ranks, stage_params
+from planc.cost.params import StageParams, stage_params
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile, StateBytes, on_hardware
 from planc.hardware.topology import Topology, topology_for
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
+from planc.stages import StageStyle, micro_batches, representative_ranks
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,8 @@ class CostContext:
     profile: RuntimeProfile
     stages: tuple[StageParams, ...]
     """Representative pipeline ranks (first, second, last), per TP shard."""
+    stage_style: StageStyle
+    """Where the pipeline stages sit (:mod:`planc.stages`): looped, or V-shaped under ZBV."""
     times: tuple[StageTimes, ...]
     """Per-micro-batch times of the same ranks."""
     micro_batches: int
@@ -129,12 +132,12 @@ class ContextCache:
         self._blocks: dict = {}
         self._edges: dict = {}
 
-    def stages(self, tp: int, pp: int, v: int) -> tuple[StageParams, ...]:
-        key = (tp, pp, v)
+    def stages(self, tp: int, pp: int, v: int, style: StageStyle = "looped") -> tuple[StageParams, ...]:
+        key = (tp, pp, v, style)
         found = self._stages.get(key)
         if found is None:
             model = self.plan.model
-            found = tuple(stage_params(model, tp, pp, v, r) for r in representative_ranks(pp))
+            found = tuple(stage_params(model, tp, pp, v, r, style) for r in representative_ranks(pp, style))
             self._stages[key] = found
         return found
 
@@ -180,9 +183,13 @@ class ContextCache:
 
 
 def build_context(
-    plan: Plan, layout: Layout, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCache | None = None
+    plan: Plan,
+    layout: Layout,
+    profile: RuntimeProfile = PLANC_RUNTIME,
+    cache: ContextCache | None = None,
+    stage_style: StageStyle = "looped",
 ) -> CostContext:
-    """Work out the geometry of ``layout`` for ``plan``."""
+    """Work out the geometry of ``layout`` for ``plan``, its pipeline stages placed by ``stage_style``."""
     profile = on_hardware(profile, plan.hardware.is_cpu)
     if cache is None or cache.plan is not plan or cache.profile is not profile:
         cache = ContextCache(plan, profile)
@@ -191,7 +198,7 @@ def build_context(
     b, tp, sp = lay.micro_batch, lay.tp, lay.sequence_parallel
     layer, layer_act = cache.block(b, tp, sp, e, r)
     (emb_f, emb_b), (head_f, head_b), logits = cache.edges(b, tp, sp, e, r)
-    stages = cache.stages(tp, lay.pp, lay.virtual_stages)
+    stages = cache.stages(tp, lay.pp, lay.virtual_stages, stage_style)
     times = []
     for st in stages:
         fwd = st.layers * layer.forward + (emb_f if st.embedding else 0.0) + (head_f if st.head else 0.0)
@@ -205,8 +212,9 @@ def build_context(
         layout=lay,
         profile=profile,
         stages=stages,
+        stage_style=stage_style,
         times=tuple(times),
-        micro_batches=lay.grad_accumulation(plan.train.global_batch),
+        micro_batches=micro_batches(plan.train.global_batch, lay.dp, lay.micro_batch),
         tokens_per_microbatch=b * plan.model.seq_len,
         compute_bytes=e,
         residual_bytes=r,

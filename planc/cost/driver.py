@@ -4,8 +4,9 @@
 
 :func:`base_estimate` holds what every program pays, layout or not: the model states of one
 rank's parameters (replicated), the activations of one micro-batch without recomputation, the
-compute of all micro-batches, the optimizer step. The strategies' passes (see
-:mod:`planc.cost.builtin` and plugins) add their own terms in composition order.
+compute of all micro-batches, the optimizer step. The strategies' passes (each strategy
+package's ``cost``, built-in or plugin) add their own terms in composition order; the cost
+model is handed them (:class:`~planc.cost.estimate.Passes`) and never looks strategies up.
 :func:`finalize` adds the runtime's fixed memory and the allocator margin, and prices the
 pipeline bubble from the final micro-batch time.
 """
@@ -17,7 +18,7 @@ from functools import lru_cache
 
 from planc.cost.compute import optimizer_step_seconds
 from planc.cost.context import ContextCache, CostContext, build_context
-from planc.cost.estimate import CostPass, Estimate, StageMemory, Term
+from planc.cost.estimate import CostPass, Estimate, Passes, StageMemory, Term
 from planc.cost.flops import hardware_flops_per_step, model_flops_per_step
 from planc.cost.memory import ALLOCATOR_MARGIN, DEVICE_RUNTIME_OVERHEAD, model_state_bytes
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
@@ -65,6 +66,7 @@ def base_estimate(ctx: CostContext) -> Estimate:
         model_flops=_flops(model, tokens, "none"),
         hardware_flops=_flops(model, tokens, ctx.layout.recompute, ctx.profile.attention),
         peak=ctx.device.peak,
+        stage_style=ctx.stage_style,
     )
 
 
@@ -102,17 +104,13 @@ def run_passes(ctx: CostContext, passes: Iterable[CostPass]) -> Estimate:
 def evaluate(
     plan: Plan,
     layout: Layout,
+    passes: Passes,
     *,
     profile: RuntimeProfile = PLANC_RUNTIME,
-    passes: Iterable[CostPass] | None = None,
     cache: ContextCache | None = None,
 ) -> Estimate:
-    """Predict memory per device and time per step of ``layout`` for ``plan``.
-
-    ``passes`` default to the strategies active for the layout
-    (:func:`planc.cost.passes.active_cost_passes`); pass your own list to add a plugin's term.
-    """
-    from planc.cost.passes import active_cost_passes
-
-    ctx = build_context(plan, layout, profile, cache)
-    return run_passes(ctx, active_cost_passes(plan, layout) if passes is None else passes)
+    """Predict memory per device and time per step of ``layout`` for ``plan`` under ``passes``
+    (the strategies active for the layout: ``registry.passes(plan, layout)``; add your own to
+    try a plugin's term)."""
+    ctx = build_context(plan, layout, profile, cache, passes.stage_style)
+    return run_passes(ctx, passes)

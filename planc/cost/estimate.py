@@ -13,9 +13,11 @@ device's requirement. Time is per optimizer step on the slowest rank.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import NamedTuple, TypeVar
+
+from planc.stages import StageStyle
 
 _T = TypeVar("_T")
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -90,9 +92,6 @@ class StageMemory:
     def with_transient(self, name: str, value: float) -> StageMemory:
         return self.updated(transient=(Term(name, value),))
 
-    def with_extra(self, name: str, value: float) -> StageMemory:
-        return self.updated(extra=(Term(name, value),))
-
 
 @dataclass(frozen=True, slots=True)
 class CommCost:
@@ -145,6 +144,8 @@ class Estimate:
     """Pipeline bubble in seconds (bubble_slots x the slot time), filled in by finalisation."""
     peak_memory: float = 0.0
     """Bytes of the worst stage, filled in by finalisation (0 before)."""
+    stage_style: StageStyle = "looped"
+    """Where the pipeline stages sit (:mod:`planc.stages`), as the context placed them."""
 
     # -- helpers for cost passes -----------------------------------------------------------
 
@@ -235,5 +236,25 @@ class CostPass:
     """One strategy's cost contribution, as the cost model runs it."""
 
     name: str
-    cost: Callable
+    cost: Callable[..., Estimate]
     options: object = None
+
+
+@dataclass(frozen=True)
+class Passes:
+    """What the cost model runs for one layout: the active strategies' passes in composition order
+    (the registry works them out, :meth:`planc.strategies.registry.Registry.passes`), and where
+    those strategies put the pipeline stages (V-shaped only when ``pipeline`` runs ZBV)."""
+
+    steps: tuple[CostPass, ...] = ()
+    stage_style: StageStyle = "looped"
+
+    def __iter__(self) -> Iterator[CostPass]:
+        return iter(self.steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def plus(self, *more: CostPass) -> Passes:
+        """These passes and then ``more`` (e.g. a plugin's pass under test)."""
+        return Passes(self.steps + more, self.stage_style)

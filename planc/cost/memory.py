@@ -208,37 +208,6 @@ def logits_bytes(model: ModelSpec, b: int, tp: int, compute_bytes: int) -> float
     return (compute_bytes + 8) * model.seq_len * b * model.padded_vocab / tp
 
 
-# -- micro-batches in flight (pipeline schedules) ----------------------------------------------
-
-
-def chunks_in_flight(schedule: str | None, pp: int, v: int, m: int, rank: int) -> int:
-    """Chunk-micro-batches whose activations pipeline rank ``rank`` holds at its peak.
-
-    - no pipeline: 1 (gradient accumulation runs micro-batches one after another);
-    - GPipe (Huang et al. 2019): all m forwards before any backward: m;
-    - 1F1B (Narayanan et al. 2021, Sec. 2.2.1; torch ``Schedule1F1B``): rank i warms up with
-      p - i forwards: min(p - i, m);
-    - interleaved (Sec. 2.2.2; torch ``ScheduleInterleaved1F1B``): rank i warms up with
-      (v - 1) p + 2 (p - 1 - i) chunk forwards, one more in flight: capped at v m. On rank 0
-      this is v p + p - 1 chunks of L/(p v) layers, i.e. Korthikanti's
-      L (1 + (p - 1)/(p v)) layers' worth;
-    - zero-bubble (Qi et al. 2023, ZB-H1; torch ``ScheduleInterleavedZeroBubble``, ZB1P):
-      warm-up (v - 1) p + (p - 1 - i), so rank 0 holds v p chunks — the same peak as 1F1B
-      ("ZB-H1 ... peak memory no greater than 1F1B").
-    """
-    if pp == 1 or schedule is None:
-        return 1
-    if schedule == "gpipe":
-        return m * v
-    if schedule == "1f1b":
-        return min(pp - rank, m)
-    if schedule == "interleaved":
-        return min((v - 1) * pp + 2 * (pp - 1 - rank) + 1, v * m)
-    if schedule == "zero-bubble":
-        return min((v - 1) * pp + (pp - 1 - rank) + 1, v * m)
-    raise ValueError(f"unknown schedule {schedule!r}")
-
-
 # -- fixed overheads ---------------------------------------------------------------------------
 
 #: CUDA context, cuBLAS/cuDNN workspaces and NCCL's internal buffers, per GPU: a fixed term.

@@ -4,19 +4,17 @@ Counts start from the exact numbers of :class:`~planc.spec.ModelSpec` (``params_
 ``params_embedding``, ``params_output``: the model the runtime builds) and split them the way
 the runtime does:
 
-- **Pipeline** (Narayanan et al. 2021, Sec. 2.2): the ``layers`` blocks are cut into
-  ``pp * v`` contiguous chunks as evenly as possible; when they do not divide, the *first*
-  chunks get one extra layer each. Rank ``r`` holds chunks ``r, r + pp, r + 2 pp, ...``
-  (interleaved schedule). The embedding lives on the first chunk (rank 0), the final norm and
-  output head on the last chunk (rank pp - 1). Putting the extra layers first keeps the last
-  stage, which also runs the output GEMM and the loss, from being the slowest.
+- **Pipeline**: the ``layers`` blocks are cut into ``pp * v`` contiguous stages and placed on
+  ranks exactly as the runtime places them: :mod:`planc.stages` (looped, or V-shaped under ZBV,
+  where rank 0 holds the embedding *and* the head). The embedding lives on stage 0, the final
+  norm and output head on the last stage.
 - **Tensor parallel** (Shoeybi et al. 2019, Sec. 3; torch DTensor colwise/rowwise plans): the
   QKV and MLP-in matrices are split by columns (their biases too), the attention-out and
   MLP-out matrices by rows (their biases are *replicated*: added after the all-reduce); norms
   are replicated; the embedding and output head are split by vocabulary rows (vocab-parallel).
   Learned position embeddings are replicated.
 - **Tied embeddings** with pp > 1: the last stage keeps its own copy of the embedding matrix as
-  the head (Megatron's ``shared_embedding``), counted there.
+  the head (Megatron's ``shared_embedding``), counted there (ZBV refuses tied embeddings).
 """
 
 from __future__ import annotations
@@ -25,32 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from planc.spec.model import ModelSpec
-
-
-def chunk_layer_counts(layers: int, chunks: int) -> tuple[int, ...]:
-    """Layers of each of ``chunks`` contiguous chunks; the first ``layers % chunks`` get one more.
-
-    >>> chunk_layer_counts(10, 4)
-    (3, 3, 2, 2)
-    """
-    if not 1 <= chunks <= layers:
-        raise ValueError(f"cannot cut {layers} layers into {chunks} non-empty chunks")
-    base, extra = divmod(layers, chunks)
-    return tuple(base + (1 if c < extra else 0) for c in range(chunks))
-
-
-def stage_layer_counts(layers: int, pp: int, virtual_stages: int = 1) -> tuple[int, ...]:
-    """Layers held by each pipeline rank (the sum of its ``virtual_stages`` chunks).
-
-    This is the split the runtime uses; keep both in step.
-
-    >>> stage_layer_counts(10, 4)
-    (3, 3, 2, 2)
-    >>> stage_layer_counts(10, 2, 2)   # chunks (3, 3, 2, 2): rank 0 holds chunks 0 and 2
-    (5, 5)
-    """
-    chunks = chunk_layer_counts(layers, pp * virtual_stages)
-    return tuple(sum(chunks[r::pp]) for r in range(pp))
+from planc.stages import StageStyle, chunk_layer_counts, holds_embedding, holds_head, stages_of_rank
 
 
 def layer_params_per_shard(model: ModelSpec, tp: int) -> int:
@@ -99,9 +72,9 @@ class StageParams:
     chunk_layers: tuple[int, ...]
     """Blocks of each of its ``v`` chunks."""
     embedding: bool
-    """Holds the token embedding (rank 0)."""
+    """Holds the token embedding (stage 0: rank 0)."""
     head: bool
-    """Holds the final norm, output head and loss (rank pp - 1)."""
+    """Holds the final norm, output head and loss (the last stage: rank pp - 1, or rank 0 under ZBV)."""
     params: int
     """Parameters on one device of this rank (after TP sharding)."""
     layer_params: int
@@ -111,14 +84,18 @@ class StageParams:
 
 
 @lru_cache(maxsize=4096)
-def stage_params(model: ModelSpec, tp: int, pp: int, virtual_stages: int, rank: int) -> StageParams:
+def stage_params(
+    model: ModelSpec, tp: int, pp: int, virtual_stages: int, rank: int, style: StageStyle = "looped"
+) -> StageParams:
     """Parameters held by pipeline rank ``rank`` on one of its TP devices."""
-    chunks = chunk_layer_counts(model.layers, pp * virtual_stages)[rank::pp]
+    counts = chunk_layer_counts(model.layers, pp * virtual_stages)
+    chunks = tuple(counts[s] for s in stages_of_rank(rank, pp, virtual_stages, style))
     layers = sum(chunks)
     per_layer = layer_params_per_shard(model, tp)
     params = layers * per_layer
     units = [per_layer]
-    first, last = rank == 0, rank == pp - 1
+    first = holds_embedding(rank, pp, virtual_stages, style)
+    last = holds_head(rank, pp, virtual_stages, style)
     if first:
         embedding = embedding_params_per_shard(model, tp)
         params += embedding
@@ -137,13 +114,3 @@ def stage_params(model: ModelSpec, tp: int, pp: int, virtual_stages: int, rank: 
         layer_params=per_layer,
         largest_unit=max(units),
     )
-
-
-def representative_ranks(pp: int) -> tuple[int, ...]:
-    """Pipeline ranks whose memory and time bound all others: first, second, last.
-
-    Rank 0 has the most layers, the embedding and the most micro-batches in flight; the last
-    rank has the head and the logits; rank 1 is the first to hold both activation and gradient
-    receive buffers. Ranks 2 .. pp-2 hold no more than rank 1.
-    """
-    return tuple(sorted({0, min(1, pp - 1), pp - 1}))

@@ -4,11 +4,11 @@ Reading is defensive: a missing file, a directory, a device or pipe, an unreadab
 non-UTF-8, empty or oversized file each gives a :class:`~planc.errors.PlanError` that says so —
 never a traceback, and never an unbounded read.
 
-Strategy names that ``use`` may refer to come from the entry points of the group
-``planc.strategies``, restricted by ``PLANC_PLUGINS`` when it is set, as the plugin registry
-does. A plan with ``use`` blocks also has their options validated by the strategies' ``Options``
-models (through the registry: plan-time faces only, no torch), so a misspelled option is
-reported at its line like any other key.
+The strategy registry is handed in (the command loaded it): the names a ``use`` block may refer
+to are the ones installed distributions register (restricted by ``PLANC_PLUGINS``), and a plan
+with ``use`` blocks has their options validated by the strategies' ``Options`` models
+(plan-time faces only, no torch), so a misspelled option is reported at its line like any other
+key.
 """
 
 from __future__ import annotations
@@ -16,55 +16,41 @@ from __future__ import annotations
 import difflib
 import os
 import stat
-from importlib.metadata import entry_points
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from planc.dsl.lower import build
 from planc.dsl.parser import parse
 from planc.errors import PlanError, SourceLocation
-from planc.spec import Plan
-from planc.strategies.api import ENTRY_POINT_GROUP, RESTRICT_ENV
+from planc.spec.plan import Plan
+
+if TYPE_CHECKING:
+    from planc.strategies.registry import Registry
 
 #: A plan is a few dozen lines; anything this large is not one (and is not read whole).
 MAX_PLAN_BYTES = 256 * 1024
 
 
-def known_strategies() -> frozenset[str]:
-    """Names registered under ``planc.strategies``, restricted by ``PLANC_PLUGINS`` if set."""
-    names = {entry_point.name for entry_point in entry_points(group=ENTRY_POINT_GROUP)}
-    restrict = os.environ.get(RESTRICT_ENV, "").strip()
-    if restrict:
-        names &= {name.strip() for name in restrict.split(",") if name.strip()}
-    return frozenset(names)
-
-
-def load_plan(path: str | os.PathLike) -> Plan:
+def load_plan(path: str | os.PathLike[str], *, strategies: Registry) -> Plan:
     """Read, parse and validate the plan at ``path``; raise PlanError(s) for anything wrong."""
     path = Path(path)
     text = read_plan_text(path)
-    return load_plan_text(text, str(path), base_dir=path.parent)
+    return load_plan_text(text, str(path), strategies=strategies, base_dir=path.parent)
 
 
-def load_plan_text(text: str, filename: str = "<plan>", *, base_dir: str | os.PathLike | None = None) -> Plan:
+def load_plan_text(
+    text: str, filename: str = "<plan>", *, strategies: Registry, base_dir: str | os.PathLike[str] | None = None
+) -> Plan:
     """Parse and validate plan ``text``; ``filename`` is what error messages show; relative paths
-    in the plan (``model from``, ``train.data``) resolve against ``base_dir`` (default: cwd)."""
+    in the plan (``model from``, ``train.data``) resolve against ``base_dir`` (default: cwd);
+    ``use`` blocks are checked against ``strategies``."""
     plan_file = parse(text, filename)
     return build(
         plan_file,
         base_dir=Path(base_dir) if base_dir is not None else None,
-        known_strategies=known_strategies(),
-        check_uses=check_use_options,
+        known_strategies=strategies.registered,
+        check_uses=lambda plan: strategies.validate_uses(plan) if plan.uses else [],
     )
-
-
-def check_use_options(plan: Plan) -> list:
-    """The ``use`` blocks' options, validated by each strategy's ``Options`` (loads the plan-time faces
-    of the named strategies only through the registry, which never imports torch)."""
-    if not plan.uses:
-        return []
-    from planc.strategies.registry import load_registry
-
-    return load_registry().validate_uses(plan)
 
 
 def read_plan_text(path: Path) -> str:

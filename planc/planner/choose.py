@@ -16,17 +16,21 @@ written, fitting or not. When nothing fits, the least-hungry layout is returned 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from planc import legality as space
 from planc.cost.context import ContextCache
 from planc.cost.estimate import Estimate
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
+from planc.legality import space
 from planc.planner.explore import Candidate, SearchResult, evaluate_layout, search
 from planc.planner.ladder import RUNGS, complexity, rung_name, schedule_rung
 from planc.spec.checks import MAX_DEVICES
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
 from planc.units import format_bytes
+
+if TYPE_CHECKING:
+    from planc.strategies.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -114,15 +118,20 @@ def fixed_layout(plan: Plan) -> Layout:
 
 
 def choose(
-    plan: Plan, *, tolerance: float | None = None, top_k: int = 5, profile: RuntimeProfile = PLANC_RUNTIME
+    plan: Plan,
+    registry: Registry,
+    *,
+    tolerance: float | None = None,
+    top_k: int = 5,
+    profile: RuntimeProfile = PLANC_RUNTIME,
 ) -> Choice:
     """Pick the layout for ``plan``: the simplest that fits, within ``tolerance`` of the best."""
     tol = plan.layout.tolerance if tolerance is None else tolerance
     cache = ContextCache(plan, profile)
     if is_fully_fixed(plan):
         layout = fixed_layout(plan)
-        est = evaluate_layout(plan, layout, cache)
-        suggestion = None if est.fits else _suggest_for_fixed(plan, est, profile)
+        est = evaluate_layout(plan, layout, registry, cache)
+        suggestion = None if est.fits else suggest_fix(plan, est, registry, profile)
         return Choice(
             layout=layout,
             estimate=est,
@@ -135,9 +144,9 @@ def choose(
             suggestion=suggestion,
         )
 
-    result = search(plan, profile, cache)
+    result = search(plan, registry, profile, cache)
     if not result.fitting:
-        return _nothing_fits(plan, result, tol, profile)
+        return _nothing_fits(plan, registry, result, tol, profile)
 
     best = max(result.fitting, key=lambda c: c.tokens_per_s)
     floor = best.tokens_per_s * (1.0 - tol)
@@ -365,7 +374,7 @@ def _family(layout: Layout) -> str:
 # -- nothing fits ------------------------------------------------------------------------------
 
 
-def _nothing_fits(plan: Plan, result: SearchResult, tol: float, profile: RuntimeProfile) -> Choice:
+def _nothing_fits(plan: Plan, registry: Registry, result: SearchResult, tol: float, profile: RuntimeProfile) -> Choice:
     misfits = list(result.tightest_misfit.values()) + list(result.family_bound.values())
     if misfits:
         least = min(misfits, key=lambda c: c.estimate.memory_bytes)
@@ -374,8 +383,8 @@ def _nothing_fits(plan: Plan, result: SearchResult, tol: float, profile: Runtime
         bound, layout = min(result.states_bound.values(), key=lambda bl: bl[0]) if result.states_bound else (0.0, None)
         if layout is None:
             raise NoLegalLayout(plan, next(iter(result.refused.values()), None))
-        est = evaluate_layout(plan, layout, ContextCache(plan, profile))
-    suggestion = suggest_fix(plan, est, profile)
+        est = evaluate_layout(plan, layout, registry, ContextCache(plan, profile))
+    suggestion = suggest_fix(plan, est, registry, profile)
     rejected = tuple(_rejections(plan, result, Candidate(layout, est, complexity(layout)), None, tol))
     return Choice(
         layout=layout,
@@ -396,7 +405,7 @@ class NoLegalLayout(Exception):
     same through :func:`~planc.legality.why_no_layout`; this catches plans built otherwise)."""
 
     def __init__(self, plan: Plan, refusal: str | None = None) -> None:
-        from planc.legality import why_no_layout
+        from planc.legality.space import why_no_layout
 
         issue = why_no_layout(plan)
         if issue is None and refusal is not None:
@@ -408,19 +417,19 @@ class NoLegalLayout(Exception):
         self.hint = issue.hint if issue else "set some layout keys to auto, or change the device count"
 
 
-def suggest_fix(plan: Plan, est: Estimate, profile: RuntimeProfile = PLANC_RUNTIME) -> str:
+def suggest_fix(plan: Plan, est: Estimate, registry: Registry, profile: RuntimeProfile = PLANC_RUNTIME) -> str:
     """What would fit: a smaller micro-batch, freeing fixed keys, or more devices."""
     short = f"short by {_gib(est.memory_bytes - est.capacity)} per device"
     if plan.train.micro_batch != "auto" and plan.train.micro_batch > 1:
         freed = plan.model_copy(update={"train": plan.train.model_copy(update={"micro_batch": "auto"})})
-        found = search(freed, profile)
+        found = search(freed, registry, profile)
         if found.fitting:
             mb = max(c.layout.micro_batch for c in found.fitting)
             return f"{short}; micro_batch = {mb} (or smaller) would fit"
     fixed = {k: v for k, v in plan.layout.model_dump().items() if v != "auto" and k != "tolerance"}
     if fixed:
         freed = plan.model_copy(update={"layout": plan.layout.model_copy(update={k: "auto" for k in fixed})})
-        found = search(freed, profile)
+        found = search(freed, registry, profile)
         if found.fitting:
             c = min(found.fitting, key=lambda c: (c.complexity, -c.tokens_per_s))
             keys = ", ".join(f"{k} = {v}" for k, v in fixed.items())
@@ -434,7 +443,7 @@ def suggest_fix(plan: Plan, est: Estimate, profile: RuntimeProfile = PLANC_RUNTI
         bigger = plan.model_copy(
             update={"hardware": hw, "layout": plan.layout.model_copy(update={k: "auto" for k in ("tp", "pp", "dp")})}
         )
-        found = search(bigger, profile)
+        found = search(bigger, registry, profile)
         if found.fitting:
             return (
                 f"{short}; the smallest device count found to fit is {hw.world_size} devices "
@@ -443,10 +452,6 @@ def suggest_fix(plan: Plan, est: Estimate, profile: RuntimeProfile = PLANC_RUNTI
     if tried == plan.hardware.world_size:
         return f"{short}; use a device with more memory, or fewer fixed layout keys"
     return f"{short}; no layout fits even on {tried} devices — use a device with more memory"
-
-
-def _suggest_for_fixed(plan: Plan, est: Estimate, profile: RuntimeProfile) -> str:
-    return suggest_fix(plan, est, profile)
 
 
 def _layout_dict(layout: Layout) -> dict:

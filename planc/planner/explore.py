@@ -29,17 +29,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from planc import legality as space
-from planc.cost.context import ContextCache, build_context
-from planc.cost.driver import run_passes
+from planc.cost.context import ContextCache
+from planc.cost.driver import evaluate
 from planc.cost.estimate import Estimate
 from planc.cost.memory import DEVICE_RUNTIME_OVERHEAD, model_state_bytes, runtime_state_bytes
-from planc.cost.passes import active_cost_passes
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
+from planc.legality import space
 from planc.planner.ladder import complexity, rung_for
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
+
+if TYPE_CHECKING:
+    from planc.strategies.registry import Registry
 
 #: The micro-batch loop stops once throughput falls below this fraction of the best seen for the
 #: configuration. Not at the first dip: wave quantization makes throughput ripple with the
@@ -106,9 +109,9 @@ def make_layout(
     )
 
 
-def evaluate_layout(plan: Plan, layout: Layout, cache: ContextCache) -> Estimate:
-    ctx = build_context(plan, layout, cache.profile, cache)
-    return run_passes(ctx, active_cost_passes(plan, layout))
+def evaluate_layout(plan: Plan, layout: Layout, registry: Registry, cache: ContextCache) -> Estimate:
+    """The estimate of ``layout`` under the passes of the strategies active in it."""
+    return evaluate(plan, layout, registry.passes(plan, layout), profile=cache.profile, cache=cache)
 
 
 def states_lower_bound(plan: Plan, cache: ContextCache, tp: int, pp: int, dp: int, zero: int) -> float:
@@ -118,14 +121,11 @@ def states_lower_bound(plan: Plan, cache: ContextCache, tp: int, pp: int, dp: in
     return worst + (0.0 if plan.hardware.is_cpu else DEVICE_RUNTIME_OVERHEAD)
 
 
-def refusal_of(plan: Plan):
+def refusal_of(plan: Plan, registry: Registry):
     """``layout -> None | reason``: what the strategies named in ``use`` blocks say of a layout
     (None without use blocks: the built-ins' rules are already the search space's)."""
     if not plan.uses:
         return None
-    from planc.strategies.registry import load_registry
-
-    registry = load_registry()
     return lambda layout: registry.refusal(plan, layout)
 
 
@@ -149,12 +149,14 @@ def _refused(result: SearchResult, refuse, layout: Layout) -> bool:
     return reason is not None
 
 
-def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCache | None = None) -> SearchResult:
+def search(
+    plan: Plan, registry: Registry, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCache | None = None
+) -> SearchResult:
     """Score the legal layouts of ``plan`` (respecting every fixed key and every ``use`` block)."""
     start = time.perf_counter()
     cache = cache or ContextCache(plan, profile)
     result = SearchResult()
-    refuse = refusal_of(plan)
+    refuse = refusal_of(plan, registry)
     capacity = plan.hardware.memory
     gb = plan.train.global_batch
     recomputes = space.recompute_options(plan)
@@ -169,7 +171,9 @@ def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCa
             if bound > capacity:
                 _record_bound(result, bound, tp, pp, dp, zero, recomputes, schedules, sps, mbs[0])
                 continue
-            if not _family_can_fit(plan, cache, result, tp, pp, dp, zero, recomputes, schedules, sps, mbs, refuse):
+            if not _family_can_fit(
+                plan, registry, cache, result, tp, pp, dp, zero, recomputes, schedules, sps, mbs, refuse
+            ):
                 continue
             for sp in sps:
                 for schedule, v in schedules:
@@ -182,12 +186,12 @@ def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCa
                             if mb <= fits_up_to:
                                 result.dominated.add(rung_for(tp, pp, dp, zero, recompute, schedule, sp))
                                 continue
-                            if not space.schedule_accepts(schedule, pp, gb // (dp * mb)):
+                            if not space.micro_batch_accepted(schedule, pp, gb // (dp * mb)):
                                 continue
                             layout = make_layout(tp, pp, dp, zero, recompute, schedule, mb, v, sp)
                             if _refused(result, refuse, layout):
                                 continue
-                            estimate = evaluate_layout(plan, layout, cache)
+                            estimate = evaluate_layout(plan, layout, registry, cache)
                             result.scored += 1
                             cand = Candidate(layout, estimate, complexity(layout))
                             if not estimate.fits:
@@ -197,6 +201,7 @@ def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCa
                                     # micro-batch that needs no accumulation may still fit.
                                     _score_last(
                                         plan,
+                                        registry,
                                         cache,
                                         result,
                                         tp,
@@ -222,13 +227,13 @@ def search(plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, cache: ContextCa
     return result
 
 
-def _score_last(plan, cache, result, tp, pp, dp, zero, recompute, schedule, mb, v, sp, refuse) -> None:
-    if not space.schedule_accepts(schedule, pp, plan.train.global_batch // (dp * mb)):
+def _score_last(plan, registry, cache, result, tp, pp, dp, zero, recompute, schedule, mb, v, sp, refuse) -> None:
+    if not space.micro_batch_accepted(schedule, pp, plan.train.global_batch // (dp * mb)):
         return
     layout = make_layout(tp, pp, dp, zero, recompute, schedule, mb, v, sp)
     if _refused(result, refuse, layout):
         return
-    estimate = evaluate_layout(plan, layout, cache)
+    estimate = evaluate_layout(plan, layout, registry, cache)
     result.scored += 1
     cand = Candidate(layout, estimate, complexity(layout))
     if estimate.fits:
@@ -237,7 +242,7 @@ def _score_last(plan, cache, result, tp, pp, dp, zero, recompute, schedule, mb, 
         _record_misfit(result, cand)
 
 
-def _family_can_fit(plan, cache, result, tp, pp, dp, zero, recomputes, schedules, sps, mbs, refuse) -> bool:
+def _family_can_fit(plan, registry, cache, result, tp, pp, dp, zero, recomputes, schedules, sps, mbs, refuse) -> bool:
     """Score the family's least memory-hungry member first; if it does not fit, none does.
 
     Memory falls with more recomputation (full <= selective <= none), with sequence
@@ -251,12 +256,12 @@ def _family_can_fit(plan, cache, result, tp, pp, dp, zero, recomputes, schedules
     tries = [mbs[0]] + ([mbs[-1]] if zero >= 2 and len(mbs) > 1 else [])
     witness = None
     for mb in tries:
-        if not space.schedule_accepts(schedule, pp, gb // (dp * mb)):
+        if not space.micro_batch_accepted(schedule, pp, gb // (dp * mb)):
             return True  # no cheap witness; let the full loop decide
         layout = make_layout(tp, pp, dp, zero, recomputes[-1], schedule, mb, v, sps[-1])
         if _refused(result, refuse, layout):
             return True  # the witness is not a legal layout; let the full loop decide
-        estimate = evaluate_layout(plan, layout, cache)
+        estimate = evaluate_layout(plan, layout, registry, cache)
         result.scored += 1
         if estimate.fits:
             return True

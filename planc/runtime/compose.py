@@ -17,13 +17,12 @@ from __future__ import annotations
 from planc.runtime.job import Job
 from planc.spec import Layout, Plan
 from planc.spec.issues import SpecError
+from planc.strategies.registry import Registry
 
 
-def compose(plan: Plan, layout: Layout, *, registry=None, device=None) -> Job:
-    """A ready-to-train job: every active strategy applied in order, weights initialised, optimizer built."""
-    from planc.strategies.registry import load_registry
-
-    registry = registry if registry is not None else load_registry()
+def compose(plan: Plan, layout: Layout, registry: Registry, *, device: str | None = None) -> Job:
+    """A ready-to-train job: every strategy of ``registry`` active in ``layout`` applied in order,
+    weights initialised, optimizer built."""
     active = registry.active(plan, layout)
     issues = registry.check(plan, layout)
     if issues:

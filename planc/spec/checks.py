@@ -2,21 +2,29 @@
 
 Each pass takes the plan and returns the issues it finds (empty when all is well). Field-level
 rules (types, ranges, enums) live on the pydantic models; these catch what no single field can:
-divisibility, products, and layouts the hardware cannot host.
+the model's own shape, and the layout rules of :mod:`planc.legality` applied to the keys the
+plan fixes (the planner applies the same rules to the keys it chooses).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from planc.legality import rules
+from planc.legality.rules import Violation, near_divisor
+from planc.legality.space import why_no_layout
 from planc.spec.issues import SpecIssue
 from planc.spec.plan import Plan
 
 Check = Callable[[Plan], Iterable[SpecIssue]]
 
 
-def _fixed(value) -> bool:
+def _fixed(value: object) -> bool:
     return value != "auto"
+
+
+def _issues(*violations: Violation | None) -> list[SpecIssue]:
+    return [SpecIssue(v.path, v.message, v.hint) for v in violations if v is not None]
 
 
 def check_attention_shape(plan: Plan) -> Iterable[SpecIssue]:
@@ -25,14 +33,14 @@ def check_attention_shape(plan: Plan) -> Iterable[SpecIssue]:
         yield SpecIssue(
             ("model", "heads"),
             f"heads = {m.heads} does not divide hidden = {m.hidden}",
-            f"pick heads so hidden / heads is a whole head size (e.g. {_near_divisor(m.hidden, m.heads)})",
+            f"pick heads so hidden / heads is a whole head size (e.g. {near_divisor(m.hidden, m.heads)})",
         )
     if m.heads % m.kv_heads:
         yield SpecIssue(
             ("model", "kv_heads"),
             f"kv_heads = {m.kv_heads} does not divide heads = {m.heads}",
             f"grouped-query attention shares each KV head among heads / kv_heads query heads; "
-            f"use a divisor of {m.heads}, e.g. {_near_divisor(m.heads, m.kv_heads)}",
+            f"use a divisor of {m.heads}, e.g. {near_divisor(m.heads, m.kv_heads)}",
         )
     if m.position == "rope" and m.hidden % m.heads == 0 and m.head_dim % 2:
         yield SpecIssue(
@@ -43,82 +51,31 @@ def check_attention_shape(plan: Plan) -> Iterable[SpecIssue]:
 
 
 def check_tensor_parallel(plan: Plan) -> Iterable[SpecIssue]:
-    tp, m = plan.layout.tp, plan.model
+    tp = plan.layout.tp
     if not _fixed(tp):
-        return
-    for key, value in (("heads", m.heads), ("kv_heads", m.kv_heads), ("ffn", m.ffn), ("padded_vocab", m.padded_vocab)):
-        if value % tp:
-            what = "the padded vocabulary" if key == "padded_vocab" else key
-            yield SpecIssue(
-                ("layout", "tp"),
-                f"tp = {tp} does not divide {what} = {value}",
-                f"tensor parallelism splits {what} evenly; use a tp that divides {value}, "
-                f"e.g. {_near_divisor(value, tp)}",
-            )
-            return
-    if tp > plan.hardware.per_node:
-        yield SpecIssue(
-            ("layout", "tp"),
-            f"tp = {tp} exceeds per_node = {plan.hardware.per_node}",
-            "tensor parallelism all-reduces every layer and must stay inside one node; "
-            f"use tp <= {plan.hardware.per_node} and pp or dp for the rest",
+        return []
+    return _issues(
+        rules.first(
+            [rules.tensor_parallel_split(plan.model, tp), rules.tensor_parallel_in_node(plan.hardware.per_node, tp)]
         )
-    elif plan.hardware.per_node % tp:
-        yield SpecIssue(
-            ("layout", "tp"),
-            f"tp = {tp} does not divide per_node = {plan.hardware.per_node}",
-            "some tensor-parallel groups would straddle two nodes and all-reduce every layer over "
-            f"the network; use a divisor of {plan.hardware.per_node}, "
-            f"e.g. {_near_divisor(plan.hardware.per_node, tp)}",
-        )
+    )
 
 
 def check_pipeline(plan: Plan) -> Iterable[SpecIssue]:
     lay, layers = plan.layout, plan.model.layers
-    if _fixed(lay.pp) and lay.pp > layers:
-        yield SpecIssue(
-            ("layout", "pp"),
-            f"pp = {lay.pp} is more pipeline stages than layers = {layers}",
-            f"every stage needs at least one layer; use pp <= {layers}",
-        )
-    if _fixed(lay.pp) and _fixed(lay.virtual_stages) and lay.pp * lay.virtual_stages > layers:
-        yield SpecIssue(
-            ("layout", "virtual_stages"),
-            f"pp x virtual_stages = {lay.pp} x {lay.virtual_stages} = {lay.pp * lay.virtual_stages} "
-            f"chunks, but the model has only {layers} layers",
-            "each virtual stage needs at least one layer; lower virtual_stages",
-        )
-    if _fixed(lay.pp) and lay.pp == 1:
-        if _fixed(lay.schedule):
-            yield SpecIssue(
-                ("layout", "schedule"),
-                f"schedule = {lay.schedule} needs pp > 1, but pp = 1",
-                "remove the schedule or set pp to 2 or more",
-            )
-        if _fixed(lay.virtual_stages) and lay.virtual_stages > 1:
-            yield SpecIssue(
-                ("layout", "virtual_stages"),
-                "virtual_stages > 1 needs pp > 1",
-                "remove virtual_stages or set pp to 2 or more",
-            )
-    if lay.schedule == "interleaved" and lay.virtual_stages == 1:
-        yield SpecIssue(
-            ("layout", "virtual_stages"),
-            "schedule = interleaved needs virtual_stages >= 2",
-            "interleaving gives each pipeline rank v >= 2 model chunks (v = 1 is plain 1F1B); "
-            "set virtual_stages = 2 or auto",
-        )
-    if (
-        _fixed(lay.virtual_stages)
-        and lay.virtual_stages > 1
-        and _fixed(lay.schedule)
-        and lay.schedule not in ("interleaved", "zero-bubble")
-    ):
-        yield SpecIssue(
-            ("layout", "virtual_stages"),
-            f"virtual_stages = {lay.virtual_stages} needs schedule = interleaved or zero-bubble, not {lay.schedule}",
-            "set schedule = interleaved, or virtual_stages = 1",
-        )
+    pp, v, schedule = lay.pp, lay.virtual_stages, lay.schedule
+    found: list[Violation | None] = []
+    if _fixed(pp):
+        found.append(rules.pipeline_depth(layers, pp))
+        if _fixed(v):
+            found.append(rules.virtual_stage_depth(layers, pp, v))
+        if _fixed(schedule):
+            found.append(rules.schedule_needs_stages(schedule, pp))
+        if _fixed(v):
+            found.append(rules.virtual_stages_need_stages(v, pp))
+    if _fixed(schedule) and _fixed(v):
+        found.append(rules.schedule_stages_per_rank(schedule, v))
+    return _issues(*found)
 
 
 #: 2**18 devices: beyond the largest clusters built (about 100,000 GPUs in 2025); the cost model
@@ -127,65 +84,33 @@ MAX_DEVICES = 2**18
 
 
 def check_world_size(plan: Plan) -> Iterable[SpecIssue]:
-    lay, world = plan.layout, plan.world_size
-    if world > MAX_DEVICES:
-        yield SpecIssue(
-            ("hardware", "nodes"),
-            f"nodes x per_node = {plan.hardware.nodes} x {plan.hardware.per_node} "
-            f"= {world} devices, more than planc models ({MAX_DEVICES:,})",
-            "check nodes and per_node for a typo",
-        )
-        return
-    degrees = {k: getattr(lay, k) for k in ("tp", "pp", "dp")}
-    fixed = {k: v for k, v in degrees.items() if _fixed(v)}
-    product = 1
-    for v in fixed.values():
-        product *= v
-    shown = " x ".join(f"{k} {v}" for k, v in fixed.items())
-    hw = f"nodes x per_node = {plan.hardware.nodes} x {plan.hardware.per_node} = {world}"
-    if len(fixed) == 3 and product != world:
-        yield SpecIssue(
-            ("layout",),
-            f"tp x pp x dp = {lay.tp} x {lay.pp} x {lay.dp} = {product}, but {hw}",
-            "make the product equal the number of devices, or set one of them to auto",
-        )
-    elif fixed and world % product:
-        yield SpecIssue(
-            ("layout",),
-            f"{shown} = {product} does not divide the {world} devices ({hw})",
-            "the fixed degrees must divide the device count",
-        )
+    lay, hw = plan.layout, plan.hardware
+    if plan.world_size > MAX_DEVICES:
+        return [
+            SpecIssue(
+                ("hardware", "nodes"),
+                f"nodes x per_node = {hw.nodes} x {hw.per_node} = {plan.world_size} devices, "
+                f"more than planc models ({MAX_DEVICES:,})",
+                "check nodes and per_node for a typo",
+            )
+        ]
+    return _issues(rules.device_count(lay.tp, lay.pp, lay.dp, hw.nodes, hw.per_node))
 
 
 def check_batch(plan: Plan) -> Iterable[SpecIssue]:
     tr, lay = plan.train, plan.layout
-    gb = tr.global_batch
-    if _fixed(tr.micro_batch) and tr.micro_batch > gb:
-        yield SpecIssue(
-            ("train", "micro_batch"),
-            f"micro_batch = {tr.micro_batch} is larger than global_batch = {gb}",
-            "a micro-batch is part of one optimizer step's batch",
-        )
-    if _fixed(lay.dp):
-        mb = tr.micro_batch if _fixed(tr.micro_batch) else 1
-        if gb % (lay.dp * mb):
-            what = f"dp x micro_batch = {lay.dp} x {mb} = {lay.dp * mb}" if _fixed(tr.micro_batch) else f"dp = {lay.dp}"
-            yield SpecIssue(
-                ("train", "global_batch"),
-                f"global_batch = {gb} is not divisible by {what}",
-                f"every data-parallel rank runs whole micro-batches; use a global_batch that is a "
-                f"multiple of {lay.dp * mb}, e.g. {_round_up(gb, lay.dp * mb)}",
-            )
+    micro_batch = tr.micro_batch if _fixed(tr.micro_batch) else None
+    return _issues(
+        rules.micro_batch_size(tr.global_batch, micro_batch) if micro_batch is not None else None,
+        rules.batch_split(tr.global_batch, lay.dp, micro_batch) if _fixed(lay.dp) else None,
+    )
 
 
 def check_sequence_parallel(plan: Plan) -> Iterable[SpecIssue]:
     lay = plan.layout
-    if lay.sequence_parallel is True and _fixed(lay.tp) and lay.tp == 1:
-        yield SpecIssue(
-            ("layout", "sequence_parallel"),
-            "sequence_parallel = true needs tp > 1",
-            "sequence parallelism shards over the tensor-parallel group; set tp >= 2",
-        )
+    if lay.sequence_parallel is not True or not _fixed(lay.tp):
+        return []
+    return _issues(rules.sequence_parallel(plan.model, lay.tp, True))
 
 
 def check_learning_rate(plan: Plan) -> Iterable[SpecIssue]:
@@ -224,13 +149,9 @@ CHECKS: tuple[Check, ...] = (
 
 
 def check_some_layout_exists(plan: Plan) -> Iterable[SpecIssue]:
-    """Whether the fixed keys, the batch and the device count leave any layout at all. The legal
-    layouts are the planner's search space, so this asks it (one definition, no scoring)."""
-    from planc.legality import why_no_layout
-
-    issue = why_no_layout(plan)
-    if issue is not None:
-        yield issue
+    """Whether the fixed keys, the batch and the device count leave any layout at all (the
+    planner's search space, :mod:`planc.legality.space`; no layout is scored)."""
+    return _issues(why_no_layout(plan))
 
 
 def run_checks(plan: Plan) -> list[SpecIssue]:
@@ -240,13 +161,3 @@ def run_checks(plan: Plan) -> list[SpecIssue]:
     if not issues:  # the search space is only meaningful for an otherwise valid plan
         issues.extend(check_some_layout_exists(plan))
     return issues
-
-
-def _near_divisor(n: int, near: int) -> int:
-    """The divisor of n closest to ``near`` (ties go to the smaller)."""
-    divisors = [d for d in range(1, n + 1) if n % d == 0] if n < 10**6 else [1]
-    return min(divisors, key=lambda d: (abs(d - near), d))
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple

@@ -9,7 +9,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from planc.legality.rules import resolved_layout
 from planc.spec.fields import Auto, Flag, PositiveInt, PositiveIntOrAuto, SpecModel
+from planc.stages import micro_batches
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zero-bubble"]
@@ -64,12 +66,9 @@ class Layout(SpecModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Layout:
-        if (self.pp > 1) != (self.schedule is not None):
-            raise ValueError("schedule must be set exactly when pp > 1")
-        if self.virtual_stages > 1 and self.schedule not in ("interleaved", "zero-bubble"):
-            raise ValueError("virtual_stages > 1 needs the interleaved or zero-bubble schedule")
-        if self.sequence_parallel and self.tp == 1:
-            raise ValueError("sequence_parallel needs tp > 1")
+        problem = resolved_layout(self.tp, self.pp, self.schedule, self.virtual_stages, self.sequence_parallel)
+        if problem is not None:
+            raise ValueError(problem.message)
         return self
 
     @property
@@ -81,7 +80,7 @@ class Layout(SpecModel):
 
     def grad_accumulation(self, global_batch: int) -> int:
         """Micro-batches per optimizer step on one data-parallel rank."""
-        return global_batch // (self.dp * self.micro_batch)
+        return micro_batches(global_batch, self.dp, self.micro_batch)
 
     def describe(self) -> str:
         """One line, e.g. ``TP 8 x PP 8 x DP 16 · ZeRO-1 · interleaved (v=4) · mb 1 · full recompute``."""

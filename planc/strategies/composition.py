@@ -1,11 +1,16 @@
-"""Helpers shared by the built-in strategies' plan-time faces (no torch here)."""
+"""The order strategies compose in: the built-ins' chain, and the graph every registry sorts.
+
+Each strategy's ``AFTER`` names the strategies that must be applied before it when both are
+active; :func:`composition_graph` turns them into a networkx DiGraph whose topological sort is
+the composition order (:meth:`planc.strategies.registry.Registry.order`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
+import networkx as nx
 
 #: The composition order of the built-ins, outermost transformation first (each one's AFTER says
 #: the same thing edge by edge; tests check that the sort reproduces this list).
@@ -24,27 +29,36 @@ def after(name: str) -> tuple[str, ...]:
     return order
 
 
-class StrategyOptions(BaseModel):
-    """Base of the built-ins' Options: frozen, unknown keys rejected, each field documented.
+class Ordered(Protocol):
+    """What the graph needs of a strategy: its name and its AFTER."""
 
-    Fields named in ``FROM_LAYOUT`` default to None ("as the layout says"); validated with a
-    ``{"layout": layout}`` context (what :meth:`LoadedStrategy.options_for` passes when it knows
-    the layout), they are filled in from it, so an emitted program spells out the actual values.
-    """
+    @property
+    def name(self) -> str: ...
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
+    @property
+    def after(self) -> tuple[str, ...]: ...
 
-    #: field name -> how the layout determines it.
-    FROM_LAYOUT: ClassVar[dict[str, Callable[[Any], Any]]] = {}
 
-    @model_validator(mode="before")
-    @classmethod
-    def _fill_from_layout(cls, data: Any, info: ValidationInfo) -> Any:
-        layout = (info.context or {}).get("layout")
-        if layout is None or not isinstance(data, dict):
-            return data
-        filled = dict(data)
-        for name, rule in cls.FROM_LAYOUT.items():
-            if filled.get(name) is None:
-                filled[name] = rule(layout)
-        return filled
+def composition_graph(strategies: Iterable[Ordered]) -> nx.DiGraph:
+    """Edge a -> b when b must come after a (b lists a in AFTER); names not among ``strategies`` are ignored."""
+    strategies = list(strategies)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(s.name for s in strategies)
+    for strategy in strategies:
+        for before in strategy.after:
+            if before in graph:
+                graph.add_edge(before, strategy.name)
+    return graph
+
+
+if TYPE_CHECKING:  # mypy checks every built-in module against the typed contract
+    from planc.strategies import bf16, ddp, fsdp, pipeline, recompute, tensor_parallel, zero1
+    from planc.strategies.api import Strategy
+
+    _pipeline: Strategy = pipeline
+    _tensor_parallel: Strategy = tensor_parallel
+    _recompute: Strategy = recompute
+    _bf16: Strategy = bf16
+    _ddp: Strategy = ddp
+    _zero1: Strategy = zero1
+    _fsdp: Strategy = fsdp

@@ -23,4 +23,6 @@ def in_root(monkeypatch):
 
 
 def plan_at(relative: str):
-    return load_plan(Path(relative))
+    from planc.strategies.registry import load_registry
+
+    return load_plan(Path(relative), strategies=load_registry())

@@ -14,6 +14,7 @@ import pytest
 
 from planc.codegen import compile_plan
 from planc.codegen.emit import torchrun_command
+from planc.strategies.registry import load_registry
 
 from .conftest import GOLDEN, has_powersgd, plan_at
 
@@ -29,7 +30,7 @@ CASES = {
 def test_emitted_program_matches_golden(name, in_root):
     if name == "powersgd" and not has_powersgd():
         pytest.skip("planc-powersgd is not installed (pip install -e plugins/planc-powersgd)")
-    program = compile_plan(plan_at(CASES[name])).program
+    program = compile_plan(plan_at(CASES[name]), load_registry()).program
     golden = GOLDEN / f"{name}.py"
     if os.environ.get("PLANC_UPDATE_GOLDEN") == "1":
         golden.write_text(program, encoding="utf-8")
@@ -42,7 +43,7 @@ def test_program_structure(name, in_root):
     if name == "powersgd" and not has_powersgd():
         pytest.skip("planc-powersgd is not installed")
     plan = plan_at(CASES[name])
-    compiled = compile_plan(plan)
+    compiled = compile_plan(plan, load_registry())
     tree = ast.parse(compiled.program)
     docstring = ast.get_docstring(tree)
     assert torchrun_command(plan) in docstring
@@ -66,7 +67,7 @@ def test_program_structure(name, in_root):
 
 def test_plan_and_layout_round_trip_through_the_program(in_root):
     plan = plan_at("plans/cpu-3d.plan")
-    compiled = compile_plan(plan)
+    compiled = compile_plan(plan, load_registry())
     namespace: dict = {"__name__": "emitted"}  # not __main__: defines, does not train
     exec(compile(compiled.program, "train.py", "exec"), namespace)
     assert namespace["PLAN"] == plan

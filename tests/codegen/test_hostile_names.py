@@ -14,6 +14,7 @@ import pytest
 
 from planc.codegen import compile_plan
 from planc.dsl.load import load_plan_text
+from planc.strategies.registry import load_registry
 
 TRACE = "PWNED_BY_PLANC_TEST"
 PAYLOAD = (
@@ -45,12 +46,12 @@ def hostile_plan(tmp_path, monkeypatch):
     source = directory / f'{TRACE}\'"""\n.plan'
     text = _plan_text(PAYLOAD, str(data_file))
     source.write_text(text)
-    return load_plan_text(text, str(source), base_dir=directory)
+    return load_plan_text(text, str(source), strategies=load_registry(), base_dir=directory)
 
 
 def test_hostile_text_stays_data(hostile_plan, tmp_path):
     assert hostile_plan.model.name == PAYLOAD  # the parser kept it verbatim
-    program = compile_plan(hostile_plan).program
+    program = compile_plan(hostile_plan, load_registry()).program
     tree = ast.parse(program)
     kinds = [type(node).__name__ for node in tree.body]
     assert kinds[0] == "Expr" and kinds[-2:] == ["FunctionDef", "If"]
@@ -69,7 +70,7 @@ def test_hostile_text_stays_data(hostile_plan, tmp_path):
 
 
 def test_docstring_quotes_no_user_text_raw(hostile_plan):
-    program = compile_plan(hostile_plan).program
+    program = compile_plan(hostile_plan, load_registry()).program
     docstring = ast.get_docstring(ast.parse(program))
     assert '"""' not in docstring and "\n__import__" not in docstring
     assert "\u2028" not in program.split('"""', 2)[1]

@@ -3,9 +3,10 @@ change a term (what a strategy plugin's ``cost(ctx, estimate, options)`` does)."
 
 import pytest
 
-from planc.cost import CostPass, active_cost_passes, evaluate
+from planc.cost import CostPass, evaluate
 from planc.cost.estimate import replace
 from planc.spec import Layout, build_plan
+from planc.strategies.registry import load_registry
 
 
 def plan():
@@ -25,12 +26,12 @@ def layout(**kw):
 
 
 def test_active_passes_in_composition_order():
-    names = [p.name for p in active_cost_passes(plan(), layout())]
+    names = [p.name for p in load_registry().passes(plan(), layout())]
     assert names == ["pipeline", "tensor_parallel", "recompute", "bf16", "ddp"]
-    assert [p.name for p in active_cost_passes(plan(), layout(zero=1))][-1] == "zero1"
-    assert [p.name for p in active_cost_passes(plan(), layout(zero=3))][-1] == "fsdp"
+    assert [p.name for p in load_registry().passes(plan(), layout(zero=1))][-1] == "zero1"
+    assert [p.name for p in load_registry().passes(plan(), layout(zero=3))][-1] == "fsdp"
     single = Layout(tp=1, pp=1, dp=16, zero=2, recompute="none", schedule=None, micro_batch=1)
-    assert [p.name for p in active_cost_passes(plan(), single)] == ["bf16", "fsdp"]
+    assert [p.name for p in load_registry().passes(plan(), single)] == ["bf16", "fsdp"]
 
 
 def powersgd(ctx, est, options):
@@ -48,9 +49,9 @@ def cpu_offload(ctx, est, options):
 
 def test_a_plugin_pass_scales_dp_traffic():
     p, lay = plan(), layout()
-    passes = active_cost_passes(p, lay)
-    base = evaluate(p, lay, passes=passes)
-    compressed = evaluate(p, lay, passes=passes + [CostPass("powersgd", powersgd, {"ratio": 0.1})])
+    passes = load_registry().passes(p, lay)
+    base = evaluate(p, lay, passes)
+    compressed = evaluate(p, lay, passes.plus(CostPass("powersgd", powersgd, {"ratio": 0.1})))
     before, after = base.comm_of("dp"), compressed.comm_of("dp")
     assert after.volume == pytest.approx(0.1 * before.volume)
     assert after.exposed == pytest.approx(0.1 * before.exposed)
@@ -59,9 +60,9 @@ def test_a_plugin_pass_scales_dp_traffic():
 
 def test_a_plugin_pass_moves_optimizer_memory_off_the_device():
     p, lay = plan(), layout()
-    passes = active_cost_passes(p, lay)
-    base = evaluate(p, lay, passes=passes)
-    off = evaluate(p, lay, passes=passes + [CostPass("offload", cpu_offload, {"pcie_bw": 25e9})])
+    passes = load_registry().passes(p, lay)
+    base = evaluate(p, lay, passes)
+    off = evaluate(p, lay, passes.plus(CostPass("offload", cpu_offload, {"pcie_bw": 25e9})))
     assert off.memory.optimizer == 0
     # the allocator margin is 5% of the rest, so the saving is 1.05 x the states
     saved = base.memory.optimizer + base.memory.master
@@ -77,6 +78,6 @@ def test_passes_do_not_mutate_their_input():
     ctx = build_context(p, lay)
     est = base_estimate(ctx)
     snapshot = (est.stages, est.compute, est.comm)
-    for cp in active_cost_passes(p, lay):
+    for cp in load_registry().passes(p, lay):
         cp.cost(ctx, est, cp.options)
     assert (est.stages, est.compute, est.comm) == snapshot

@@ -3,7 +3,6 @@
 import pytest
 
 from planc.cost.memory import (
-    chunks_in_flight,
     fsdp_gather_bytes,
     layer_activation_bytes,
     model_state_bytes,
@@ -89,17 +88,6 @@ def test_gqa_shrinks_k_and_v():
         - layer_activation_bytes(gqa, 1, 1, False, 2, 2, PLANC_RUNTIME).none
     )
     assert diff == pytest.approx(2 * 2 * 0.75 * 2048 * 1024)
-
-
-def test_in_flight_micro_batches():
-    # GPipe: all m; 1F1B: p - rank; interleaved rank 0: v p + p - 1 chunks (Korthikanti: L (1 + (p-1)/(p v)))
-    assert chunks_in_flight("gpipe", 4, 1, 16, 0) == 16
-    assert chunks_in_flight("1f1b", 4, 1, 16, 0) == 4
-    assert chunks_in_flight("1f1b", 4, 1, 16, 3) == 1
-    assert chunks_in_flight("interleaved", 4, 2, 16, 0) == 2 * 4 + 4 - 1
-    assert chunks_in_flight("zero-bubble", 4, 1, 16, 0) == 4  # ZB-H1: 1F1B's peak
-    assert chunks_in_flight("1f1b", 8, 1, 3, 0) == 3  # capped by the micro-batches
-    assert chunks_in_flight(None, 1, 1, 16, 0) == 1
 
 
 def test_fsdp_buffers():

@@ -2,12 +2,7 @@
 
 import pytest
 
-from planc.cost.params import (
-    chunk_layer_counts,
-    layer_params_per_shard,
-    stage_layer_counts,
-    stage_params,
-)
+from planc.cost.params import layer_params_per_shard, stage_params
 from planc.spec import build_plan
 
 
@@ -15,20 +10,6 @@ def model(**kw):
     base = dict(layers=4, hidden=64, heads=4, vocab=1000, seq_len=32, vocab_multiple=8)
     base.update(kw)
     return build_plan({"model": base, "hardware": {"device": "cpu"}, "train": {"global_batch": 8}}).model
-
-
-def test_uneven_layers_go_to_the_first_stages():
-    # 10 layers over 4 stages: 10 = 3 + 3 + 2 + 2
-    assert stage_layer_counts(10, 4) == (3, 3, 2, 2)
-    # 10 layers over 2 ranks x 2 virtual stages: chunks (3, 3, 2, 2); rank 0 holds chunks 0 and 2.
-    assert chunk_layer_counts(10, 4) == (3, 3, 2, 2)
-    assert stage_layer_counts(10, 2, 2) == (5, 5)
-    assert sum(stage_layer_counts(127, 16, 4)) == 127
-
-
-def test_cannot_cut_more_chunks_than_layers():
-    with pytest.raises(ValueError):
-        chunk_layer_counts(4, 5)
 
 
 def test_gelu_layer_shard_golden():
@@ -78,3 +59,16 @@ def test_tied_head_is_a_copy_on_the_last_stage_only_with_pipeline():
     m = model(layers=4, tie_embeddings=True)
     assert stage_params(m, 1, 1, 1, 0).params == m.params  # one stage: shared
     assert stage_params(m, 1, 2, 1, 1).params == 2 * m.params_per_layer + 128 + 64000  # copy
+
+
+def test_zbv_puts_the_embedding_and_the_head_on_rank_0():
+    # ZB-V, pp 4 x v 2: 8 layers in 8 stages of 1; rank r holds stages r and 7 - r (planc.stages).
+    # Rank 0 holds stage 0 (the embedding, 64000 + 2048 positions) and stage 7 (final LayerNorm 128 + head
+    # 64000); rank 3 holds the middle of the model, stages 3 and 4, and neither.
+    m = model(layers=8)
+    first, last = stage_params(m, 1, 4, 2, 0, "v"), stage_params(m, 1, 4, 2, 3, "v")
+    assert first.embedding and first.head and not last.embedding and not last.head
+    assert first.params == 2 * m.params_per_layer + 64000 + 2048 + 128 + 64000
+    assert last.params == 2 * m.params_per_layer
+    # the looped placement of the same layout keeps the head on the last rank
+    assert stage_params(m, 1, 4, 2, 3).head and not stage_params(m, 1, 4, 2, 0).head

@@ -24,6 +24,7 @@ from planc.cost.memory import model_state_bytes
 from planc.cost.profile import ZERO_PAPER_MIXED_ADAM
 from planc.planner import choose
 from planc.spec import build_plan
+from planc.strategies.registry import load_registry
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 ZERO = json.loads((DATA / "zero_table1.json").read_text())["rows"]
@@ -65,7 +66,7 @@ def megatron_plan(row):
 @pytest.mark.parametrize("row", MEGATRON, ids=[r["id"] for r in MEGATRON])
 def test_megatron_table1_throughput_and_fit(row):
     plan = megatron_plan(row)
-    choice = choose(plan, tolerance=0.0, profile=MEGATRON_LM_2021)
+    choice = choose(plan, load_registry(), tolerance=0.0, profile=MEGATRON_LM_2021)
     lay = choice.layout
     assert (lay.tp, lay.pp, lay.dp, lay.zero, lay.recompute) == (row["tp"], row["pp"], row["dp"], 0, "full")
     assert choice.fits, f"predicted {choice.estimate.memory_bytes / 1e9:.1f} GB > 80 GB"
@@ -79,6 +80,6 @@ def test_megatron_eq3_equals_planc_hardware_flops_for_their_gpt():
     # Their GPT: 12 h^2 GEMM weights per block, full attention, V h head; biases do not enter Eq. 3.
     row = MEGATRON[0]
     plan = megatron_plan(row)
-    choice = choose(plan, tolerance=0.0, profile=MEGATRON_LM_2021)
+    choice = choose(plan, load_registry(), tolerance=0.0, profile=MEGATRON_LM_2021)
     eq3 = narayanan_eq3(row["global_batch"], row["seq_len"], row["layers"], row["hidden"], row["vocab"])
     assert choice.estimate.hardware_flops == pytest.approx(eq3, rel=1e-12)

@@ -21,6 +21,10 @@ import torch.distributed as dist
 from planc.runtime.compose import compose
 from planc.runtime.loop import shutdown, train
 from planc.spec import Layout, Plan
+from planc.strategies.registry import load_registry
+
+#: Loaded once, at the top, as a planc command does.
+REGISTRY = load_registry()
 
 
 def run_case(case: dict) -> dict:
@@ -29,7 +33,7 @@ def run_case(case: dict) -> dict:
     plan = Plan.model_validate(case["plan"])
     layout = Layout(**case["layout"])
     began = time.perf_counter()
-    job = compose(plan, layout)
+    job = compose(plan, layout, REGISTRY)
     facts = gather_facts(job)
     resume_at = case.get("resume_at")
     if resume_at is None:
@@ -37,7 +41,7 @@ def run_case(case: dict) -> dict:
     else:
         records = train(job, steps=resume_at, out_dir=case["out_dir"], quiet=True)
         del job
-        resumed = compose(plan, layout)
+        resumed = compose(plan, layout, REGISTRY)
         records += train(resumed, steps=case["steps"], out_dir=case["out_dir"], quiet=True)
     return {
         "losses": [r["loss"] for r in records],

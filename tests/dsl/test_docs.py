@@ -7,6 +7,7 @@ import pytest
 
 from planc.spec import BLOCKS, block_keys
 from planc.spec.presets import HARDWARE_PRESETS, MODEL_PRESETS
+from planc.strategies.registry import load_registry
 from planc.units import UNITS
 
 from .helpers import ROOT
@@ -53,5 +54,5 @@ def test_the_documented_example_is_a_valid_plan():
 
     text = DOC.read_text(encoding="utf-8")
     first_block = re.search(r"```\n(# GPT-3 175B.*?)```", text, re.DOTALL).group(1)
-    plan = load_plan_text(first_block, "docs-example.plan")
+    plan = load_plan_text(first_block, "docs-example.plan", strategies=load_registry())
     assert plan.model.name == "gpt3-175b" and plan.world_size == 1024

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from planc.dsl import load_plan_text
+from planc.strategies.registry import load_registry
 
 REST = 'hardware { device = "A100-80GB" }\ntrain { global_batch = 8 }\n'
 
@@ -57,7 +58,7 @@ def load(tmp_path, config: dict, overrides: str = ""):
     (folder / "config.json").write_text(json.dumps(config))
     body = f" {{ {overrides} }}" if overrides else ""
     text = f'model from "configs/m/config.json"{body}\n{REST}'
-    return load_plan_text(text, str(tmp_path / "p.plan"), base_dir=tmp_path)
+    return load_plan_text(text, str(tmp_path / "p.plan"), strategies=load_registry(), base_dir=tmp_path)
 
 
 def test_llama_style(tmp_path):
@@ -143,7 +144,12 @@ def test_numbers_a_config_cannot_mean_are_located_errors(tmp_path, raw, expected
     text = json.dumps(LLAMA)[:-1] + ", " + raw + "}"  # the raw key wins: JSON keeps the last duplicate
     (folder / "config.json").write_text(text)
     with pytest.raises(PlanError) as caught:
-        load_plan_text(f'model from "configs/m/config.json"\n{REST}', str(tmp_path / "p.plan"), base_dir=tmp_path)
+        load_plan_text(
+            f'model from "configs/m/config.json"\n{REST}',
+            str(tmp_path / "p.plan"),
+            strategies=load_registry(),
+            base_dir=tmp_path,
+        )
     assert expected in str(caught.value)
     assert ":1:12: error:" in str(caught.value)
 
@@ -153,7 +159,12 @@ def test_sliding_window_is_noted_only_when_it_is_on_and_shorter_than_the_context
         folder = tmp_path / name
         folder.mkdir()
         (folder / "config.json").write_text(json.dumps({**LLAMA, **extra}))
-        plan = load_plan_text(f'model from "{name}/config.json"\n{REST}', str(tmp_path / "p.plan"), base_dir=tmp_path)
+        plan = load_plan_text(
+            f'model from "{name}/config.json"\n{REST}',
+            str(tmp_path / "p.plan"),
+            strategies=load_registry(),
+            base_dir=tmp_path,
+        )
         return [n for n in plan.notes if "sliding-window" in n]
 
     # Qwen2-7B's config.json: sliding_window 131072 with use_sliding_window false

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from planc.dsl import load_plan
-from planc.dsl.load import MAX_PLAN_BYTES, known_strategies
+from planc.dsl.load import MAX_PLAN_BYTES
+from planc.strategies.registry import load_registry
 
 from .helpers import EXAMPLE_PLANS, PLANS, run_cli
 
@@ -43,12 +44,12 @@ def test_example_parameter_counts_by_hand():
     h = 128
     per_layer = 2 * 2 * h + (4 * h * h + 4 * h) + (2 * h * 4 * h + 4 * h + h)
     total = 256 * h + 128 * h + 4 * per_layer + 2 * h + 256 * h
-    assert load_plan(PLANS / "tiny-cpu.plan").model.params == total == 875_264
+    assert load_plan(PLANS / "tiny-cpu.plan", strategies=load_registry()).model.params == total == 875_264
     # Megatron's 1T row (Narayanan et al. 2021, Table 1): P = 12lh^2 (1 + 13/(12h) + (V+s)/(12lh))
     # with tied embeddings = 1,008 B (they print 1008.0); planc adds the final LayerNorm (2h).
     l, h, V, s = 128, 25600, 51200, 2048
     formula = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h))
-    assert load_plan(PLANS / "gpt-1t-3072xa100.plan").model.params == round(formula) + 2 * h
+    assert load_plan(PLANS / "gpt-1t-3072xa100.plan", strategies=load_registry()).model.params == round(formula) + 2 * h
 
 
 def test_check_json_is_the_plan(capsys):
@@ -162,7 +163,7 @@ def test_byte_order_mark_and_crlf_are_fine(tmp_path):
     path = tmp_path / "windows.plan"
     text = (PLANS / "tiny-cpu.plan").read_text().replace("\n", "\r\n")
     path.write_bytes(b"\xef\xbb\xbf" + text.encode())
-    assert load_plan(path).model.name == "tiny"
+    assert load_plan(path, strategies=load_registry()).model.name == "tiny"
 
 
 def test_relative_paths_resolve_against_the_plan_file(tmp_path):
@@ -171,30 +172,34 @@ def test_relative_paths_resolve_against_the_plan_file(tmp_path):
     path.write_text(
         'model { preset = "gpt2" }\nhardware { device = "cpu" }\ntrain { global_batch = 4  data = "corpus.txt" }\n'
     )
-    assert load_plan(path).train.data == str((tmp_path / "corpus.txt").resolve())
+    assert load_plan(path, strategies=load_registry()).train.data == str((tmp_path / "corpus.txt").resolve())
 
 
 # -- which strategies `use` may name ------------------------------------------------------------
 
 
-def test_known_strategies_are_entry_point_names_restricted_by_env(monkeypatch):
+def test_registered_names_are_entry_point_names_restricted_by_env(monkeypatch):
     monkeypatch.delenv("PLANC_PLUGINS")
-    everything = known_strategies()
+    everything = load_registry(refresh=True).registered
     assert {"ddp", "zero1", "fsdp"} <= everything
     monkeypatch.setenv("PLANC_PLUGINS", " ddp , fsdp,not-installed ")
-    assert known_strategies() == {"ddp", "fsdp"}
+    assert load_registry(refresh=True).registered == {"ddp", "fsdp"}
     monkeypatch.setenv("PLANC_PLUGINS", "  ")  # empty: no restriction
-    assert known_strategies() == everything
+    assert load_registry(refresh=True).registered == everything
 
 
 def test_checking_does_not_import_plugins_or_torch():
     import subprocess
     import sys
 
+    # The registry is loaded (the command hands it to the reader) but a plan without use blocks
+    # never needs a strategy module: none is imported, built-in or plugin.
     code = (
         "import sys; from planc.cli import main; main(['check', 'plans/tiny-cpu.plan']); "
-        "bad = [m for m in sys.modules if m == 'torch' or m.startswith('planc.strategies.') "
-        "and m != 'planc.strategies.api']; print(bad)"
+        "from planc.strategies.composition import BUILTIN_ORDER; "
+        "strategies = {f'planc.strategies.{n}' for n in BUILTIN_ORDER} | {'planc_powersgd'}; "
+        "bad = [m for m in sys.modules if m == 'torch' or any(m == s or m.startswith(s + '.') for s in strategies)]; "
+        "print(bad)"
     )
     result = subprocess.run(
         [sys.executable, "-c", code],

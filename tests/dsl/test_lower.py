@@ -6,6 +6,7 @@ from planc.dsl import load_plan_text, parse
 from planc.dsl.lower import build, locate, lower
 from planc.errors import PlanError, PlanErrors
 from planc.spec import SpecIssue
+from planc.strategies.registry import load_registry
 from planc.units import Quantity
 
 SOURCE = """model "m" {
@@ -62,7 +63,7 @@ def test_preset_issues_point_at_the_preset():
         'model { preset = "gpt2" }\nhardware { device = "A100-80GB" }\ntrain { global_batch = 8 }\nlayout { tp = 8 }\n'
     )
     with pytest.raises(PlanError) as caught:
-        load_plan_text(text, "x.plan")
+        load_plan_text(text, "x.plan", strategies=load_registry())
     # gpt2 has 12 heads: the issue is about tp, and points at tp (the preset's heads are not written).
     assert str(caught.value).startswith("x.plan:4:15: error: tp = 8 does not divide heads = 12")
 
@@ -70,13 +71,17 @@ def test_preset_issues_point_at_the_preset():
 def test_issue_about_a_key_the_preset_set_points_at_the_preset():
     text = 'model { preset = "gpt2"  kv_heads = 5 }\nhardware { device = "A100-80GB" }\ntrain { global_batch = 8 }\n'
     with pytest.raises(PlanError) as caught:
-        load_plan_text(text, "x.plan")
+        load_plan_text(text, "x.plan", strategies=load_registry())
     assert str(caught.value).startswith("x.plan:1:37: error: kv_heads = 5 does not divide heads = 12")
 
 
 def test_label_and_name_key_conflict():
     with pytest.raises(PlanErrors) as caught:
-        load_plan_text('model "a" { name = "b" }\nhardware { device = "cpu" }\ntrain { global_batch = 1 }', "x")
+        load_plan_text(
+            'model "a" { name = "b" }\nhardware { device = "cpu" }\ntrain { global_batch = 1 }',
+            "x",
+            strategies=load_registry(),
+        )
     (conflict,) = [e for e in caught.value.errors if "set twice" in e.message]
     assert conflict.message == "'name' is set twice: by the block header and by this key"
     assert (conflict.location.line, conflict.location.col) == (1, 13)
@@ -90,7 +95,7 @@ def test_all_problems_of_a_file_are_reported_together_in_source_order():
         "train { global_batch = 0  precision = fp8 }\n"
     )
     with pytest.raises(PlanErrors) as caught:
-        load_plan_text(text, "x.plan")
+        load_plan_text(text, "x.plan", strategies=load_registry())
     assert [(e.location.line, e.location.col) for e in caught.value.errors] == [(1, 32), (2, 1), (3, 24), (3, 39)]
     # the unknown block 'hardwre' is not reported a second time as "the plan has no hardware block"
     assert not any("no hardware block" in e.message for e in caught.value.errors)
@@ -112,7 +117,7 @@ def test_use_options_are_validated_by_the_strategy_and_located():
         "use ddp { buckt = 25 MB }\n"
     )
     with pytest.raises(PlanErrors) as caught:
-        load_plan_text(text, "x.plan")
+        load_plan_text(text, "x.plan", strategies=load_registry())
     (error,) = caught.value.errors
     assert error.message == "unknown option 'buckt' for strategy 'ddp'"
     assert error.location.line == 4 and "did you mean 'bucket'" in error.hint
@@ -122,7 +127,9 @@ def test_a_flood_of_errors_is_cut_short():
     keys = "\n".join(f"  k{i} = {i}" for i in range(60))
     with pytest.raises(PlanErrors) as caught:
         load_plan_text(
-            f'model {{ preset = "gpt2" }}\nhardware {{ device = "cpu" }}\ntrain {{ global_batch = 8\n{keys}\n}}\n', "x"
+            f'model {{ preset = "gpt2" }}\nhardware {{ device = "cpu" }}\ntrain {{ global_batch = 8\n{keys}\n}}\n',
+            "x",
+            strategies=load_registry(),
         )
     errors = caught.value.errors
     assert len(errors) == 51 and all(e.message.startswith("unknown key 'k") for e in errors[:50])

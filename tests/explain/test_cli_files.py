@@ -8,6 +8,7 @@ import pytest
 
 from planc.cli import main
 from planc.launch import write_run_dir
+from planc.strategies.registry import load_registry
 
 PLAN = """model { preset = "gpt2" }
 hardware { device = "A100-80GB"  per_node = 2 }
@@ -49,7 +50,7 @@ def test_explain_reads_a_run_directorys_plan_json(plan_file, tmp_path, capsys):
     from planc.dsl import load_plan
 
     run_dir = tmp_path / "run"
-    write_run_dir(run_dir, compile_plan(load_plan(plan_file)))
+    write_run_dir(run_dir, compile_plan(load_plan(plan_file, strategies=load_registry()), load_registry()))
     assert main(["explain", str(run_dir / "plan.json")]) == 0
     from_json = capsys.readouterr().out
     assert main(["explain", str(plan_file)]) == 0

@@ -2,9 +2,10 @@
 
 import pytest
 
-from planc.legality import schedule_options, tp_options
+from planc.legality.space import schedule_options, tp_options
 from planc.planner import RUNGS, choose, complexity, rung_of, search
 from planc.spec import Layout, build_plan
+from planc.strategies.registry import load_registry
 
 
 def plan(model=None, nodes=1, per_node=8, device="A100-80GB", gb=64, layout=None, **train):
@@ -60,26 +61,26 @@ def test_space_respects_divisibility_and_fixed_keys():
 
 def test_the_choice_is_the_simplest_within_tolerance():
     p = plan(model={"preset": "llama2-7b", "seq_len": 2048}, device="H100-SXM", gb=64)
-    choice = choose(p)
+    choice = choose(p, load_registry())
     assert choice.fits
     best = choice.best.tokens_per_s
     chosen = choice.estimate.tokens_per_s
     assert chosen >= (1 - choice.tolerance) * best
-    result = search(p)
+    result = search(p, load_registry())
     simpler = [c for c in result.fitting if c.complexity < complexity(choice.layout)]
     assert all(c.tokens_per_s < (1 - choice.tolerance) * best for c in simpler)
 
 
 def test_zero_tolerance_picks_the_fastest_and_wider_tolerance_is_never_more_complex():
     p = plan(model={"preset": "llama2-7b", "seq_len": 2048}, device="H100-SXM", gb=64)
-    exact, loose = choose(p, tolerance=0.0), choose(p, tolerance=0.3)
+    exact, loose = choose(p, load_registry(), tolerance=0.0), choose(p, load_registry(), tolerance=0.3)
     assert exact.estimate.tokens_per_s == pytest.approx(exact.best.tokens_per_s)
     assert complexity(loose.layout) <= complexity(exact.layout)
 
 
 def test_fixed_keys_are_obeyed():
     p = plan(layout={"tp": 2, "zero": 1}, micro_batch=2)
-    choice = choose(p)
+    choice = choose(p, load_registry())
     assert (choice.layout.tp, choice.layout.zero, choice.layout.micro_batch) == (2, 1, 2)
 
 
@@ -92,7 +93,7 @@ def test_a_fully_fixed_layout_is_evaluated_as_given_even_if_it_does_not_fit():
         layout={"tp": 1, "pp": 1, "dp": 1, "zero": 0, "recompute": "full"},
         micro_batch=1,
     )
-    choice = choose(p)
+    choice = choose(p, load_registry())
     assert choice.fixed and not choice.fits
     assert (choice.layout.tp, choice.layout.dp, choice.layout.recompute) == (1, 1, "full")
     assert choice.estimate.memory_bytes > choice.estimate.capacity
@@ -101,7 +102,7 @@ def test_a_fully_fixed_layout_is_evaluated_as_given_even_if_it_does_not_fit():
 
 def test_nothing_fits_says_what_would():
     p = plan(model={"preset": "llama2-70b", "seq_len": 2048}, per_node=2, gb=8)
-    choice = choose(p)
+    choice = choose(p, load_registry())
     assert not choice.fits
     # 70B x 16 B = 1.1 TB of states: two 80 GiB devices are far too few; the answer names a count
     assert "devices" in choice.suggestion and choice.estimate.memory_bytes > choice.estimate.capacity
@@ -110,7 +111,7 @@ def test_nothing_fits_says_what_would():
 def test_why_not_simpler_has_numbers():
     # 7B on 8 x A100-80GB: DDP needs 16 B/param = 108 GB of states alone
     p = plan(model={"preset": "llama2-7b", "seq_len": 2048}, gb=64)
-    choice = choose(p)
+    choice = choose(p, load_registry())
     rows = {r.strategy: r for r in choice.rejected}
     assert rows["DDP"].fits is False
     assert rows["DDP"].memory_bytes > rows["DDP"].capacity_bytes
@@ -135,14 +136,14 @@ def test_a_fixed_key_is_never_dropped_to_make_room(fixed, holds):
     # gpt2 (124 M) fits one GPU, so without the rule the planner's simplest answer (pp = 1,
     # tp = 1) would silently leave each of these keys out.
     p = plan(model={"preset": "gpt2"}, gb=480, layout=fixed)
-    choice = choose(p)
+    choice = choose(p, load_registry())
     assert choice.fits and holds(choice.layout), choice.layout.describe()
-    assert all(holds(c.layout) for c in search(p).fitting)
+    assert all(holds(c.layout) for c in search(p, load_registry()).fitting)
 
 
 def test_rungs_a_fixed_key_excludes_say_so():
     p = plan(model={"preset": "gpt2"}, gb=480, layout={"schedule": "gpipe"})
-    reasons = {r.strategy: r.reason for r in choose(p).rejected}
+    reasons = {r.strategy: r.reason for r in choose(p, load_registry()).rejected}
     assert reasons["DDP"] == reasons["+ PP (1F1B)"] == "excluded by the plan: it fixes schedule = gpipe"
 
 
@@ -151,7 +152,7 @@ def test_the_tp_rung_names_the_arithmetic_that_rules_it_out():
     # 6 or 3 (tp 2 or 4 inside a node of 4) and divides 7 in neither case, so TP alone is out;
     # the chosen layout has TP *and* PP. tp = 3 would straddle nodes and is never tried.
     p = plan(model={"preset": "gpt2"}, device="cpu", nodes=3, per_node=4, gb=7)
-    choice = choose(p)
+    choice = choose(p, load_registry())
     assert choice.layout.pp > 1 and choice.layout.tp in (2, 4)
     reasons = {r.strategy: r.reason for r in choice.rejected}
     assert reasons["+ TP"] == (
@@ -162,4 +163,4 @@ def test_the_tp_rung_names_the_arithmetic_that_rules_it_out():
         "not possible: covering the 12 devices by data parallelism alone needs dp = 12, "
         "more than global_batch = 7 sequences"
     )
-    assert all(c.layout.tp in (1, 2, 4) for c in search(p).fitting)
+    assert all(c.layout.tp in (1, 2, 4) for c in search(p, load_registry()).fitting)

@@ -20,10 +20,11 @@ import json, sys
 from planc.runtime.compose import compose
 from planc.runtime.loop import shutdown, train
 from planc.spec import Layout, build_plan
+from planc.strategies.registry import load_registry
 plan = build_plan(json.loads(sys.argv[1]))
 layout = Layout(**json.loads(sys.argv[2]))
 try:
-    job = compose(plan, layout)
+    job = compose(plan, layout, load_registry())
     print(json.dumps([r["loss"] for r in train(job, quiet=True)]))
 except RuntimeError as error:
     print(json.dumps({"error": str(error)}))
@@ -61,8 +62,9 @@ import json, sys
 from planc.runtime.compose import compose
 from planc.runtime.loop import shutdown, train
 from planc.spec import Layout, build_plan
+from planc.strategies.registry import load_registry
 plan = build_plan(json.loads(sys.argv[1]))
-job = compose(plan, Layout(tp=1, pp=1, dp=1, zero=0, recompute="none", schedule=None, micro_batch=4))
+job = compose(plan, Layout(tp=1, pp=1, dp=1, zero=0, recompute="none", schedule=None, micro_batch=4), load_registry())
 try:
     records = train(job, steps=100000, out_dir=sys.argv[2])
     print("finished", len(records), flush=True)

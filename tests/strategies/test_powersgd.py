@@ -95,8 +95,9 @@ def test_traffic_ratio_by_hand():
 
 def test_cost_pass_scales_data_parallel_traffic():
     lay = layout()
-    plain = evaluate(plan(), lay)
-    compressed = evaluate(plan(uses=[("powersgd", {"rank": 4})]), lay)
+    plain_plan, used_plan = plan(), plan(uses=[("powersgd", {"rank": 4})])
+    plain = evaluate(plain_plan, lay, load_registry().passes(plain_plan, lay))
+    compressed = evaluate(used_plan, lay, load_registry().passes(used_plan, lay))
     ratio = traffic_ratio(plan().model, tp=1, rank=4)
     assert compressed.comm_of("dp").volume == pytest.approx(plain.comm_of("dp").volume * ratio)
     assert compressed.comm_of("dp").total < plain.comm_of("dp").total

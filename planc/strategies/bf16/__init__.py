@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from planc.cost.builtin import bf16 as cost  # noqa: F401  (the plan-time cost pass)
-from planc.strategies.composition import StrategyOptions, after
+from planc.strategies.api import StrategyOptions
+from planc.strategies.bf16.cost_pass import cost as cost  # the plan-time cost pass (a contract hook)
+from planc.strategies.composition import after
 
 NAME = "bf16"
 API_VERSION = 1

@@ -10,9 +10,11 @@ as plain parameters (see :mod:`planc.runtime.local_shards`).
 
 from __future__ import annotations
 
-from planc.cost.builtin import ddp as cost  # noqa: F401  (the plan-time cost pass)
+from planc.legality import rules as legality
 from planc.spec.fields import Bytes
-from planc.strategies.composition import StrategyOptions, after
+from planc.strategies.api import StrategyOptions
+from planc.strategies.composition import after
+from planc.strategies.ddp.cost_pass import cost as cost  # the plan-time cost pass (a contract hook)
 
 NAME = "ddp"
 API_VERSION = 1
@@ -33,9 +35,8 @@ def enabled(plan, layout) -> bool:
 
 
 def check(plan, layout, options: Options) -> str | None:
-    if layout.dp < 2:
-        return "needs more than one data-parallel rank (layout dp > 1)"
-    return None
+    found = legality.needs_data_parallel("DDP", layout.dp)
+    return str(found) if found else None
 
 
 def apply(job, options: Options) -> None:

@@ -22,9 +22,10 @@ per parameter). Under pipelining torch's ``PipelineStage`` always does the latte
 
 from __future__ import annotations
 
-from planc.cost.builtin import fsdp as cost  # noqa: F401  (the plan-time cost pass)
 from planc.spec.fields import Flag
-from planc.strategies.composition import StrategyOptions, after
+from planc.strategies.api import StrategyOptions
+from planc.strategies.composition import after
+from planc.strategies.fsdp.cost_pass import cost as cost  # the plan-time cost pass (a contract hook)
 
 NAME = "fsdp"
 API_VERSION = 1

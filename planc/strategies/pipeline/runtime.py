@@ -16,7 +16,8 @@ from torch.distributed.pipelining import (
 
 from planc.runtime.job import TiedWeight
 from planc.runtime.transformer import loss_fn
-from planc.strategies.pipeline import assignment_style, layer_ranges, microbatches, stage_indices
+from planc.stages import layer_ranges, micro_batches, stages_of_rank
+from planc.strategies.pipeline import stage_style
 
 SINGLE_STAGE_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 MULTI_STAGE_SCHEDULES = {"interleaved": ScheduleInterleaved1F1B, "zero-bubble": ScheduleInterleavedZeroBubble}
@@ -30,8 +31,8 @@ def split_model(job, options) -> None:
     layout = job.layout
     num_stages = layout.pp * layout.virtual_stages
     ranges = layer_ranges(len(full.layers), num_stages)
-    style = assignment_style(layout, options)
-    local_stages = stage_indices(job.coordinates["pp"], layout.pp, layout.virtual_stages, style)
+    style = stage_style(layout, options)
+    local_stages = list(stages_of_rank(job.coordinates["pp"], layout.pp, layout.virtual_stages, style))
     parts = []
     for stage in local_stages:
         part = copy.deepcopy(full)  # on the meta device: no memory
@@ -84,10 +85,10 @@ def build_schedule(job, options):
         for part, stage in zip(job.model_parts, job.stage_indices)
     ]
     job.stages = stages
-    n_micro = microbatches(job.plan, job.layout)
+    n_micro = micro_batches(job.plan.train.global_batch, job.layout.dp, job.layout.micro_batch)
     schedule = job.layout.schedule
     if schedule in SINGLE_STAGE_SCHEDULES:
         return SINGLE_STAGE_SCHEDULES[schedule](stages[0], n_microbatches=n_micro, loss_fn=loss_fn, scale_grads=True)
-    if schedule == "zero-bubble" and assignment_style(job.layout, options) == "v":
+    if stage_style(job.layout, options) == "v":
         return ScheduleZBVZeroBubble(stages, n_microbatches=n_micro, loss_fn=loss_fn, scale_grads=True)
     return MULTI_STAGE_SCHEDULES[schedule](stages, n_microbatches=n_micro, loss_fn=loss_fn, scale_grads=True)

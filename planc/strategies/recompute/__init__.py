@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from planc.cost.builtin import recompute as cost  # noqa: F401  (the plan-time cost pass)
-from planc.strategies.composition import StrategyOptions, after
+from planc.strategies.api import StrategyOptions
+from planc.strategies.composition import after
+from planc.strategies.recompute.cost_pass import cost as cost  # the plan-time cost pass (a contract hook)
 
 NAME = "recompute"
 API_VERSION = 1

@@ -16,9 +16,11 @@ Over the "tp" mesh dimension (Shoeybi et al. 2019, §3; PyTorch's ``torch.distri
 
 from __future__ import annotations
 
-from planc.cost.builtin import tensor_parallel as cost  # noqa: F401  (the plan-time cost pass)
+from planc.legality import rules as legality
 from planc.spec.fields import Flag
-from planc.strategies.composition import StrategyOptions, after
+from planc.strategies.api import StrategyOptions
+from planc.strategies.composition import after
+from planc.strategies.tensor_parallel.cost_pass import cost as cost  # the plan-time cost pass (a contract hook)
 
 NAME = "tensor_parallel"
 API_VERSION = 1
@@ -43,21 +45,10 @@ def enabled(plan, layout) -> bool:
 
 
 def check(plan, layout, options: Options) -> str | None:
-    m, tp = plan.model, layout.tp
-    for what, value in (
-        ("heads", m.heads),
-        ("kv_heads", m.kv_heads),
-        ("ffn", m.ffn),
-        ("the padded vocabulary", m.padded_vocab),
-    ):
-        if value % tp:
-            return f"tp = {tp} does not divide {what} = {value}; pick a tp that divides it"
-    sequence_parallel = uses_sequence_parallel(layout, options)
-    if sequence_parallel and m.seq_len % tp:
-        return (
-            f"sequence parallelism splits seq_len = {m.seq_len} over tp = {tp}, which does not divide it; "
-            "turn sequence_parallel off or pick a tp that divides seq_len"
-        )
+    """The tensor-parallel rules of :mod:`planc.legality`, and the use block agreeing with the layout."""
+    found = legality.tensor_parallel_violations(plan, layout, uses_sequence_parallel(layout, options))
+    if found:
+        return str(found[0])
     if options.sequence_parallel is not None and options.sequence_parallel != layout.sequence_parallel:
         return (
             "the use block's sequence_parallel contradicts the layout's; set layout { sequence_parallel = ... } instead"

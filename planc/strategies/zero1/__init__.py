@@ -8,9 +8,11 @@ DistributedDataParallel, as in ``ddp``.
 
 from __future__ import annotations
 
-from planc.cost.builtin import zero1 as cost  # noqa: F401  (the plan-time cost pass)
+from planc.legality import rules as legality
 from planc.spec.fields import Bytes
-from planc.strategies.composition import StrategyOptions, after
+from planc.strategies.api import StrategyOptions
+from planc.strategies.composition import after
+from planc.strategies.zero1.cost_pass import cost as cost  # the plan-time cost pass (a contract hook)
 
 NAME = "zero1"
 API_VERSION = 1
@@ -31,9 +33,8 @@ def enabled(plan, layout) -> bool:
 
 
 def check(plan, layout, options: Options) -> str | None:
-    if layout.dp < 2:
-        return "ZeRO-1 shards the optimizer over data parallelism and needs dp > 1"
-    return None
+    found = legality.needs_data_parallel("ZeRO-1", layout.dp)
+    return str(found) if found else None
 
 
 def apply(job, options: Options) -> None:

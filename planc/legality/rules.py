@@ -1,0 +1,375 @@
+"""Layout legality: every rule that says whether a layout can run, in one place.
+
+A rule is a small pure function that returns a :class:`Violation` (the key to change, what is
+wrong, what to do) or None. Everything that needs to know whether a layout is legal asks here:
+
+- the spec checks (:mod:`planc.spec.checks`) apply the rules to the keys a plan fixes;
+- :class:`~planc.spec.Layout` applies the consistency rules to a resolved layout;
+- the planner enumerates the legal values of each ``auto`` key (:func:`tp_options`,
+  :func:`schedule_options`, :func:`micro_batch_accepted`, ...) with the same rules;
+- the built-in strategies' ``check`` hooks report the rules of their technique
+  (:func:`pipeline_violations`, :func:`tensor_parallel_violations`);
+- :func:`why_no_layout` says why a plan leaves no legal layout at all (``planc check``).
+
+The stage arithmetic the rules need (chunks, rounds, placements) is :mod:`planc.stages`'s.
+This module imports no other planc module at run time (the spec imports it), only types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from planc import stages
+from planc.stages import StageStyle
+
+if TYPE_CHECKING:
+    from planc.spec.layout import Layout
+    from planc.spec.model import ModelSpec
+    from planc.spec.plan import Plan
+
+AUTO = "auto"
+RECOMPUTE_ORDER = ("none", "selective", "full")
+VIRTUAL_STAGE_CHOICES = (2, 4, 8)
+#: Schedules that run several stages per pipeline rank.
+MULTI_STAGE_SCHEDULES = ("interleaved", "zero-bubble")
+#: tp x pp x dp factors; which mesh dimension each index of a (tp, pp, dp) split is.
+DEGREES = ("tp", "pp", "dp")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A rule a layout breaks: the key to change (a spec path), what is wrong and what to do."""
+
+    path: tuple[str, ...]
+    message: str
+    hint: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.message}; {self.hint}" if self.hint else self.message
+
+
+def first(violations: Iterable[Violation | None]) -> Violation | None:
+    """The first violation of several rules (they are checked in the order given)."""
+    return next((v for v in violations if v is not None), None)
+
+
+# -- tensor and sequence parallelism -------------------------------------------------------------
+
+
+def tensor_parallel_split(model: ModelSpec, tp: int) -> Violation | None:
+    """tp splits the heads, the KV heads, the MLP width and the padded vocabulary evenly
+    (Shoeybi et al. 2019, Sec. 3; grouped-query attention needs tp | kv_heads)."""
+    for key, value in (
+        ("heads", model.heads),
+        ("kv_heads", model.kv_heads),
+        ("ffn", model.ffn),
+        ("padded_vocab", model.padded_vocab),
+    ):
+        if value % tp:
+            what = "the padded vocabulary" if key == "padded_vocab" else key
+            return Violation(
+                ("layout", "tp"),
+                f"tp = {tp} does not divide {what} = {value}",
+                f"tensor parallelism splits {what} evenly; use a tp that divides {value}, "
+                f"e.g. {near_divisor(value, tp)}",
+            )
+    return None
+
+
+def tensor_parallel_in_node(per_node: int, tp: int) -> Violation | None:
+    """A tensor-parallel group stays inside one node (it all-reduces every layer)."""
+    if tp > per_node:
+        return Violation(
+            ("layout", "tp"),
+            f"tp = {tp} exceeds per_node = {per_node}",
+            "tensor parallelism all-reduces every layer and must stay inside one node; "
+            f"use tp <= {per_node} and pp or dp for the rest",
+        )
+    if per_node % tp:
+        return Violation(
+            ("layout", "tp"),
+            f"tp = {tp} does not divide per_node = {per_node}",
+            "some tensor-parallel groups would straddle two nodes and all-reduce every layer over "
+            f"the network; use a divisor of {per_node}, e.g. {near_divisor(per_node, tp)}",
+        )
+    return None
+
+
+def sequence_parallel(model: ModelSpec, tp: int, sp: bool) -> Violation | None:
+    """Sequence parallelism shards the sequence over the tensor-parallel group (Korthikanti et
+    al. 2022, Sec. 4.2.2): it needs tp > 1 and tp | seq_len."""
+    if not sp:
+        return None
+    if tp == 1:
+        return Violation(
+            ("layout", "sequence_parallel"),
+            "sequence_parallel = true needs tp > 1",
+            "sequence parallelism shards over the tensor-parallel group; set tp >= 2",
+        )
+    if model.seq_len % tp:
+        return Violation(
+            ("layout", "sequence_parallel"),
+            f"sequence parallelism splits seq_len = {model.seq_len} over tp = {tp}, which does not divide it",
+            "turn sequence_parallel off or pick a tp that divides seq_len",
+        )
+    return None
+
+
+# -- pipeline parallelism ------------------------------------------------------------------------
+
+
+def pipeline_depth(layers: int, pp: int) -> Violation | None:
+    """Every pipeline stage holds at least one block: pp <= layers."""
+    if pp > layers:
+        return Violation(
+            ("layout", "pp"),
+            f"pp = {pp} is more pipeline stages than layers = {layers}",
+            f"every stage needs at least one layer; use pp <= {layers}",
+        )
+    return None
+
+
+def virtual_stage_depth(layers: int, pp: int, v: int) -> Violation | None:
+    """Every virtual stage holds at least one block: pp x v <= layers."""
+    if pp * v > layers:
+        return Violation(
+            ("layout", "virtual_stages"),
+            f"pp x virtual_stages = {pp} x {v} = {pp * v} chunks, but the model has only {layers} layers",
+            "each virtual stage needs at least one layer; lower virtual_stages",
+        )
+    return None
+
+
+def schedule_needs_stages(schedule: str | None, pp: int) -> Violation | None:
+    """A pipeline schedule, and virtual stages, need more than one pipeline stage."""
+    if schedule is not None and pp == 1:
+        return Violation(
+            ("layout", "schedule"),
+            f"schedule = {schedule} needs pp > 1, but pp = 1",
+            "remove the schedule or set pp to 2 or more",
+        )
+    return None
+
+
+def virtual_stages_need_stages(v: int, pp: int) -> Violation | None:
+    if v > 1 and pp == 1:
+        return Violation(
+            ("layout", "virtual_stages"),
+            "virtual_stages > 1 needs pp > 1",
+            "remove virtual_stages or set pp to 2 or more",
+        )
+    return None
+
+
+def schedule_stages_per_rank(schedule: str, v: int) -> Violation | None:
+    """Interleaving needs v >= 2 stages per rank; GPipe and 1F1B run exactly one."""
+    if schedule == "interleaved" and v == 1:
+        return Violation(
+            ("layout", "virtual_stages"),
+            "schedule = interleaved needs virtual_stages >= 2",
+            "interleaving gives each pipeline rank v >= 2 model chunks (v = 1 is plain 1F1B); "
+            "set virtual_stages = 2 or auto",
+        )
+    if v > 1 and schedule not in MULTI_STAGE_SCHEDULES:
+        return Violation(
+            ("layout", "virtual_stages"),
+            f"virtual_stages = {v} needs schedule = interleaved or zero-bubble, not {schedule}",
+            "set schedule = interleaved, or virtual_stages = 1",
+        )
+    return None
+
+
+def micro_batch_count(schedule: str | None, pp: int, m: int, style: StageStyle = "looped") -> Violation | None:
+    """torch's rules on the micro-batches per step m of a schedule.
+
+    1F1B needs m >= pp (``Schedule1F1B``); the looped multi-stage schedules run m in
+    :func:`~planc.stages.interleaved_rounds` equal rounds; zero-bubble needs m >= pp too: with
+    fewer micro-batches its weight-gradient passes cannot fill the pipeline's warm-up and
+    cool-down, which is the only case where planc's closed-form bubble would not be exact.
+    """
+    if schedule is None or style == "v":
+        return None
+    where = ("train", "micro_batch")
+    if schedule in ("1f1b", "zero-bubble") and m < pp:
+        name = "1F1B" if schedule == "1f1b" else "zero-bubble"
+        return Violation(
+            where,
+            f"{name} needs at least as many micro-batches as stages: {m} < pp = {pp}",
+            "lower micro_batch or raise global_batch",
+        )
+    rounds = stages.interleaved_rounds(m, pp)
+    if schedule in MULTI_STAGE_SCHEDULES and m % rounds:
+        return Violation(
+            where,
+            f"the {schedule} schedule runs micro-batches in {rounds} rounds (max(1, m // pp) with pp = {pp}); "
+            f"{m} micro-batches do not split into them evenly",
+            f"use a multiple of {pp} micro-batches per step",
+        )
+    return None
+
+
+def v_shape(schedule: str | None, v: int, tie_embeddings: bool, style: StageStyle) -> Violation | None:
+    """ZB-V places exactly two stages per rank, the first and the last on rank 0."""
+    if style != "v":
+        return None
+    if v != 2:
+        return Violation(
+            ("layout", "virtual_stages"),
+            "zero_bubble = zbv places two chunks per rank in a V",
+            "set virtual_stages = 2",
+        )
+    if tie_embeddings:
+        return Violation(
+            ("uses",),
+            "ZBV puts the first and the last stage on the same rank, where planc cannot keep a tied copy "
+            "of the embedding",
+            "use zero_bubble = interleaved, or untie the embeddings",
+        )
+    return None
+
+
+#: Measured on torch 2.13 (tests/distributed): with DDP or ZeRO-1 the losses leave the single-process
+#: reference at step 2 (|dloss| 0.04), with ZeRO-3 too (0.016); ZeRO-2 matches it to 5e-7.
+ZERO_BUBBLE_DATA_PARALLEL = (
+    "the zero-bubble schedules compute weight gradients in a separate pass with torch.autograd.grad, which "
+    "DistributedDataParallel never sees and which FSDP only handles when parameters stay gathered"
+)
+
+
+def zero_bubble_with_data_parallel(schedule: str | None, dp: int, zero: int) -> Violation | None:
+    """With data parallelism the zero-bubble schedules run only under ZeRO-2."""
+    if schedule == "zero-bubble" and dp > 1 and zero != 2:
+        return Violation(
+            ("layout", "schedule"),
+            ZERO_BUBBLE_DATA_PARALLEL,
+            "with data parallelism use zero = 2, or the interleaved schedule",
+        )
+    return None
+
+
+def pipeline_violations(plan: Plan, layout: Layout, style: StageStyle) -> list[Violation]:
+    """Every pipeline rule a resolved layout breaks (the ``pipeline`` strategy's check)."""
+    m = stages.micro_batches(plan.train.global_batch, layout.dp, layout.micro_batch)
+    found = [
+        pipeline_depth(plan.model.layers, layout.pp),
+        virtual_stage_depth(plan.model.layers, layout.pp, layout.virtual_stages),
+        schedule_stages_per_rank(layout.schedule or "", layout.virtual_stages) if layout.schedule else None,
+        micro_batch_count(layout.schedule, layout.pp, m, style),
+        v_shape(layout.schedule, layout.virtual_stages, plan.model.tie_embeddings, style),
+        zero_bubble_with_data_parallel(layout.schedule, layout.dp, layout.zero),
+    ]
+    return [v for v in found if v is not None]
+
+
+def tensor_parallel_violations(plan: Plan, layout: Layout, sequence_parallel_on: bool) -> list[Violation]:
+    """Every tensor-parallel rule a resolved layout breaks (the ``tensor_parallel`` strategy's check)."""
+    found = [
+        tensor_parallel_split(plan.model, layout.tp),
+        sequence_parallel(plan.model, layout.tp, sequence_parallel_on),
+    ]
+    return [v for v in found if v is not None]
+
+
+# -- data parallelism, devices, batch ------------------------------------------------------------
+
+
+def needs_data_parallel(technique: str, dp: int) -> Violation | None:
+    """A data-parallel technique (DDP, ZeRO) needs more than one data-parallel rank."""
+    if dp < 2:
+        return Violation(
+            ("layout", "dp"),
+            f"{technique} needs more than one data-parallel rank (layout dp > 1)",
+            "leave dp to the planner, or drop the technique",
+        )
+    return None
+
+
+def device_count(tp: int | str, pp: int | str, dp: int | str, nodes: int, per_node: int) -> Violation | None:
+    """The fixed degrees (``auto`` for the others) cover, or divide, the ``nodes x per_node`` devices."""
+    world = nodes * per_node
+    fixed = {name: value for name, value in zip(DEGREES, (tp, pp, dp)) if value != AUTO}
+    product = 1
+    for value in fixed.values():
+        product *= int(value)
+    hw = f"nodes x per_node = {nodes} x {per_node} = {world}"
+    if len(fixed) == 3 and product != world:
+        return Violation(
+            ("layout",),
+            f"tp x pp x dp = {tp} x {pp} x {dp} = {product}, but {hw}",
+            "make the product equal the number of devices, or set one of them to auto",
+        )
+    if fixed and world % product:
+        shown = " x ".join(f"{k} {v}" for k, v in fixed.items())
+        return Violation(
+            ("layout",),
+            f"{shown} = {product} does not divide the {world} devices ({hw})",
+            "the fixed degrees must divide the device count",
+        )
+    return None
+
+
+def micro_batch_size(global_batch: int, micro_batch: int) -> Violation | None:
+    """A micro-batch is part of one optimizer step's batch."""
+    if micro_batch > global_batch:
+        return Violation(
+            ("train", "micro_batch"),
+            f"micro_batch = {micro_batch} is larger than global_batch = {global_batch}",
+            "a micro-batch is part of one optimizer step's batch",
+        )
+    return None
+
+
+def batch_split(global_batch: int, dp: int, micro_batch: int | None = None) -> Violation | None:
+    """Every data-parallel rank runs whole micro-batches: dp x micro_batch divides global_batch
+    (``micro_batch`` None: not fixed yet, so at least dp must divide it)."""
+    mb = micro_batch or 1
+    if global_batch % (dp * mb):
+        what = f"dp x micro_batch = {dp} x {mb} = {dp * mb}" if micro_batch else f"dp = {dp}"
+        return Violation(
+            ("train", "global_batch"),
+            f"global_batch = {global_batch} is not divisible by {what}",
+            f"every data-parallel rank runs whole micro-batches; use a global_batch that is a "
+            f"multiple of {dp * mb}, e.g. {round_up(global_batch, dp * mb)}",
+        )
+    return None
+
+
+def resolved_layout(tp: int, pp: int, schedule: str | None, v: int, sp: bool) -> Violation | None:
+    """The consistency a resolved :class:`~planc.spec.Layout` keeps by construction."""
+    if (pp > 1) != (schedule is not None):
+        return Violation(("layout", "schedule"), "schedule must be set exactly when pp > 1")
+    if v > 1 and schedule not in MULTI_STAGE_SCHEDULES:
+        return Violation(
+            ("layout", "virtual_stages"), "virtual_stages > 1 needs the interleaved or zero-bubble schedule"
+        )
+    if sp and tp == 1:
+        return Violation(("layout", "sequence_parallel"), "sequence_parallel needs tp > 1")
+    return None
+
+
+# -- small arithmetic for hints ------------------------------------------------------------------
+
+
+def near_divisor(n: int, near: int) -> int:
+    """The divisor of n closest to ``near`` (ties go to the smaller)."""
+    divisors = [d for d in range(1, n + 1) if n % d == 0] if n < 10**6 else [1]
+    return min(divisors, key=lambda d: (abs(d - near), d))
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of n, ascending."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]

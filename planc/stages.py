@@ -1,0 +1,230 @@
+"""Pipeline stage arithmetic: the one definition of how a model is cut into stages, which rank
+holds which stage, and how many micro-batches a rank holds in flight.
+
+A layout with ``pp`` ranks and ``v`` virtual stages cuts the ``layers`` transformer blocks into
+``pp x v`` contiguous *stages* (chunks), stage 0 holding the token embedding and stage
+``pp v - 1`` the final norm, the output head and the loss. Everything that needs to know where a
+block, the embedding or the head lives asks this module: the spec checks and the planner (through
+:mod:`planc.legality`), the cost model (parameters and activations per rank, the bubble), the
+``pipeline`` strategy (the split the program runs, the schedule) and ``planc explain``'s timeline.
+
+Two placements exist (torch ``generate_stage_to_rank_mapping``):
+
+- **looped** (every schedule but ZBV): rank ``r`` holds stages ``r, r + pp, r + 2 pp, ...``
+  (Narayanan et al. 2021, Sec. 2.2.2), so the embedding sits on rank 0 and the head on rank
+  ``pp - 1``;
+- **v** (``ScheduleZBVZeroBubble``, two stages per rank): rank ``r`` holds stages ``r`` and
+  ``2 pp - 1 - r`` (Qi et al. 2023, Sec. 6), so rank 0 holds both the embedding *and* the head.
+
+Pure integer arithmetic; no torch, no pydantic.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+StageStyle = Literal["looped", "v"]
+#: The zero-bubble schedules the ``pipeline`` strategy can run (its ``zero_bubble`` option).
+ZeroBubbleVariant = Literal["interleaved", "zbv"]
+
+
+# -- cutting the model ---------------------------------------------------------------------------
+
+
+def chunk_layer_counts(layers: int, chunks: int) -> tuple[int, ...]:
+    """Blocks in each of ``chunks`` contiguous stages, as even as possible; the first
+    ``layers % chunks`` take one more.
+
+    The last stage also runs the output projection and the loss, so the extra blocks of an
+    uneven split go to the front (10 layers in 4 stages: 3, 3, 2, 2).
+
+    >>> chunk_layer_counts(10, 4)
+    (3, 3, 2, 2)
+    """
+    if not 1 <= chunks <= layers:
+        raise ValueError(f"cannot cut {layers} layers into {chunks} non-empty pipeline stages")
+    base, extra = divmod(layers, chunks)
+    return tuple(base + (1 if c < extra else 0) for c in range(chunks))
+
+
+def layer_ranges(layers: int, chunks: int) -> list[range]:
+    """The block indices of each stage (:func:`chunk_layer_counts` as ranges).
+
+    >>> layer_ranges(10, 4)
+    [range(0, 3), range(3, 6), range(6, 8), range(8, 10)]
+    """
+    ranges, start = [], 0
+    for size in chunk_layer_counts(layers, chunks):
+        ranges.append(range(start, start + size))
+        start += size
+    return ranges
+
+
+# -- placing stages on ranks ---------------------------------------------------------------------
+
+
+def stage_style(schedule: str | None, zero_bubble: ZeroBubbleVariant = "interleaved") -> StageStyle:
+    """The placement a schedule runs with: V-shaped only for ZBV (``schedule = zero-bubble`` with the
+    ``pipeline`` option ``zero_bubble = "zbv"``), looped for everything else."""
+    return "v" if schedule == "zero-bubble" and zero_bubble == "zbv" else "looped"
+
+
+def stages_of_rank(rank: int, pp: int, v: int, style: StageStyle = "looped") -> tuple[int, ...]:
+    """The stages pipeline rank ``rank`` holds, in the order it runs them.
+
+    >>> stages_of_rank(1, 4, 2)
+    (1, 5)
+    >>> stages_of_rank(1, 4, 2, "v")
+    (1, 6)
+    """
+    if not 0 <= rank < pp:
+        raise ValueError(f"pipeline rank {rank} outside 0 .. {pp - 1}")
+    if style == "v":
+        if v != 2:
+            raise ValueError(f"the V placement holds exactly 2 stages per rank, not {v}")
+        return (rank, 2 * pp - 1 - rank)
+    return tuple(rank + k * pp for k in range(v))
+
+
+def rank_of_stage(stage: int, pp: int, v: int, style: StageStyle = "looped") -> int:
+    """The pipeline rank that holds ``stage``.
+
+    >>> rank_of_stage(7, 4, 2), rank_of_stage(7, 4, 2, "v")
+    (3, 0)
+    """
+    if not 0 <= stage < pp * v:
+        raise ValueError(f"stage {stage} outside 0 .. {pp * v - 1}")
+    if style == "v":
+        return stage if stage < pp else 2 * pp - 1 - stage
+    return stage % pp
+
+
+def rank_layer_counts(layers: int, pp: int, v: int = 1, style: StageStyle = "looped") -> tuple[int, ...]:
+    """Blocks held by each pipeline rank (the sum of its stages).
+
+    >>> rank_layer_counts(10, 4)
+    (3, 3, 2, 2)
+    >>> rank_layer_counts(10, 2, 2)   # stages (3, 3, 2, 2): rank 0 holds stages 0 and 2
+    (5, 5)
+    """
+    counts = chunk_layer_counts(layers, pp * v)
+    return tuple(sum(counts[s] for s in stages_of_rank(r, pp, v, style)) for r in range(pp))
+
+
+def holds_embedding(rank: int, pp: int, v: int, style: StageStyle = "looped") -> bool:
+    """Whether ``rank`` holds stage 0 (the token and position embeddings)."""
+    return rank_of_stage(0, pp, v, style) == rank
+
+
+def holds_head(rank: int, pp: int, v: int, style: StageStyle = "looped") -> bool:
+    """Whether ``rank`` holds the last stage (final norm, output head, logits and loss)."""
+    return rank_of_stage(pp * v - 1, pp, v, style) == rank
+
+
+def representative_ranks(pp: int, style: StageStyle = "looped") -> tuple[int, ...]:
+    """Pipeline ranks whose memory and time bound all others.
+
+    Looped: first, second, last. Rank 0 has the most blocks (the extra ones go to the front), the
+    embedding and the most micro-batches in flight; the last rank has the head and the logits;
+    rank 1 is the first to hold both activation and gradient receive buffers. Ranks 2 .. pp-2
+    hold no more than rank 1. V: rank 0 holds the embedding, the head and the most blocks; rank 1
+    the receive buffers; the last rank the middle of the model, whose two stages meet there.
+    """
+    return tuple(sorted({0, min(1, pp - 1), pp - 1}))
+
+
+# -- micro-batches -------------------------------------------------------------------------------
+
+
+def micro_batches(global_batch: int, dp: int, micro_batch: int) -> int:
+    """Micro-batches per optimizer step on one data-parallel rank (a schedule's ``n_microbatches``)."""
+    return global_batch // (dp * micro_batch)
+
+
+def interleaved_rounds(m: int, pp: int) -> int:
+    """How many rounds torch's interleaved schedules run ``m`` micro-batches in: ``max(1, m // pp)``,
+    each of ``m / rounds`` micro-batches (so ``m`` must be a multiple of the rounds)."""
+    return max(1, m // pp)
+
+
+def chunks_in_flight(schedule: str | None, pp: int, v: int, m: int, rank: int, style: StageStyle = "looped") -> int:
+    """Stage-micro-batches whose activations pipeline rank ``rank`` holds at its peak.
+
+    - no pipeline: 1 (gradient accumulation runs micro-batches one after another);
+    - GPipe (Huang et al. 2019): all m forwards before any backward: m;
+    - 1F1B (Narayanan et al. 2021, Sec. 2.2.1; torch ``Schedule1F1B``): rank i warms up with
+      p - i forwards: min(p - i, m);
+    - interleaved (Sec. 2.2.2; torch ``ScheduleInterleaved1F1B``): micro-batches go in rounds
+      of g = m / :func:`interleaved_rounds` (g = p when p divides m); rank i warms up with
+      (v - 1) g + 2 (p - 1 - i) stage forwards, one more in flight: capped at v m. On rank 0 with
+      g = p this is v p + p - 1 stages of L/(p v) layers, i.e. Korthikanti's L (1 + (p - 1)/(p v));
+    - zero-bubble, looped (Qi et al. 2023, ZB-H1; torch ``ScheduleInterleavedZeroBubble``):
+      warm-up (v - 1) g + (p - 1 - i), so with g = p rank 0 holds v p stages — the same peak as
+      1F1B ("ZB-H1 ... peak memory no greater than 1F1B");
+    - zero-bubble, V (ZB-V, Qi et al. 2023, Sec. 6; torch ``ScheduleZBVZeroBubble``): before its
+      first backward, rank i runs 2 (p - i) - 1 + i forwards of its first stage and i + 1 of its
+      second, each capped at the m micro-batches that exist: with m >= 2p - 1, 2 p stages on every
+      rank, the activations of p micro-batches of L/p layers, as 1F1B's rank 0.
+
+    :mod:`planc.explain.timeline` replays each schedule; a test checks these counts against it.
+    """
+    if pp == 1 or schedule is None:
+        return 1
+    if schedule == "gpipe":
+        return m * v
+    if schedule == "1f1b":
+        return min(pp - rank, m)
+    per_round = m // interleaved_rounds(m, pp)
+    if schedule == "interleaved":
+        return min((v - 1) * per_round + 2 * (pp - 1 - rank) + 1, v * m)
+    if schedule == "zero-bubble":
+        if style == "v":
+            return min(2 * pp - rank - 1, m) + min(rank + 1, m)
+        return min((v - 1) * per_round + (pp - 1 - rank) + 1, v * m)
+    raise ValueError(f"unknown schedule {schedule!r}")
+
+
+def flush_bubble_slots(pp: int, v: int, m: int) -> float:
+    """Idle micro-batch slots of a pipeline flush: (p - 1)/v once m >= p (Narayanan et al. 2021,
+    Sec. 2.2: bubble fraction (p - 1)/(v m)).
+
+    In stage time (a slot / v) the step lasts v m + p - 1 stages when m >= p: the last
+    micro-batch leaves p - 1 stage-hops after the first rank is done. With fewer micro-batches
+    than stages a micro-batch's own path (p v stages) is the critical one: v p + m - 1. Both are
+    v max(m, p) + min(m, p) - 1; the bubble is that less the v m stages of work.
+    """
+    return (v * max(m, pp) + min(m, pp) - 1) / v - m
+
+
+def bubble_slots(
+    schedule: str | None,
+    pp: int,
+    v: int,
+    m: int,
+    *,
+    forward: float = 1.0,
+    backward: float = 2.0,
+    backward_weight: float = 1.0,
+    style: StageStyle = "looped",
+) -> float:
+    """Idle micro-batch slots per step of ``schedule`` (a slot: one micro-batch's forward + backward).
+
+    GPipe, 1F1B and interleaved: :func:`flush_bubble_slots`. Zero-bubble splits each backward
+    (``backward`` seconds) into its input-gradient and weight-gradient halves and runs the weight
+    half (``backward_weight``) in the idle time: ZB-H1's bubble is (p - 1)(T_F + T_B - T_W) for
+    1F1B's (p - 1)(T_F + T_B + T_W) (Qi et al. 2023, Sec. 2.1, Fig. 3; their T_B is the
+    input-gradient half alone), i.e. the flush bubble times (f + b - 2 w)/(f + b) with b the whole
+    backward -- a third of it when the three passes take equal time. ZB-V (``style = "v"``)
+    leaves the same bubble as ZB-H1 with v = 2, except that torch plans it for 2p - 1
+    micro-batches and drops the missing ones: with m < 2p - 1 each missing micro-batch leaves
+    rank 0 idle for its two forwards (2 f).
+    """
+    if pp == 1 or schedule is None:
+        return 0.0
+    slots = flush_bubble_slots(pp, v, m)
+    if schedule != "zero-bubble":
+        return slots
+    slots *= max(0.0, forward + backward - 2 * backward_weight) / (forward + backward)
+    if style == "v":
+        slots = max(slots, (2 * pp - 1 - m) * 2 * forward / (v * (forward + backward)))
+    return slots

@@ -1,0 +1,82 @@
+"""The plan-time cost pass of ``fsdp`` (pure; no torch)."""
+
+from __future__ import annotations
+
+from planc.cost.comm import all_gather_seconds, reduce_scatter_seconds
+from planc.cost.context import CostContext
+from planc.cost.data_parallel import shard_states, with_contention
+from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
+from planc.cost.memory import fsdp_gather_bytes
+
+
+def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
+    """FSDP2 ``fully_shard``: ZeRO-2 (``reshard_after_forward=False``) and ZeRO-3.
+
+    Over the dp group, per micro-batch: all-gather the bf16 parameters for the forward (ZeRO-3:
+    again for the backward) and reduce-scatter the fp32 gradients (``reduce_dtype=fp32``) into
+    the sharded ``.grad`` -- planc's default. With ``accumulate_unsharded`` (and always under
+    pipelining, where torch's ``PipelineStage`` turns sync off for all micro-batches but the last)
+    the reduce-scatter happens once per step instead. With one micro-batch that is the ZeRO
+    paper's volume (Sec. 7.2-7.3: ZeRO-3 3 Psi elements, ZeRO-2 2 Psi), here 2 + 2 + 4 and
+    2 + 4 bytes per parameter.
+
+    Prefetching the next block hides a gather behind the previous block's compute; the first
+    gather and the last reduce-scatter of each pass stay exposed. One collective per FSDP unit
+    (each block, the root), each paying the ring latency.
+
+    Memory: states sharded per ZeRO stage; transient one or two gathered blocks and one block's
+    unsharded gradients; and when sync is deferred with m > 1 micro-batches, FSDP2 keeps the
+    *unsharded* fp32 gradients of the whole stage between them (``to_accumulated_grad_if_needed``),
+    4 bytes per parameter that ZeRO's gradient sharding does not remove.
+    """
+    lay = ctx.layout
+    zero = lay.zero
+    if lay.dp == 1:
+        return est
+    link = ctx.links["dp"]
+    e, g = ctx.compute_bytes, ctx.grad_reduce_bytes
+    m = ctx.micro_batches
+    psi = max(st.params for st in ctx.stages)
+    unit = max(st.layer_params for st in ctx.stages)
+    units = max(st.layers + st.embedding + st.head for st in ctx.stages)
+    gather = units * all_gather_seconds(e * psi / units, link)
+    scatter = units * reduce_scatter_seconds(g * psi / units, link)
+    gathers = 2 if zero == 3 else 1
+    deferred = m > 1 and (lay.pp > 1 or bool(getattr(options, "accumulate_unsharded", False)))
+    scatters = 1 if deferred else m
+    total = m * gathers * gather + scatters * scatter
+    if ctx.profile.dp_overlap:
+        slow = ctx.slowest
+        first_gather = all_gather_seconds(e * unit, link)
+        fwd = max(0.0, gather - slow.forward) + first_gather
+        bwd_gather = (max(0.0, gather - slow.backward) + first_gather) if zero == 3 else 0.0
+        bwd_scatter = max(0.0, (gather if zero == 3 else 0.0) + scatter - slow.backward) + reduce_scatter_seconds(
+            g * unit, link
+        )
+        exposed = min(total, m * fwd + (m - scatters) * bwd_gather + scatters * bwd_scatter)
+    else:
+        exposed = total
+    frac = (lay.dp - 1) / lay.dp
+    when = "per step" if scatters == 1 else "per micro-batch"
+    comm = CommCost(
+        "dp",
+        volume=frac * psi * (m * gathers * e + scatters * g),
+        total=total,
+        exposed=exposed,
+        medium=link.medium,
+        detail=f"{gathers} parameter all-gather(s) per micro-batch, 1 gradient reduce-scatter {when}",
+    )
+    label = f"FSDP gathered parameters and unsharded gradients (ZeRO-{zero})"
+
+    def buffers(s: StageMemory) -> tuple[Term, ...]:
+        st = ctx.stage(s.rank)
+        terms = (Term(label, fsdp_gather_bytes(st.largest_unit, zero, e, g)),)
+        if deferred:
+            terms += (Term("unsharded fp32 gradients kept across micro-batches", g * st.params),)
+        return terms
+
+    # FSDP2 copies each gathered shard out of the all-gather buffer (read + write e bytes) and
+    # casts the gradients to fp32 for the reduce-scatter (read e, write g): memory traffic.
+    copies = psi * (m * gathers * 2 * e + scatters * (e + g)) / ctx.device.memory_rate
+    est = shard_states(ctx, est, zero, buffers, comm)
+    return with_contention(ctx, est.replace(compute=est.compute + copies), comm.total - comm.exposed)

@@ -1,0 +1,92 @@
+"""The plan-time cost pass of ``pipeline`` (pure; no torch).
+
+Where stages sit, how many micro-batches each rank holds in flight and the bubble's closed form
+are :mod:`planc.stages`'s, the arithmetic the program and ``planc explain``'s timeline use.
+"""
+
+from __future__ import annotations
+
+from planc import stages
+from planc.cost.comm import all_gather_seconds, p2p_seconds
+from planc.cost.context import CostContext
+from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
+
+
+def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
+    """Pipeline parallelism (Narayanan et al. 2021, Sec. 2.2; Qi et al. 2023 for zero-bubble).
+
+    - **Activations**: rank i holds :func:`~planc.stages.chunks_in_flight` stage-micro-batches
+      of (its layers / v) blocks each.
+    - **Receive buffers**: torch's stages allocate an activation buffer (every stage but the
+      first) and a gradient buffer (every stage but the last) for each of the m x v
+      stage-micro-batches; Megatron only for the one in flight.
+    - **Bubble** in micro-batch slots (:func:`~planc.stages.bubble_slots`): (p - 1)/v for GPipe,
+      1F1B and interleaved (when m >= p); zero-bubble runs the weight-gradient passes in it,
+      leaving (f + b - 2 w)/(f + b) of it (a third when the three passes take equal time).
+    - **p2p**: each stage-micro-batch sends its boundary tensor forward and its gradient back:
+      2 m v transfers of ``ctx.boundary_bytes``. torch posts them asynchronously: only the
+      2 (p v - 1) hops of warm-up and cool-down, and any excess of a transfer over a stage's
+      compute, are exposed; Megatron 2021 waits on each. (Under ZBV one hop per direction stays
+      on its rank, the turn of the V; it is counted as a transfer.)
+    """
+    if ctx.layout.pp == 1:
+        return est
+    return est.updated(
+        stage_fn=lambda s: _stage_memory(ctx, s),
+        comm=_p2p(ctx),
+        bubble_slots=est.bubble_slots + _bubble(ctx),
+    )
+
+
+def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
+    lay = ctx.layout
+    v, m = lay.virtual_stages, ctx.micro_batches
+    st = ctx.stage(s.rank)
+    chunks = stages.chunks_in_flight(lay.schedule, lay.pp, v, m, s.rank, ctx.stage_style)
+    if ctx.profile.pp_recv_buffers == "per_microbatch":
+        buffers = m * (v - st.embedding) + m * (v - st.head)
+        label = f"pipeline receive buffers ({buffers} = one per chunk-micro-batch)"
+    else:
+        buffers = (not st.embedding or v > 1) + (not st.head or v > 1)
+        label = "pipeline send/receive buffers"
+    terms = (Term(label, buffers * ctx.boundary_bytes),) if buffers else ()
+    return s.updated(act_layers=chunks * st.layers / v, transient=terms)
+
+
+def _bubble(ctx: CostContext) -> float:
+    lay, slow = ctx.layout, ctx.slowest
+    return stages.bubble_slots(
+        lay.schedule,
+        lay.pp,
+        lay.virtual_stages,
+        ctx.micro_batches,
+        forward=slow.forward,
+        backward=slow.backward,
+        backward_weight=slow.backward_weight,
+        style=ctx.stage_style,
+    )
+
+
+def _p2p(ctx: CostContext) -> CommCost:
+    lay, prof, slow = ctx.layout, ctx.profile, ctx.slowest
+    p, v, m = lay.pp, lay.virtual_stages, ctx.micro_batches
+    boundary = ctx.boundary_bytes
+    link = ctx.links["pp_p2p"]
+    transfer = p2p_seconds(boundary, link)
+    if prof.p2p_scatter_gather and lay.tp > 1 and not lay.sequence_parallel:
+        transfer += all_gather_seconds(boundary * lay.tp, ctx.links["tp"])  # re-assemble in the node
+    transfers = 2 * m * v
+    total = transfers * transfer
+    if prof.pp_p2p_blocking:
+        exposed = total
+    else:
+        chunk_slot = min(slow.forward, slow.backward) / v
+        exposed = min(total, 2 * (p * v - 1) * transfer + transfers * max(0.0, transfer - chunk_slot))
+    return CommCost(
+        "pp",
+        volume=transfers * boundary,
+        total=total,
+        exposed=exposed,
+        medium=link.medium,
+        detail=f"{transfers} p2p transfers of {boundary / 2**20:.1f} MiB per step",
+    )

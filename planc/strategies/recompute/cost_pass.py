@@ -1,0 +1,51 @@
+"""The plan-time cost pass of ``recompute`` (pure; no torch)."""
+
+from __future__ import annotations
+
+from planc.cost.context import CostContext
+from planc.cost.estimate import Estimate, StageMemory, Term, replace
+from planc.strategies.tensor_parallel.cost_pass import tp_block_collectives
+
+
+def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
+    """Activation recomputation (Chen et al. 2016; Korthikanti et al. 2022, Sec. 4.3, Table 2).
+
+    - selective: blocks keep ``layer_act.selective`` bytes; recomputing costs
+      ``layer.selective_recompute`` per block and micro-batch (planc's policy: the elementwise
+      kernels and the attention-out GEMM; no communication).
+    - full: blocks keep only their input; the backward of each block first reruns its forward
+      (one more forward of every block: Narayanan's 4 passes instead of 3), which under TP also
+      reruns the forward's two all-reduces; one block's full activations are alive while it is
+      recomputed (the working set).
+    """
+    mode = ctx.layout.recompute
+    if mode == "none":
+        return est
+    m = ctx.micro_batches
+    layers = ctx.stage(ctx.slowest.rank).layers
+    comm = None
+    if mode == "selective":
+        per_layer, extra = ctx.layer_act.selective, m * layers * ctx.layer.selective_recompute
+
+        def stage_fn(s: StageMemory) -> StageMemory:
+            return replace(s, act_per_layer=per_layer)
+
+    else:
+        per_layer, extra = ctx.layer_act.full, m * layers * ctx.layer.forward
+        working = (Term("recompute working set (one block)", ctx.layer_act.none),)
+
+        def stage_fn(s: StageMemory) -> StageMemory:
+            return s.updated(act_per_layer=per_layer, extra=working)
+
+        tp = est.comm_of("tp")
+        if tp is not None:
+            fwd, _, sent = tp_block_collectives(ctx)
+            blocks = m * max(st.layers for st in ctx.stages)
+            comm = replace(
+                tp,
+                total=tp.total + blocks * fwd,
+                exposed=tp.exposed + blocks * fwd,
+                volume=tp.volume + blocks * sent / 2,
+                detail=tp.detail + ", +2 in the recomputed forward",
+            )
+    return est.updated(stage_fn=stage_fn, comm=comm, compute=est.compute + extra, recompute=est.recompute + extra)

@@ -1,0 +1,68 @@
+"""The plan-time cost pass of ``tensor_parallel`` (pure; no torch)."""
+
+from __future__ import annotations
+
+from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
+from planc.cost.context import CostContext
+from planc.cost.estimate import CommCost, Estimate
+
+
+def tp_block_collectives(ctx: CostContext) -> tuple[float, float, float]:
+    """(forward seconds, backward seconds, bytes sent) of one block's TP collectives, one micro-batch.
+
+    Two sub-layers (attention, MLP), each one collective forward and one backward
+    (Shoeybi et al. 2019, Fig. 3: the f and g operators). Without SP: the forward all-reduces
+    the row-parallel output (e bytes per element), the backward all-reduces the gradient of the
+    replicated input (r bytes: fp32 under autocast, whose input is the fp32 residual stream).
+    With SP (Korthikanti et al. 2022, Sec. 4.2.2): forward all-gather of the input (r) and
+    reduce-scatter of the output (e); backward the reverse pair; same bytes in all.
+    """
+    link = ctx.links["tp"]
+    t = ctx.layout.tp
+    elements = ctx.tokens_per_microbatch * ctx.model.hidden
+    e, r = ctx.compute_bytes * elements, ctx.residual_bytes * elements
+    if ctx.layout.sequence_parallel:
+        fwd = 2 * (all_gather_seconds(r, link) + reduce_scatter_seconds(e, link))
+        bwd = 2 * (reduce_scatter_seconds(r, link) + all_gather_seconds(e, link))
+        sent = 4 * (e + r) * (t - 1) / t
+    else:
+        fwd, bwd = 2 * all_reduce_seconds(e, link), 2 * all_reduce_seconds(r, link)
+        sent = 4 * (e + r) * (t - 1) / t
+    return fwd, bwd, sent
+
+
+def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
+    """Tensor parallelism (Shoeybi et al. 2019, Sec. 3; Narayanan et al. 2021, Sec. 3.2).
+
+    Per block and micro-batch: :func:`tp_block_collectives` (4 collectives, the "4 all-reduces
+    per layer" of Narayanan et al.). The vocab-parallel embedding all-reduces (SP:
+    reduce-scatters) its output on the first stage; the head gathers its input under SP, or
+    all-reduces its input gradient without. Not overlapped with compute in eager PyTorch: all
+    exposed.
+    """
+    lay = ctx.layout
+    t = lay.tp
+    if t == 1:
+        return est
+    link = ctx.links["tp"]
+    m = ctx.micro_batches
+    fwd, bwd, sent = tp_block_collectives(ctx)
+    layers = max(st.layers for st in ctx.stages)
+    edge_bytes = ctx.residual_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
+    if lay.sequence_parallel:
+        edges = reduce_scatter_seconds(edge_bytes, link) + 2 * all_gather_seconds(edge_bytes, link)
+    else:
+        edges = 2 * all_reduce_seconds(edge_bytes, link)
+    total = m * (layers * (fwd + bwd) + edges)
+    volume = m * (layers * sent + 2 * edge_bytes * (t - 1) / t)
+    kind = "all-gather/reduce-scatter pairs" if lay.sequence_parallel else "all-reduces"
+    mib = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden / 2**20
+    comm = CommCost(
+        "tp",
+        volume=volume,
+        total=total,
+        exposed=total,
+        medium=link.medium,
+        detail=f"4 activation {kind} per block per micro-batch ({mib:.0f} MiB in bf16)",
+    )
+    return est.updated(comm=comm)

@@ -1,0 +1,33 @@
+"""The plan-time cost pass of ``zero1`` (pure; no torch)."""
+
+from __future__ import annotations
+
+from planc.cost.comm import all_gather_seconds
+from planc.cost.context import CostContext
+from planc.cost.data_parallel import bucket_bytes, bucket_terms, grad_all_reduce, shard_states, with_contention
+from planc.cost.estimate import CommCost, Estimate
+
+
+def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
+    """ZeRO-1 as torch runs it: DDP's all-reduce, then ``ZeroRedundancyOptimizer`` steps its
+    1/N_d shard of the optimizer states and broadcasts the updated parameters (an all-gather
+    of Psi fp32 values), after the step and before the next forward: fully exposed. Volume
+    2 Psi + Psi, where DeepSpeed's reduce-scatter + all-gather would move 2 Psi (ZeRO Sec. 7.2)."""
+    lay = ctx.layout
+    if lay.dp == 1:
+        return est
+    link = ctx.links["dp"]
+    nbytes, seconds, exposed = grad_all_reduce(ctx, bucket_bytes(options))
+    params = ctx.state_bytes.working * max(st.params for st in ctx.stages)
+    gather = all_gather_seconds(params, link)
+    frac = (lay.dp - 1) / lay.dp
+    comm = CommCost(
+        "dp",
+        volume=frac * (2 * nbytes + params),
+        total=seconds + gather,
+        exposed=exposed + gather,
+        medium=link.medium,
+        detail="all-reduce of gradients + all-gather of updated parameters",
+    )
+    est = shard_states(ctx, est, 1, lambda s: bucket_terms(ctx, s.rank), comm)
+    return with_contention(ctx, est, seconds - exposed)

@@ -1,0 +1,108 @@
+"""Stage arithmetic (planc.stages): the split, the placements, and the closed forms of the schedules
+checked against the timeline simulator that replays them (planc.explain.timeline)."""
+
+import pytest
+
+from planc.explain.timeline import simulate
+from planc.legality.rules import micro_batch_count
+from planc.stages import (
+    bubble_slots,
+    chunk_layer_counts,
+    chunks_in_flight,
+    layer_ranges,
+    rank_layer_counts,
+    rank_of_stage,
+    stages_of_rank,
+)
+
+
+def test_uneven_layers_go_to_the_first_stages():
+    # 10 layers over 4 stages: 10 = 3 + 3 + 2 + 2
+    assert chunk_layer_counts(10, 4) == (3, 3, 2, 2)
+    assert layer_ranges(10, 4) == [range(0, 3), range(3, 6), range(6, 8), range(8, 10)]
+    assert rank_layer_counts(10, 4) == (3, 3, 2, 2)
+    # 10 layers over 2 ranks x 2 virtual stages: stages (3, 3, 2, 2); rank 0 holds stages 0 and 2.
+    assert rank_layer_counts(10, 2, 2) == (5, 5)
+    assert sum(rank_layer_counts(127, 16, 4)) == 127
+    with pytest.raises(ValueError):
+        chunk_layer_counts(4, 5)
+
+
+def test_looped_and_v_placements():
+    # looped: rank r holds r, r + p, ...; V (ZBV): rank r holds r and 2p - 1 - r
+    assert stages_of_rank(1, 4, 2) == (1, 5)
+    assert stages_of_rank(1, 4, 2, "v") == (1, 6)
+    assert [rank_of_stage(s, 4, 2) for s in range(8)] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert [rank_of_stage(s, 4, 2, "v") for s in range(8)] == [0, 1, 2, 3, 3, 2, 1, 0]
+    for style in ("looped", "v"):
+        for rank in range(4):
+            assert all(rank_of_stage(s, 4, 2, style) == rank for s in stages_of_rank(rank, 4, 2, style))
+
+
+def test_in_flight_by_hand():
+    # GPipe: all m; 1F1B: p - rank; interleaved rank 0 (m a multiple of p): v p + p - 1 stages
+    # (Korthikanti: L (1 + (p-1)/(p v))); ZB-H1: 1F1B's peak; ZB-V: 2p stages on every rank
+    assert chunks_in_flight("gpipe", 4, 1, 16, 0) == 16
+    assert chunks_in_flight("1f1b", 4, 1, 16, 0) == 4
+    assert chunks_in_flight("1f1b", 4, 1, 16, 3) == 1
+    assert chunks_in_flight("interleaved", 4, 2, 16, 0) == 2 * 4 + 4 - 1
+    # m = 6 with p = 4 runs in one round of 6: (v - 1) 6 + 2 (p - 1) + 1 = 13, capped at v m = 12
+    assert chunks_in_flight("interleaved", 4, 2, 6, 0) == 12
+    assert chunks_in_flight("zero-bubble", 4, 1, 16, 0) == 4
+    assert chunks_in_flight("zero-bubble", 4, 2, 16, 3, "v") == 8
+    assert chunks_in_flight("1f1b", 8, 1, 3, 0) == 3  # capped by the micro-batches
+    assert chunks_in_flight(None, 1, 1, 16, 0) == 1
+
+
+def test_bubble_by_hand():
+    # 1F1B, p 4, m 8: (p - 1) = 3 slots; interleaved v 2: 1.5; zero-bubble with equal passes
+    # (f = w, b = 2 w): a third of 1F1B's, 1 slot
+    assert bubble_slots("1f1b", 4, 1, 8) == 3
+    assert bubble_slots("interleaved", 4, 2, 8) == 1.5
+    assert bubble_slots("zero-bubble", 4, 1, 8) == pytest.approx(1.0)
+    assert bubble_slots(None, 1, 1, 8) == 0
+
+
+def _replayed(schedule: str, p: int, v: int, m: int, style: str) -> tuple[float, list[int]]:
+    """(bubble in micro-batch slots on rank 0, peak stage-micro-batches in flight per rank) of a replay."""
+    ops = simulate(schedule, p, v, m, style)
+    end = max(o.end for o in ops)
+    busy = sum(o.end - o.start for o in ops if o.rank == 0)
+    peaks = []
+    for rank in range(p):
+        # activations are taken when a forward starts and freed when its backward ends
+        events = sorted(
+            (o.start, 1) if o.kind == "F" else (o.end, -1) for o in ops if o.rank == rank and o.kind in "FB"
+        )
+        held = peak = 0
+        for _, change in events:
+            held += change
+            peak = max(peak, held)
+        peaks.append(peak)
+    return (end - busy) / (3 * v), peaks  # a slot: v stages of F (1) + B (2)
+
+
+SCHEDULES = [
+    ("gpipe", (1,), "looped"),
+    ("1f1b", (1,), "looped"),
+    ("interleaved", (2, 3, 4), "looped"),
+    ("zero-bubble", (1, 2, 3, 4), "looped"),
+    ("zero-bubble", (2,), "v"),
+]
+
+
+@pytest.mark.parametrize("schedule, vs, style", SCHEDULES, ids=[f"{s}-{st}" for s, _, st in SCHEDULES])
+def test_closed_forms_equal_the_replayed_schedule(schedule, vs, style):
+    """The cost model's bubble and in-flight counts are exactly what the replay of each schedule's
+    operation order gives, for every legal micro-batch count (torch's rules, planc.legality)."""
+    checked = 0
+    for p in (2, 3, 4, 5, 8):
+        for v in vs:
+            for m in range(1, 4 * p + 2):
+                if micro_batch_count(schedule, p, m, style) is not None:
+                    continue
+                bubble, peaks = _replayed(schedule, p, v, m, style)
+                assert bubble_slots(schedule, p, v, m, style=style) == pytest.approx(bubble), (p, v, m)
+                assert [chunks_in_flight(schedule, p, v, m, r, style) for r in range(p)] == peaks, (p, v, m)
+                checked += 1
+    assert checked > 40
