@@ -72,8 +72,11 @@ def _format_number(number: float) -> str:
     return repr(float(number))
 
 
+# -- formatting numbers for people (planc explain, check, plugins, the emitted program) ---------------
+
+
 def format_bytes(n: float, binary: bool = True) -> str:
-    """``85899345920 -> '80.0 GiB'``: a short human size for reports."""
+    """``85899345920 -> '80.0 GiB'``: a short human size for reports (``binary=False``: 'GB')."""
     step, units = (
         (1024.0, ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]) if binary else (1000.0, ["B", "KB", "MB", "GB", "TB", "PB"])
     )
@@ -83,3 +86,47 @@ def format_bytes(n: float, binary: bool = True) -> str:
             return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
         value /= step
     raise AssertionError("unreachable")
+
+
+def format_size_literal(value: float) -> str:
+    """``25e6 -> '25 MB'``: a size as a .plan would write it (decimal units, no trailing zeros)."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if value >= size:
+            return f"{value / size:g} {unit}"
+    return f"{value:g} B"
+
+
+def format_seconds(s: float) -> str:
+    """``0.0123 -> '12.3 ms'``: three significant digits, from µs to hundreds of seconds."""
+    if s >= 100:
+        return f"{s:.0f} s"
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s * 1e6:.0f} µs"
+
+
+def format_count(n: float) -> str:
+    """``1234567 -> '1.23 M'``: three significant digits with k / M / B / T; beyond, scientific."""
+    if abs(n) >= 1e15:
+        return f"{n:.3g}"
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.3g}"
+
+
+def format_tflops(tflops: float) -> str:
+    """TFLOP/s: whole numbers for GPUs, three digits for a CPU's fraction of one (not "0")."""
+    return f"{tflops:.0f}" if tflops >= 10 else f"{tflops:.3g}"
+
+
+def format_bandwidth(bytes_per_s: float) -> str:
+    """``25e9 -> '25 GB/s'`` (a link of one rank: '∞')."""
+    return "∞" if bytes_per_s == float("inf") else f"{bytes_per_s / 1e9:.4g} GB/s"
+
+
+def format_percent(fraction: float) -> str:
+    """``0.071 -> '7%'``."""
+    return f"{fraction * 100:.0f}%"

@@ -61,13 +61,14 @@ def compile_plan(
         tokens_per_s=estimate.tokens_per_s,
     )
     if not choice.fits and not force:
+        from planc.explain.words import suggestion_text
         from planc.units import format_bytes
 
+        what = suggestion_text(choice.suggestion) if choice.suggestion else "run `planc explain` to see what would fit"
         raise PlanError(
             f"the layout {choice.layout.describe()} needs {format_bytes(prediction.memory_bytes)} per device, "
             f"but {plan.hardware.device} has {format_bytes(prediction.capacity_bytes)}",
-            hint=(choice.suggestion or "run `planc explain` to see what would fit")
-            + "; pass --force to emit the program anyway",
+            hint=what + "; pass --force to emit the program anyway",
         )
     registry.require(plan, choice.layout)
     calls = tuple(

@@ -9,8 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from planc.errors import PlanError
+
+if TYPE_CHECKING:
+    from planc.spec.plan import Plan
 
 HELP = "parse and validate .plan files (exit 1 with located messages if any is wrong)"
 DESCRIPTION = (
@@ -56,22 +60,13 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def summary(plan) -> str:
+def summary(plan: Plan) -> str:
     """``llama3-8b, 8.03 B params, 64 × H100-SXM (8 nodes × 8)``."""
+    from planc.explain.visible import visible
+    from planc.units import format_count
+
     hardware = plan.hardware
     devices = f"{hardware.world_size} × {hardware.device}"
     if hardware.nodes > 1:
         devices += f" ({hardware.nodes} nodes × {hardware.per_node})"
-    from planc.explain.visible import visible
-
-    return visible(f"{plan.model.name or 'custom model'}, {count(plan.model.params)} params, {devices}")
-
-
-def count(n: int) -> str:
-    """``8030261248 -> '8.03 B'``: three significant digits with K/M/B/T (beyond, scientific)."""
-    if n >= 1e15:
-        return f"{float(n):.3g}"
-    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= scale:
-            return f"{n / scale:.3g} {suffix}"
-    return str(n)
+    return visible(f"{plan.model.name or 'custom model'}, {format_count(plan.model.params)} params, {devices}")

@@ -77,6 +77,7 @@ def read_plan(path_text: str, registry: Registry) -> Plan:
 
 def run(args) -> int:
     from planc.explain.report import render_text, to_dict
+    from planc.explain.words import suggestion_text
     from planc.planner import NoLegalLayout, choose
 
     if args.top < 0:
@@ -117,7 +118,7 @@ def run(args) -> int:
         write_output(Path(args.svg), render_svg(plan, choice), option="--svg", inputs=(Path(args.file),))
     if not choice.fits:
         what = "the plan's fixed layout does not fit" if choice.fixed else "no layout fits"
-        hint = f"; {choice.suggestion}" if choice.suggestion else ""
+        hint = f"; {suggestion_text(choice.suggestion)}" if choice.suggestion else ""
         print(f"planc: {what} in {choice.estimate.capacity / 2**30:.1f} GiB per device{hint}", file=sys.stderr)
         return 1
     return 0

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from planc.spec.fields import unit_kind_of
+from planc.units import format_size_literal
 
 HELP = "list the installed strategy plugins (built-in and third-party), their options, and any problems"
 DESCRIPTION = (
@@ -97,7 +98,7 @@ def render(data: dict) -> str:
 
 def _show(value, unit: str | None = None) -> str:
     if unit == "bytes" and isinstance(value, (int, float)):
-        return _decimal_bytes(value)
+        return format_size_literal(value)
     if value is None:
         return "from the layout"
     if isinstance(value, bool):
@@ -105,14 +106,6 @@ def _show(value, unit: str | None = None) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return repr(value) if isinstance(value, str) else str(value)
-
-
-def _decimal_bytes(value: float) -> str:
-    """25e6 -> "25 MB" (as a .plan would write it)."""
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if value >= size:
-            return f"{value / size:g} {unit}"
-    return f"{value:g} B"
 
 
 def describe_options(model: type[BaseModel]) -> list[dict[str, Any]]:

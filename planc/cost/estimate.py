@@ -187,6 +187,21 @@ class Estimate:
 
     # -- results ---------------------------------------------------------------------------
 
+    def step_parts(self) -> dict[str, float]:
+        """The step time split into named parts (seconds): compute, recompute, bubble, optimizer,
+        each group's exposed communication ("TP exposed"), and the other named terms."""
+        parts = {
+            "compute": self.compute - self.recompute,
+            "recompute": self.recompute,
+            "bubble": self.bubble,
+            "optimizer": self.optimizer,
+        }
+        for c in self.comm:
+            parts[f"{c.group.upper()} exposed"] = c.exposed
+        for t in self.other:
+            parts[t.name] = t.value
+        return parts
+
     @property
     def memory(self) -> StageMemory:
         """The worst pipeline rank: the memory every device must have."""

@@ -6,45 +6,20 @@ formulas behind each are in docs/cost-model.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 from planc.cost.context import ContextCache
 from planc.cost.estimate import Estimate
 from planc.cost.flops import model_flops_per_token
 from planc.explain.timeline import ascii_timeline
 from planc.explain.visible import visible
-from planc.planner.choose import Choice, step_parts
+from planc.explain.words import layout_dict, rejection_dict, rejection_reason, suggestion_text
+from planc.hardware.topology import GroupLink
+from planc.planner.choose import Choice
 from planc.spec.plan import Plan
-from planc.units import format_bytes
+from planc.units import format_bandwidth, format_bytes, format_count, format_seconds, format_tflops
 
 GiB = 2**30
-
-
-def _num(n: float) -> str:
-    """1 234 567 -> '1.23 M'; beyond a thousand T, plain scientific notation."""
-    if abs(n) >= 1e15:
-        return f"{n:.3g}"
-    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(n) >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.3g}"
-
-
-def _rate(tflops: float) -> str:
-    """TFLOP/s: whole numbers for GPUs, three digits for a CPU's fraction of one (not "0")."""
-    return f"{tflops:.0f}" if tflops >= 10 else f"{tflops:.3g}"
-
-
-def _sec(s: float) -> str:
-    if s >= 100:
-        return f"{s:.0f} s"
-    if s >= 1:
-        return f"{s:.2f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.1f} ms"
-    return f"{s * 1e6:.0f} µs"
-
-
-def _bw(bytes_per_s: float) -> str:
-    return "∞" if bytes_per_s == float("inf") else f"{bytes_per_s / 1e9:.4g} GB/s"
 
 
 def _medium(name: str, cpu: bool) -> str:
@@ -52,22 +27,24 @@ def _medium(name: str, cpu: bool) -> str:
     return "intra-node" if cpu and name == "nvlink" else name
 
 
-def bottleneck(est: Estimate, links: dict, *, cpu: bool = False) -> str:
+def bottleneck(est: Estimate, links: dict[str, GroupLink], *, cpu: bool = False) -> str:
     """What limits the step: memory (if it does not fit), else the largest part of the step."""
     if not est.fits:
         return "memory (the layout does not fit)"
-    parts = step_parts(est)
+    parts = est.step_parts()
     compute = parts.pop("compute") + parts.pop("recompute")
     step = est.step_s
     if not parts or compute >= 0.5 * step:
         text = f"compute ({compute / step:.0%} of the step)"
     else:
-        key = max(parts, key=parts.get)
+        key = max(parts, key=lambda k: parts[k])
         share = parts[key] / step
         if key.endswith("exposed"):
             group = key.split()[0].lower()
             link = links.get(group if group != "pp" else "pp_p2p")
-            where = f" over {_medium(link.medium, cpu)} at {_bw(link.bandwidth)} per device" if link else ""
+            where = (
+                f" over {_medium(link.medium, cpu)} at {format_bandwidth(link.bandwidth)} per device" if link else ""
+            )
             text = f"{group.upper()} communication{where} ({share:.0%} of the step)"
         elif key == "bubble":
             text = f"pipeline bubble ({share:.0%} of the step)"
@@ -78,7 +55,7 @@ def bottleneck(est: Estimate, links: dict, *, cpu: bool = False) -> str:
     return text
 
 
-def to_dict(plan: Plan, choice: Choice) -> dict:
+def to_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
     """The ``--json`` object."""
     est, lay = choice.estimate, choice.layout
     worst = est.memory
@@ -113,24 +90,11 @@ def to_dict(plan: Plan, choice: Choice) -> dict:
             "tokens_per_step": plan.tokens_per_step,
             "micro_batches": est.micro_batches,
         },
-        "layout": {
-            k: getattr(lay, k)
-            for k in (
-                "tp",
-                "pp",
-                "dp",
-                "zero",
-                "recompute",
-                "schedule",
-                "micro_batch",
-                "virtual_stages",
-                "sequence_parallel",
-            )
-        },
-        "rung": choice.rung,
+        "layout": layout_dict(lay),
+        "rung": choice.rung.label,
         "fits": choice.fits,
         "fixed": choice.fixed,
-        "suggestion": choice.suggestion,
+        "suggestion": suggestion_text(choice.suggestion) if choice.suggestion else None,
         "memory": {
             "stage": worst.rank,
             "params_bytes": worst.params,
@@ -165,23 +129,10 @@ def to_dict(plan: Plan, choice: Choice) -> dict:
             "hfu": est.hfu,
         },
         "bottleneck": bottleneck(est, links, cpu=plan.hardware.is_cpu),
-        "rejected": [r.to_dict() for r in choice.rejected],
+        "rejected": [rejection_dict(r) for r in choice.rejected],
         "alternatives": [
             {
-                "layout": {
-                    k: getattr(a.layout, k)
-                    for k in (
-                        "tp",
-                        "pp",
-                        "dp",
-                        "zero",
-                        "recompute",
-                        "schedule",
-                        "micro_batch",
-                        "virtual_stages",
-                        "sequence_parallel",
-                    )
-                },
+                "layout": layout_dict(a.layout),
                 "describe": a.layout.describe(),
                 "tokens_per_s": a.tokens_per_s,
                 "step_s": a.estimate.step_s,
@@ -196,77 +147,91 @@ def to_dict(plan: Plan, choice: Choice) -> dict:
 
 
 def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
-    """The human-readable explanation."""
-    m, hw, tr = plan.model, plan.hardware, plan.train
+    """The human-readable explanation: the plan, the choice, memory, time, why not simpler,
+    the alternatives, the pipeline timeline and the notes."""
     est, lay = choice.estimate, choice.layout
     links = ContextCache(plan).links(lay)
-    out: list[str] = []
-    add = out.append
-    add(visible(plan.source or "(plan)"))
-    add(
-        f"  model     {visible(m.name or 'custom')} · {_num(m.params)} params · "
-        f"{model_flops_per_token(m) / 1e12:.3g} TFLOP per token (fwd+bwd)"
-    )
+    cpu = plan.hardware.is_cpu
+    sections = [
+        _header(plan, choice),
+        _memory_table(est),
+        _time_lines(est, links, cpu=cpu),
+        [
+            f"  throughput {format_count(est.tokens_per_s)} tokens/s · "
+            f"{format_tflops(est.model_tflops_per_device)} model TFLOP/s per device · "
+            f"{format_tflops(est.hardware_tflops_per_device)} hardware TFLOP/s · MFU {est.mfu:.0%}",
+            f"  bottleneck {bottleneck(est, links, cpu=cpu)}",
+        ],
+        ["  why not simpler", *_rejection_lines(choice)] if choice.rejected else [],
+        _alternatives(choice, top_k),
+        _timeline(choice),
+        _notes(plan, est),
+    ]
+    return "\n\n".join("\n".join(lines) for lines in sections if lines) + "\n"
+
+
+def _header(plan: Plan, choice: Choice) -> list[str]:
+    m, hw, tr = plan.model, plan.hardware, plan.train
+    est, lay = choice.estimate, choice.layout
     nodes = f"{hw.nodes} node{'s' if hw.nodes != 1 else ''}"
     local_link = "between processes" if hw.is_cpu else "NVLink"
-    add(
+    lines = [
+        visible(plan.source or "(plan)"),
+        f"  model     {visible(m.name or 'custom')} · {format_count(m.params)} params · "
+        f"{model_flops_per_token(m) / 1e12:.3g} TFLOP per token (fwd+bwd)",
         f"  hardware  {hw.world_size} × {visible(hw.device)} ({nodes} × {hw.per_node}) · "
-        f"{local_link} {_bw(hw.intra_node_bw)} · network {_bw(hw.inter_node_bw)} per device · "
-        f"{format_bytes(hw.memory)} each"
-    )
-    add(
-        f"  batch     {tr.global_batch} sequences × {m.seq_len} = {_num(plan.tokens_per_step)} tokens per step · "
-        f"{est.micro_batches} micro-batch(es) of {lay.micro_batch} per DP rank"
-    )
-    add("")
-    verdict = "fixed by the plan" if choice.fixed else f"rung: {choice.rung}"
-    add(f"  {'layout' if choice.fixed else 'chosen'}    {lay.describe()} · {tr.precision} · {tr.optimizer}")
-    search = (
-        ""
-        if choice.fixed
-        else (f" · {choice.scored} layouts scored in {choice.search_seconds:.2f} s · tolerance {choice.tolerance:.0%}")
-    )
-    add(f"            {verdict}{search}")
+        f"{local_link} {format_bandwidth(hw.intra_node_bw)} · "
+        f"network {format_bandwidth(hw.inter_node_bw)} per device · {format_bytes(hw.memory)} each",
+        f"  batch     {tr.global_batch} sequences × {m.seq_len} = {format_count(plan.tokens_per_step)} tokens "
+        f"per step · {est.micro_batches} micro-batch(es) of {lay.micro_batch} per DP rank",
+        "",
+        f"  {'layout' if choice.fixed else 'chosen'}    {lay.describe()} · {tr.precision} · {tr.optimizer}",
+    ]
+    if choice.fixed:
+        lines.append("            fixed by the plan")
+    else:
+        lines.append(
+            f"            rung: {choice.rung.label} · {choice.scored} layouts scored in "
+            f"{choice.search_seconds:.2f} s · tolerance {choice.tolerance:.0%}"
+        )
     if not choice.fits:
-        add("")
-        add(f"  DOES NOT FIT: needs {format_bytes(est.memory_bytes)} per device, has {format_bytes(est.capacity)}")
+        lines += [
+            "",
+            f"  DOES NOT FIT: needs {format_bytes(est.memory_bytes)} per device, has {format_bytes(est.capacity)}",
+        ]
         if choice.suggestion:
-            add(f"  what would fit: {choice.suggestion}")
-    add("")
-    out += _memory_table(est)
-    add("")
-    out += _time_lines(est, links, cpu=hw.is_cpu)
-    add("")
-    add(
-        f"  throughput {_num(est.tokens_per_s)} tokens/s · {_rate(est.model_tflops_per_device)} model TFLOP/s per "
-        f"device · {_rate(est.hardware_tflops_per_device)} hardware TFLOP/s · MFU {est.mfu:.0%}"
-    )
-    add(f"  bottleneck {bottleneck(est, links, cpu=hw.is_cpu)}")
-    if choice.rejected:
-        add("")
-        add("  why not simpler")
-        out += _rejection_lines(choice)
+            lines.append(f"  what would fit: {suggestion_text(choice.suggestion)}")
+    return lines
+
+
+def _alternatives(choice: Choice, top_k: int | None) -> list[str]:
     alternatives = choice.alternatives[:top_k] if top_k is not None else choice.alternatives
-    if alternatives:
-        add("")
-        add("  alternatives (fastest that fit)")
-        for i, a in enumerate(alternatives, 1):
-            rel = a.tokens_per_s / est.tokens_per_s - 1
-            add(f"    {i}. {a.layout.describe()}")
-            add(
-                f"       {_num(a.tokens_per_s)} tokens/s ({rel:+.0%}) · step {_sec(a.estimate.step_s)} · "
-                f"{format_bytes(a.estimate.memory_bytes)}"
-            )
-    if lay.pp > 1:
-        add("")
-        add(f"  pipeline schedule ({lay.schedule}, {lay.pp} stages, v = {lay.virtual_stages})")
-        add(ascii_timeline(lay.schedule, lay.pp, lay.virtual_stages, est.micro_batches))
+    if not alternatives:
+        return []
+    lines = ["  alternatives (fastest that fit)"]
+    for i, a in enumerate(alternatives, 1):
+        rel = a.tokens_per_s / choice.estimate.tokens_per_s - 1
+        lines.append(f"    {i}. {a.layout.describe()}")
+        lines.append(
+            f"       {format_count(a.tokens_per_s)} tokens/s ({rel:+.0%}) · "
+            f"step {format_seconds(a.estimate.step_s)} · {format_bytes(a.estimate.memory_bytes)}"
+        )
+    return lines
+
+
+def _timeline(choice: Choice) -> list[str]:
+    lay, est = choice.layout, choice.estimate
+    if lay.pp == 1 or lay.schedule is None:
+        return []
+    return [
+        f"  pipeline schedule ({lay.schedule}, {lay.pp} stages, v = {lay.virtual_stages})",
+        ascii_timeline(lay.schedule, lay.pp, lay.virtual_stages, est.micro_batches, style=est.stage_style),
+    ]
+
+
+def _notes(plan: Plan, est: Estimate) -> list[str]:
     notes = list(est.notes) + list(plan.notes)
-    if notes:
-        add("")
-        add("  notes")
-        out += [f"    - {n}" for n in notes]
-    return "\n".join(out) + "\n"
+    return ["  notes", *(f"    - {n}" for n in notes)] if notes else []
 
 
 def _memory_table(est: Estimate) -> list[str]:
@@ -290,18 +255,18 @@ def _memory_table(est: Estimate) -> list[str]:
     return lines
 
 
-def _time_lines(est: Estimate, links: dict, *, cpu: bool) -> list[str]:
-    parts = step_parts(est)
-    shown = " + ".join(f"{k} {_sec(v)}" for k, v in parts.items() if v > 0)
-    lines = [f"  step time {_sec(est.step_s)} = {shown}"]
+def _time_lines(est: Estimate, links: dict[str, GroupLink], *, cpu: bool) -> list[str]:
+    parts = est.step_parts()
+    shown = " + ".join(f"{k} {format_seconds(v)}" for k, v in parts.items() if v > 0)
+    lines = [f"  step time {format_seconds(est.step_s)} = {shown}"]
     if est.comm:
         lines.append(f"    {'communication':<16}{'per step':>12}{'total':>11}{'exposed':>11}   link")
         for c in est.comm:
             link = links.get(c.group if c.group != "pp" else "pp_p2p")
-            where = f"{_medium(c.medium, cpu)} {_bw(link.bandwidth)}" if link else _medium(c.medium, cpu)
+            where = f"{_medium(c.medium, cpu)} {format_bandwidth(link.bandwidth)}" if link else _medium(c.medium, cpu)
             lines.append(
-                f"    {c.group.upper():<16}{format_bytes(c.volume):>12}{_sec(c.total):>11}"
-                f"{_sec(c.exposed):>11}   {where}"
+                f"    {c.group.upper():<16}{format_bytes(c.volume):>12}{format_seconds(c.total):>11}"
+                f"{format_seconds(c.exposed):>11}   {where}"
             )
             if c.detail:
                 lines.append(f"    {'':<16}{c.detail}")
@@ -313,12 +278,12 @@ def _rejection_lines(choice: Choice) -> list[str]:
     rows = choice.rejected
     while i < len(rows):
         j = i
-        while j + 1 < len(rows) and rows[j + 1].reason == rows[i].reason:
+        while j + 1 < len(rows) and rejection_reason(rows[j + 1]) == rejection_reason(rows[i]):
             j += 1
         name = rows[i].strategy if i == j else f"{rows[i].strategy} … {rows[j].strategy}"
         if len(name) > 22:
             lines.append(f"    {name}")
             name = ""
-        lines.append(f"    {name:<24}{rows[i].reason}")
+        lines.append(f"    {name:<24}{rejection_reason(rows[i])}")
         i = j + 1
     return lines

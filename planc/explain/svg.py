@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from html import escape
 
+from planc.cost.estimate import Estimate
 from planc.explain.timeline import simulate
 from planc.explain.visible import visible
 from planc.planner.choose import Choice
+from planc.spec.layout import Layout
 from planc.spec.plan import Plan
+from planc.units import format_bytes
 
-GiB = 2**30
 WIDTH = 900
 COLORS = {
     "parameters": "#4e79a7",
@@ -48,8 +50,8 @@ def render_svg(plan: Plan, choice: Choice) -> str:
         _text(
             20,
             48,
-            f"memory per device (pipeline rank {s.rank}): {s.total / GiB:.1f} GiB of "
-            f"{est.capacity / GiB:.1f} GiB" + ("" if est.fits else " — DOES NOT FIT"),
+            f"memory per device (pipeline rank {s.rank}): {format_bytes(s.total)} of "
+            f"{format_bytes(est.capacity)}" + ("" if est.fits else " — DOES NOT FIT"),
         )
     )
     x, y = 40.0, 60
@@ -59,7 +61,7 @@ def render_svg(plan: Plan, choice: Choice) -> str:
         w = bar_w * value / scale_bytes
         els.append(
             f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="28" fill="{COLORS[name]}">'
-            f"<title>{escape(visible(name))}: {value / GiB:.2f} GiB</title></rect>"
+            f"<title>{escape(visible(name))}: {format_bytes(value)}</title></rect>"
         )
         x += w
     cap_x = 40 + bar_w * est.capacity / scale_bytes
@@ -73,12 +75,12 @@ def render_svg(plan: Plan, choice: Choice) -> str:
         if value <= 0:
             continue
         els.append(f'<rect x="{lx}" y="{y + 56}" width="12" height="12" fill="{COLORS[name]}"/>')
-        label = f"{name} {value / GiB:.1f} GiB"
+        label = f"{name} {format_bytes(value)}"
         els.append(_text(lx + 16, y + 66, label, size=11))
         lx += 16 + 7 * len(label) + 14
     height = y + 90
     if lay.pp > 1:
-        height = _schedule(els, lay.schedule, lay.pp, lay.virtual_stages, est.micro_batches, top=height + 10)
+        height = _schedule(els, lay, est, top=height + 10)
     body = "\n  ".join(els)
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height + 10}" '
@@ -86,9 +88,11 @@ def render_svg(plan: Plan, choice: Choice) -> str:
     )
 
 
-def _schedule(els: list[str], schedule: str, p: int, v: int, m: int, top: int) -> int:
+def _schedule(els: list[str], lay: Layout, est: Estimate, top: int) -> int:
+    """The replayed pipeline schedule of the chosen layout (:mod:`planc.explain.timeline`)."""
+    schedule, p, v, m = lay.schedule or "1f1b", lay.pp, lay.virtual_stages, est.micro_batches
     shown_m = min(m, 2 * p)
-    ops = simulate(schedule, p, v, shown_m)
+    ops = simulate(schedule, p, v, shown_m, est.stage_style)
     end = max(o.end for o in ops)
     ranks = list(range(p)) if p <= 16 else list(range(8)) + list(range(p - 8, p))
     row_h = max(6, min(18, 320 // len(ranks)))

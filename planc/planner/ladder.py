@@ -25,7 +25,61 @@ the sizes (a larger TP or PP degree is more complex: more groups, more communica
 
 from __future__ import annotations
 
-from planc.spec.layout import Layout
+from enum import IntEnum
+from typing import Protocol
+
+
+class Rung(IntEnum):
+    """A rung of the ladder; compares (and serialises) as its index."""
+
+    SINGLE_DEVICE = 0
+    DDP = 1
+    ZERO1 = 2
+    ZERO2 = 3
+    ZERO3 = 4
+    SELECTIVE_RECOMPUTE = 5
+    FULL_RECOMPUTE = 6
+    TP = 7
+    TP_SP = 8
+    PP_1F1B = 9
+    PP_GPIPE = 10
+    PP_INTERLEAVED = 11
+    PP_ZERO_BUBBLE = 12
+
+    @property
+    def label(self) -> str:
+        """How explain names the rung ("ZeRO-3 (FSDP)", "+ PP (1F1B)")."""
+        return RUNGS[self]
+
+    @property
+    def pipelined(self) -> bool:
+        return self >= Rung.PP_1F1B
+
+    @property
+    def tensor_parallel(self) -> bool:
+        """TP without pipelining (the TP rungs proper)."""
+        return self in (Rung.TP, Rung.TP_SP)
+
+    @property
+    def data_parallel(self) -> bool:
+        """One of DDP, ZeRO-1/2/3: data parallelism without recomputation, TP or PP."""
+        return Rung.DDP <= self <= Rung.ZERO3
+
+    @property
+    def zero(self) -> int | None:
+        """The ZeRO stage a data-parallel rung stands for."""
+        return int(self) - 1 if self.data_parallel else None
+
+    @property
+    def recompute(self) -> str | None:
+        """The recomputation a recompute rung stands for."""
+        return {Rung.SELECTIVE_RECOMPUTE: "selective", Rung.FULL_RECOMPUTE: "full"}.get(self)
+
+    @property
+    def schedule(self) -> str | None:
+        """The pipeline schedule a pipeline rung stands for."""
+        return next((s for s, r in _SCHEDULE_RUNG.items() if r == self), None)
+
 
 RUNGS = (
     "single device",
@@ -43,35 +97,54 @@ RUNGS = (
     "+ PP (zero-bubble)",
 )
 _RECOMPUTE_RANK = {"none": 0, "selective": 1, "full": 2}
-_SCHEDULE_RUNG = {"1f1b": 9, "gpipe": 10, "interleaved": 11, "zero-bubble": 12}
+_SCHEDULE_RUNG = {
+    "1f1b": Rung.PP_1F1B,
+    "gpipe": Rung.PP_GPIPE,
+    "interleaved": Rung.PP_INTERLEAVED,
+    "zero-bubble": Rung.PP_ZERO_BUBBLE,
+}
 
 
-def schedule_rung(schedule: str) -> int:
+class LayoutKeys(Protocol):
+    """What the ladder reads of a layout (a :class:`~planc.spec.Layout`)."""
+
+    @property
+    def tp(self) -> int: ...
+    @property
+    def pp(self) -> int: ...
+    @property
+    def dp(self) -> int: ...
+    @property
+    def zero(self) -> int: ...
+    @property
+    def recompute(self) -> str: ...
+    @property
+    def schedule(self) -> str | None: ...
+    @property
+    def sequence_parallel(self) -> bool: ...
+    @property
+    def virtual_stages(self) -> int: ...
+
+
+def schedule_rung(schedule: str) -> Rung:
     """The rung of a pipeline schedule."""
     return _SCHEDULE_RUNG[schedule]
 
 
-def rung_of(layout: Layout) -> int:
-    """Index in :data:`RUNGS` of the most complex technique ``layout`` uses."""
-    return rung_for(
-        layout.tp, layout.pp, layout.dp, layout.zero, layout.recompute, layout.schedule, layout.sequence_parallel
-    )
+def rung_of(layout: LayoutKeys) -> Rung:
+    """The most complex technique ``layout`` uses."""
+    if layout.pp > 1 and layout.schedule is not None:
+        return _SCHEDULE_RUNG[layout.schedule]
+    if layout.tp > 1:
+        return Rung.TP_SP if layout.sequence_parallel else Rung.TP
+    if layout.recompute != "none":
+        return Rung(Rung.ZERO3 + _RECOMPUTE_RANK[layout.recompute])
+    if layout.dp > 1:
+        return Rung(Rung.DDP + layout.zero)
+    return Rung.SINGLE_DEVICE
 
 
-def rung_for(tp: int, pp: int, dp: int, zero: int, recompute: str, schedule: str | None, sp: bool) -> int:
-    """:func:`rung_of` from the layout's keys."""
-    if pp > 1:
-        return _SCHEDULE_RUNG[schedule]
-    if tp > 1:
-        return 8 if sp else 7
-    if recompute != "none":
-        return 4 + _RECOMPUTE_RANK[recompute]
-    if dp > 1:
-        return 1 + zero
-    return 0
-
-
-def complexity(layout: Layout) -> tuple:
+def complexity(layout: LayoutKeys) -> tuple[int, ...]:
     """The complexity rank: smaller is simpler."""
     return (
         rung_of(layout),
@@ -82,7 +155,3 @@ def complexity(layout: Layout) -> tuple:
         layout.pp,
         layout.virtual_stages,
     )
-
-
-def rung_name(index: int) -> str:
-    return RUNGS[index]

@@ -14,8 +14,8 @@ from .helpers import EXAMPLE_PLANS, PLANS, run_cli
 
 EXPECTED_SUMMARIES = {
     # model name, parameters (3 significant digits), devices: from each plan and the presets.
-    "tiny-cpu": "tiny, 875 K params, 4 × cpu",
-    "cpu-3d": "tiny-3d, 867 K params, 8 × cpu",
+    "tiny-cpu": "tiny, 875 k params, 4 × cpu",
+    "cpu-3d": "tiny-3d, 867 k params, 8 × cpu",
     "from-hf-config": "tiny-llama, 3.16 M params, 4 × cpu",
     "gpt2-small-8xa100": "gpt2, 124 M params, 8 × A100-80GB",
     # 24 x (12h^2 + 13h) + 2 x 50304h (untied) + 2048h (positions) + 2h = 1,418,842,112 for h = 2048

@@ -2,8 +2,9 @@
 
 import pytest
 
+from planc.explain.words import rejection_reason, suggestion_text
 from planc.legality.space import schedule_options, tp_options
-from planc.planner import RUNGS, choose, complexity, rung_of, search
+from planc.planner import RUNGS, Limit, Rung, choose, complexity, rung_of, search
 from planc.spec import Layout, build_plan
 from planc.strategies.registry import load_registry
 
@@ -97,7 +98,7 @@ def test_a_fully_fixed_layout_is_evaluated_as_given_even_if_it_does_not_fit():
     assert choice.fixed and not choice.fits
     assert (choice.layout.tp, choice.layout.dp, choice.layout.recompute) == (1, 1, "full")
     assert choice.estimate.memory_bytes > choice.estimate.capacity
-    assert choice.suggestion and "short by" in choice.suggestion
+    assert choice.suggestion and "short by" in suggestion_text(choice.suggestion)
 
 
 def test_nothing_fits_says_what_would():
@@ -105,17 +106,19 @@ def test_nothing_fits_says_what_would():
     choice = choose(p, load_registry())
     assert not choice.fits
     # 70B x 16 B = 1.1 TB of states: two 80 GiB devices are far too few; the answer names a count
-    assert "devices" in choice.suggestion and choice.estimate.memory_bytes > choice.estimate.capacity
+    assert choice.suggestion.nodes is not None  # a larger cluster of the same nodes fits
+    assert "devices" in suggestion_text(choice.suggestion) and choice.estimate.memory_bytes > choice.estimate.capacity
 
 
 def test_why_not_simpler_has_numbers():
     # 7B on 8 x A100-80GB: DDP needs 16 B/param = 108 GB of states alone
     p = plan(model={"preset": "llama2-7b", "seq_len": 2048}, gb=64)
     choice = choose(p, load_registry())
-    rows = {r.strategy: r for r in choice.rejected}
-    assert rows["DDP"].fits is False
-    assert rows["DDP"].memory_bytes > rows["DDP"].capacity_bytes
-    assert all(r.reason for r in choice.rejected)
+    rows = {r.rung: r for r in choice.rejected}
+    assert rows[Rung.DDP].fits is False
+    assert rows[Rung.DDP].limit in (Limit.MEMORY, Limit.FAMILY_MEMORY, Limit.MODEL_STATES)
+    assert rows[Rung.DDP].memory_bytes > rows[Rung.DDP].capacity_bytes
+    assert all(rejection_reason(r) for r in choice.rejected)
     assert [r.strategy for r in choice.rejected] == [s for s in RUNGS[1 : rung_of(choice.layout)]]
 
 
@@ -143,8 +146,10 @@ def test_a_fixed_key_is_never_dropped_to_make_room(fixed, holds):
 
 def test_rungs_a_fixed_key_excludes_say_so():
     p = plan(model={"preset": "gpt2"}, gb=480, layout={"schedule": "gpipe"})
-    reasons = {r.strategy: r.reason for r in choose(p, load_registry()).rejected}
-    assert reasons["DDP"] == reasons["+ PP (1F1B)"] == "excluded by the plan: it fixes schedule = gpipe"
+    rows = {r.rung: r for r in choose(p, load_registry()).rejected}
+    assert rows[Rung.DDP].limit == rows[Rung.PP_1F1B].limit == Limit.EXCLUDED
+    assert rows[Rung.DDP].keys == rows[Rung.PP_1F1B].keys == ("schedule = gpipe",)
+    assert rejection_reason(rows[Rung.DDP]) == "excluded by the plan: it fixes schedule = gpipe"
 
 
 def test_the_tp_rung_names_the_arithmetic_that_rules_it_out():
@@ -154,7 +159,9 @@ def test_the_tp_rung_names_the_arithmetic_that_rules_it_out():
     p = plan(model={"preset": "gpt2"}, device="cpu", nodes=3, per_node=4, gb=7)
     choice = choose(p, load_registry())
     assert choice.layout.pp > 1 and choice.layout.tp in (2, 4)
-    reasons = {r.strategy: r.reason for r in choice.rejected}
+    rows = {r.rung: r for r in choice.rejected}
+    assert rows[Rung.TP].limit == Limit.BATCH_SPLIT and rows[Rung.TP].degrees == (3, 6)
+    reasons = {r.strategy: rejection_reason(r) for r in choice.rejected}
     assert reasons["+ TP"] == (
         "not possible: covering the 12 devices without pipelining needs dp = 3 or 6, "
         "which does not divide global_batch = 7"

@@ -340,7 +340,9 @@ def test_the_planner_only_chooses_layouts_the_used_plugins_accept():
     choice = choose(used, load_registry())
     assert choice.layout.dp > 1 and choice.layout.zero in (0, 1) and choice.layout.tp > 1
     assert all(c.layout.zero in (0, 1) for c in search(used, load_registry()).fitting if c.layout.dp > 1)
-    reasons = {r.strategy: r.reason for r in choice.rejected}
+    from planc.explain.words import rejection_reason
+
+    reasons = {r.strategy: rejection_reason(r) for r in choice.rejected}
     for rung in ("ZeRO-2", "ZeRO-3 (FSDP)"):
         assert reasons[rung].startswith("refused by use powersgd: PowerSGD is a DistributedDataParallel")
     assert not load_registry(refresh=True).check(used, choice.layout)

@@ -1,0 +1,154 @@
+"""The planner's findings in words: why a rung was rejected, what would fit.
+
+The planner returns data (:class:`~planc.planner.rejections.Rejection`,
+:class:`~planc.planner.choose.Suggestion`); this module words them, with the unit formatters of
+:mod:`planc.units` that the rest of ``planc explain`` uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from planc.planner.choose import Suggestion
+from planc.planner.rejections import Limit, Rejection
+from planc.spec.layout import Layout
+from planc.units import format_bytes, format_percent, format_seconds
+
+LAYOUT_KEYS = ("tp", "pp", "dp", "zero", "recompute", "schedule", "micro_batch", "virtual_stages", "sequence_parallel")
+
+
+def layout_dict(layout: Layout) -> dict[str, Any]:
+    """The resolved layout keys (what ``--json`` shows of a layout)."""
+    return {k: getattr(layout, k) for k in LAYOUT_KEYS}
+
+
+def rejection_reason(r: Rejection) -> str:
+    """One line with the deciding number, e.g. "needs 2.7 TiB per device, has 80.0 GiB (...)"."""
+    return _REASONS[r.limit](r)
+
+
+def rejection_dict(r: Rejection) -> dict[str, Any]:
+    """A rejection as ``--json`` shows it: the rung, the limit, the numbers and the reason in words."""
+    return {
+        "strategy": r.strategy,
+        "reason": rejection_reason(r),
+        "fits": r.fits,
+        "layout": layout_dict(r.layout) if r.layout else None,
+        "memory_bytes": r.memory_bytes,
+        "capacity_bytes": r.capacity_bytes,
+        "step_s": r.step_s,
+        "slowdown": r.slowdown,
+        "limit": r.limit.value,
+    }
+
+
+def _family(layout: Layout) -> str:
+    """``TP 8 × PP 1 × DP 16 · ZeRO-1``: the degrees and the data parallelism of a layout family."""
+    text = f"TP {layout.tp} × PP {layout.pp} × DP {layout.dp}"
+    if layout.dp > 1:
+        text += " · " + {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3/FSDP"}[layout.zero]
+    return text
+
+
+def _part(part: tuple[str, float] | None) -> str:
+    return f"{part[0]} {format_bytes(part[1])}" if part else ""
+
+
+def _memory(r: Rejection) -> str:
+    assert r.layout is not None and r.memory_bytes is not None and r.capacity_bytes is not None
+    return (
+        f"needs {format_bytes(r.memory_bytes)} per device, has {format_bytes(r.capacity_bytes)} "
+        f"({_part(r.memory_part)}) — best try: {r.layout.describe()}"
+    )
+
+
+def _family_memory(r: Rejection) -> str:
+    assert r.layout is not None and r.memory_bytes is not None and r.capacity_bytes is not None
+    return (
+        f"needs at least {format_bytes(r.memory_bytes)} per device, has {format_bytes(r.capacity_bytes)}: "
+        f"even {r.layout.describe()} does not fit ({_part(r.memory_part)})"
+    )
+
+
+def _model_states(r: Rejection) -> str:
+    assert r.layout is not None and r.memory_bytes is not None
+    return f"model states alone need {format_bytes(r.memory_bytes)} per device — best try: {_family(r.layout)}"
+
+
+def _slower(r: Rejection) -> str:
+    assert r.layout is not None and r.slowdown is not None and r.step_s is not None and r.chosen_step_s is not None
+    ratio = r.slowdown
+    amount = f"{ratio:.1f}× slower" if ratio >= 1.5 else f"{format_percent(ratio - 1)} slower"
+    behind = ""
+    if r.behind_best is not None and r.tolerance is not None:
+        behind = (
+            f", {format_percent(r.behind_best)} behind the fastest layout (tolerance {format_percent(r.tolerance)})"
+        )
+    grown = f" ({r.grown[0]} {format_seconds(r.grown[1])})" if r.grown else ""
+    return (
+        f"fits ({format_bytes(r.memory_bytes or 0.0)}) but {amount}{behind}: step {format_seconds(r.step_s)} vs "
+        f"{format_seconds(r.chosen_step_s)}{grown} — {r.layout.describe()}"
+    )
+
+
+def _within_tolerance(r: Rejection) -> str:
+    assert r.layout is not None and r.slowdown is not None
+    return (
+        f"fits ({format_bytes(r.memory_bytes or 0.0)}), {format_percent(1 - r.slowdown)} faster, but the chosen "
+        f"layout is simpler and within the tolerance — {r.layout.describe()}"
+    )
+
+
+def _batch_split(r: Rejection) -> str:
+    shown = " or ".join(map(str, r.degrees))
+    how = "without pipelining" if r.rung.tensor_parallel else "by data parallelism alone"
+    gb = r.global_batch
+    more = (
+        f", more than global_batch = {gb} sequences"
+        if all(gb is not None and dp > gb for dp in r.degrees)
+        else f", which does not divide global_batch = {gb}"
+    )
+    return f"not possible: covering the {r.devices} devices {how} needs dp = {shown}{more}"
+
+
+_REASONS: dict[Limit, Callable[[Rejection], str]] = {
+    Limit.MEMORY: _memory,
+    Limit.FAMILY_MEMORY: _family_memory,
+    Limit.MODEL_STATES: _model_states,
+    Limit.SLOWER: _slower,
+    Limit.WITHIN_TOLERANCE: _within_tolerance,
+    Limit.REFUSED: lambda r: f"refused by {r.refusal}",
+    Limit.DOMINATED: lambda r: "not needed: less recomputation fits the same micro-batch and is faster",
+    Limit.EXCLUDED: lambda r: f"excluded by the plan: it fixes {' and '.join(r.keys)}",
+    Limit.GPIPE_NOT_TRIED: lambda r: (
+        "not tried: GPipe has 1F1B's bubble and holds all micro-batches (set schedule = gpipe to try it)"
+    ),
+    Limit.NO_TENSOR_SPLIT: lambda r: (
+        f"not possible: no tp > 1 that divides per_node = {r.per_node} also divides "
+        "heads, kv_heads, ffn and the padded vocabulary"
+    ),
+    Limit.NO_DEVICE_SPLIT: lambda r: f"not possible: no legal split of the {r.devices} devices without pipeline stages",
+    Limit.BATCH_SPLIT: _batch_split,
+    Limit.NO_LEGAL_LAYOUT: lambda r: (
+        "no legal layout on this rung (the plan's fixed layout keys, divisibility or device count)"
+    ),
+}
+
+
+def suggestion_text(s: Suggestion) -> str:
+    """What would fit, e.g. "short by 3.1 GiB per device; micro_batch = 2 (or smaller) would fit"."""
+    short = f"short by {format_bytes(s.short_by_bytes)} per device"
+    if s.micro_batch is not None:
+        return f"{short}; micro_batch = {s.micro_batch} (or smaller) would fit"
+    if s.layout is not None:
+        keys = ", ".join(f"{k} = {v}" for k, v in s.freed)
+        return f"{short}; without the fixed {keys}: {s.layout.describe()} fits"
+    if s.nodes is not None:
+        return (
+            f"{short}; the smallest device count found to fit is {s.nodes * (s.per_node or 1)} devices "
+            f"({s.nodes} nodes × {s.per_node})"
+        )
+    if s.tried_devices is None:
+        return f"{short}; use a device with more memory, or fewer fixed layout keys"
+    return f"{short}; no layout fits even on {s.tried_devices} devices — use a device with more memory"
