@@ -15,21 +15,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
-from typing import NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from planc.stages import StageStyle
 
-_T = TypeVar("_T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_T = TypeVar("_T", bound="DataclassInstance")
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def replace(obj: _T, **changes) -> _T:
+def replace(obj: _T, **changes: object) -> _T:
     """``dataclasses.replace`` for these frozen, slotted values, without re-running __init__
     (five times faster; the planner replaces a few hundred thousand of them per search)."""
     cls = type(obj)
     names = _FIELDS.get(cls)
     if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in fields(cls))
+        names = _FIELDS[cls] = tuple(f.name for f in fields(obj))
     new = object.__new__(cls)
     setter = object.__setattr__
     for name in names:
@@ -81,7 +84,9 @@ class StageMemory:
     def total(self) -> float:
         return self.model_states + self.activations + self.transient_bytes
 
-    def updated(self, *, transient: tuple[Term, ...] = (), extra: tuple[Term, ...] = (), **fields) -> StageMemory:
+    def updated(
+        self, *, transient: tuple[Term, ...] = (), extra: tuple[Term, ...] = (), **fields: object
+    ) -> StageMemory:
         """A copy with ``fields`` replaced and ``transient`` / ``extra`` terms appended."""
         if transient:
             fields["transient"] = self.transient + transient
@@ -149,11 +154,15 @@ class Estimate:
 
     # -- helpers for cost passes -----------------------------------------------------------
 
-    def replace(self, **changes) -> Estimate:
+    def replace(self, **changes: object) -> Estimate:
         return replace(self, **changes)
 
     def updated(
-        self, *, stage_fn: Callable[[StageMemory], StageMemory] | None = None, comm: CommCost | None = None, **fields
+        self,
+        *,
+        stage_fn: Callable[[StageMemory], StageMemory] | None = None,
+        comm: CommCost | None = None,
+        **fields: object,
     ) -> Estimate:
         """One copy with every change a pass makes: ``stage_fn`` applied to each stage's memory,
         ``comm`` added (replacing its group's entry), ``fields`` replaced."""

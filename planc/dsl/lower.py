@@ -89,7 +89,9 @@ def _lower_model(out: Lowered, block: ast.ModelBlock) -> None:
         key = entry.key.text
         if key in written:
             first = written[key]
-            how = f'model "{block.label.value}"' if key == "name" else f'model from "{block.source.value}"'
+            header = block.label if key == "name" else block.source
+            assert header is not None  # ``written`` holds only what the header set
+            how = f'model "{header.value}"' if key == "name" else f'model from "{header.value}"'
             out.error(
                 entry.key,
                 f"'{key}' is set twice: by the block header and by this key",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypedDict
 
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput, VisitError
@@ -108,11 +108,24 @@ def in_source_order(errors: list[PlanError]) -> list[PlanError]:
     return ordered
 
 
-def _span(first: Any, last: Any | None = None) -> dict[str, int]:
+class Span(TypedDict):
+    """The position keywords every node takes."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+
+def _span(first: Any, last: Any | None = None) -> Span:
     """Position keywords for a node from its first and last token or node (both carry
     ``line``/``column``/``end_line``/``end_column`` with the same meaning)."""
     last = first if last is None else last
-    return dict(line=first.line, column=first.column, end_line=last.end_line, end_column=last.end_column)
+    return Span(line=first.line, column=first.column, end_line=last.end_line, end_column=last.end_column)
+
+
+#: What a rule method receives: the rule's children (tokens and nodes already transformed).
+Children = list[Any]
 
 
 class ToAst(Transformer):
@@ -134,12 +147,13 @@ class ToAst(Transformer):
         return SourceLocation(self.filename, line, column, column + max(1, length))
 
     def fail(self, token: Token, problem: LiteralError, base_offset: int = 0) -> None:
-        column = token.column + base_offset + problem.offset
+        span = _span(token)  # tokens from the parser always carry their position
+        column = span["column"] + base_offset + problem.offset
         length = problem.length if problem.length is not None else len(token) - base_offset - problem.offset
         self.errors.append(
             PlanError(
                 problem.message,
-                location=self.location(token.line, column, length),
+                location=self.location(span["line"], column, length),
                 hint=problem.hint,
                 source=self.source,
             )
@@ -153,7 +167,7 @@ class ToAst(Transformer):
 
     # -- file and blocks -----------------------------------------------------------------
 
-    def start(self, children: list) -> ast.PlanFile:
+    def start(self, children: Children) -> ast.PlanFile:
         lines = self.source.split("\n")
         return ast.PlanFile(
             filename=self.filename,
@@ -165,7 +179,7 @@ class ToAst(Transformer):
             end_column=len(lines[-1]) + 1,
         )
 
-    def model_block(self, children: list) -> ast.ModelBlock:
+    def model_block(self, children: Children) -> ast.ModelBlock:
         keyword, *rest = children
         label = rest[0] if len(rest) == 2 else None
         return ast.ModelBlock(
@@ -175,7 +189,7 @@ class ToAst(Transformer):
             **_span(keyword, rest[-1]),
         )
 
-    def model_from_block(self, children: list) -> ast.ModelBlock:
+    def model_from_block(self, children: Children) -> ast.ModelBlock:
         keyword, _from, path, *rest = children
         body = rest[0] if rest else None
         return ast.ModelBlock(
@@ -185,7 +199,7 @@ class ToAst(Transformer):
             **_span(keyword, body if body is not None else path),
         )
 
-    def use_block(self, children: list) -> ast.UseBlock:
+    def use_block(self, children: Children) -> ast.UseBlock:
         keyword, strategy, *rest = children
         body = rest[0] if rest else None
         return ast.UseBlock(
@@ -195,21 +209,21 @@ class ToAst(Transformer):
             **_span(keyword, body if body is not None else strategy),
         )
 
-    def block(self, children: list) -> ast.Block:
+    def block(self, children: Children) -> ast.Block:
         name, body = children
         return ast.Block(block_name=self.name(name), body=body, **_span(name, body))
 
-    def body(self, children: list) -> ast.Body:
+    def body(self, children: Children) -> ast.Body:
         lbrace, *entries, rbrace = children
         return ast.Body(entries=tuple(entries), **_span(lbrace, rbrace))
 
-    def entry(self, children: list) -> ast.Entry:
+    def entry(self, children: Children) -> ast.Entry:
         key, value = children
         return ast.Entry(key=self.name(key), value=value, **_span(key, value))
 
     # -- values --------------------------------------------------------------------------
 
-    def list(self, children: list) -> ast.ListValue:
+    def list(self, children: Children) -> ast.ListValue:
         lsqb, *items, rsqb = children
         return ast.ListValue(items=tuple(items), **_span(lsqb, rsqb))
 
@@ -221,10 +235,10 @@ class ToAst(Transformer):
             value = ""
         return ast.String(value=value, raw=str(token), **_span(token))
 
-    def string(self, children: list) -> ast.String:
+    def string(self, children: Children) -> ast.String:
         return self.string_node(children[0])
 
-    def quantity(self, children: list) -> ast.Quantity | ast.Word:
+    def quantity(self, children: Children) -> ast.Quantity | ast.Word:
         token = children[0]
         number_text, unit_offset, unit = split_quantity(str(token))
         try:
@@ -240,7 +254,7 @@ class ToAst(Transformer):
             return ast.Word(value=str(token), **_span(token))
         return ast.Quantity(number=number, number_raw=number_text, unit=unit, **_span(token))
 
-    def atom(self, children: list) -> ast.Number | ast.Word:
+    def atom(self, children: Children) -> ast.Number | ast.Word:
         token = children[0]
         try:
             value = parse_atom(str(token))
@@ -251,13 +265,13 @@ class ToAst(Transformer):
             return ast.Word(value=value, **_span(token))
         return ast.Number(value=value, raw=str(token), **_span(token))
 
-    def true(self, children: list) -> ast.Bool:
+    def true(self, children: Children) -> ast.Bool:
         return ast.Bool(value=True, **_span(children[0]))
 
-    def false(self, children: list) -> ast.Bool:
+    def false(self, children: Children) -> ast.Bool:
         return ast.Bool(value=False, **_span(children[0]))
 
-    def auto(self, children: list) -> ast.Auto:
+    def auto(self, children: Children) -> ast.Auto:
         return ast.Auto(**_span(children[0]))
 
     def __default__(self, data, children, meta):  # pragma: no cover - RULE_NODES covers every rule

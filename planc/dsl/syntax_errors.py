@@ -93,7 +93,7 @@ def scan(text: str, stop: int | None = None) -> list[Tok]:
         if match is None:  # a character no pattern takes (e.g. a lone backslash-newline): skip it
             position += 1
             continue
-        kind = match.lastgroup
+        kind = match.lastgroup or ""
         if kind == "newline":
             line, line_start = line + 1, match.end()
         elif kind not in ("space", "comment"):
@@ -150,7 +150,12 @@ class Context:
         """The offending text: a token's value, a character, or '' at the end of the file."""
         if isinstance(self.error, UnexpectedToken):
             return "" if self.error.token.type == "$END" else str(self.error.token)
-        return self.text[self.error.pos_in_stream]
+        return self.text[self.position]
+
+    @property
+    def position(self) -> int:
+        """Offset of the error in the text (lark always sets it for these errors)."""
+        return self.error.pos_in_stream or 0
 
     @property
     def at_end(self) -> bool:
@@ -288,7 +293,7 @@ def describe_syntax_error(error: UnexpectedInput, text: str, filename: str) -> P
             return special
     label = match_examples(error)
     if isinstance(error, UnexpectedCharacters):
-        return context.make(f"unexpected character {context.described()}", CHARACTER_HINTS.get(label))
+        return context.make(f"unexpected character {context.described()}", CHARACTER_HINTS.get(label or ""))
     handler = HANDLERS.get(label, _generic) if label else _generic
     return handler(context)
 
@@ -333,10 +338,10 @@ def _unexpected_character(ctx: Context) -> PlanError | None:
         return ctx.make(
             "unexpected ';'", "entries need no separator: put them on separate lines or separate them with spaces"
         )
-    following = ctx.text[ctx.error.pos_in_stream + 1 : ctx.error.pos_in_stream + 40].lstrip(" \t")
-    number = re.match(r"[0-9][0-9_.eE]*", following)  # ASCII digits: '³'.isdigit() is true
-    if char in "+-" and number:
-        number = number.group()
+    following = ctx.text[ctx.position + 1 : ctx.position + 40].lstrip(" \t")
+    digits = re.match(r"[0-9][0-9_.eE]*", following)  # ASCII digits: '³'.isdigit() is true
+    if char in "+-" and digits:
+        number = digits.group()
         return ctx.make(f"a '{char}' must stand right before its number", f"write {char}{number}, not {char} {number}")
     if char == "\\":
         return ctx.make("unexpected '\\' outside a string", 'a backslash may only appear inside "..."')

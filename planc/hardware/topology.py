@@ -106,9 +106,6 @@ class Topology:
     def world_size(self) -> int:
         return self.hardware.world_size
 
-    def node_of(self, rank: int) -> int:
-        return self.graph.nodes[rank]["node"]
-
     def link_of(self, ranks: list[int]) -> GroupLink:
         """Bottleneck bandwidth and latency of a ring collective over ``ranks``."""
         g = self.graph

@@ -19,21 +19,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+from typing_extensions import TypeIs
 
 from planc import stages
 from planc.stages import StageStyle
 
 if TYPE_CHECKING:
-    from planc.spec.layout import Layout
+    from planc.spec.layout import Layout, Recompute, Schedule
     from planc.spec.model import ModelSpec
     from planc.spec.plan import Plan
 
-AUTO = "auto"
-RECOMPUTE_ORDER = ("none", "selective", "full")
+AUTO: Literal["auto"] = "auto"
+_T = TypeVar("_T")
+RECOMPUTE_ORDER: tuple[Recompute, ...] = ("none", "selective", "full")
 VIRTUAL_STAGE_CHOICES = (2, 4, 8)
 #: Schedules that run several stages per pipeline rank.
-MULTI_STAGE_SCHEDULES = ("interleaved", "zero-bubble")
+MULTI_STAGE_SCHEDULES: tuple[Schedule, ...] = ("interleaved", "zero-bubble")
 #: tp x pp x dp factors; which mesh dimension each index of a (tp, pp, dp) split is.
 DEGREES = ("tp", "pp", "dp")
 
@@ -48,6 +51,11 @@ class Violation:
 
     def __str__(self) -> str:
         return f"{self.message}; {self.hint}" if self.hint else self.message
+
+
+def fixed(value: _T | Literal["auto"]) -> TypeIs[_T]:
+    """Whether the plan fixes a key (its value is not ``auto``); narrows the value's type."""
+    return value != AUTO
 
 
 def first(violations: Iterable[Violation | None]) -> Violation | None:

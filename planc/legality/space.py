@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING
 
 from planc import stages
 from planc.legality import rules
-from planc.legality.rules import AUTO, DEGREES, RECOMPUTE_ORDER, VIRTUAL_STAGE_CHOICES, Violation, divisors
+from planc.legality.rules import AUTO, DEGREES, RECOMPUTE_ORDER, VIRTUAL_STAGE_CHOICES, Violation, divisors, fixed
 
 if TYPE_CHECKING:
+    from planc.spec.layout import Recompute, Schedule, ZeroStage
     from planc.spec.plan import Plan
 
 #: (tp, pp, dp)
@@ -41,14 +42,14 @@ Split = tuple[int, int, int]
 
 def tp_options(plan: Plan) -> list[int]:
     tp = plan.layout.tp
-    if tp != AUTO:
+    if fixed(tp):
         return [tp]
     return [d for d in divisors(plan.hardware.per_node) if rules.tensor_parallel_split(plan.model, d) is None]
 
 
 def pp_options(plan: Plan, tp: int) -> list[int]:
     pp = plan.layout.pp
-    if pp != AUTO:
+    if fixed(pp):
         return [pp]
     return [d for d in divisors(plan.world_size // tp) if rules.pipeline_depth(plan.model.layers, d) is None]
 
@@ -74,14 +75,15 @@ def needs_more_than_one(plan: Plan) -> dict[str, str]:
     """The degrees that other fixed keys require to be > 1, each with the layout key that requires
     it (``{"pp": "schedule"}``): a layout with that degree 1 would drop the key
     (:func:`~planc.legality.rules.schedule_needs_stages` and its kin)."""
-    lay, out = plan.layout, {}
+    lay = plan.layout
+    out: dict[str, str] = {}
     if lay.schedule != AUTO:
         out["pp"] = "schedule"
-    elif lay.virtual_stages != AUTO and lay.virtual_stages > 1:
+    elif fixed(lay.virtual_stages) and lay.virtual_stages > 1:
         out["pp"] = "virtual_stages"
     if lay.sequence_parallel is True:
         out["tp"] = "sequence_parallel"
-    if lay.zero != AUTO and lay.zero > 0:
+    if fixed(lay.zero) and lay.zero > 0:
         out["dp"] = "zero"
     return out
 
@@ -103,14 +105,14 @@ def degree_options(plan: Plan) -> list[Split]:
     ]
 
 
-def zero_options(plan: Plan, dp: int) -> list[int]:
+def zero_options(plan: Plan, dp: int) -> list[ZeroStage]:
     zero = plan.layout.zero
-    if zero != AUTO:
+    if fixed(zero):
         return [zero]
     return [0, 1, 2, 3] if dp > 1 else [0]
 
 
-def recompute_options(plan: Plan) -> list[str]:
+def recompute_options(plan: Plan) -> list[Recompute]:
     r = plan.layout.recompute
     return [r] if r != AUTO else list(RECOMPUTE_ORDER)
 
@@ -119,17 +121,17 @@ def sp_options(plan: Plan, tp: int) -> list[bool]:
     if tp == 1:
         return [False]
     sp = plan.layout.sequence_parallel
-    candidates = [sp] if sp != AUTO else [False, True]
+    candidates = [sp] if fixed(sp) else [False, True]
     return [s for s in candidates if rules.sequence_parallel(plan.model, tp, s) is None]
 
 
-def schedule_options(plan: Plan, pp: int) -> list[tuple[str | None, int]]:
+def schedule_options(plan: Plan, pp: int) -> list[tuple[Schedule | None, int]]:
     """(schedule, virtual_stages) pairs for ``pp`` stages."""
     if pp == 1:
         return [(None, 1)]
     sched, v_fixed = plan.layout.schedule, plan.layout.virtual_stages
-    schedules = [sched] if sched != AUTO else ["1f1b", "interleaved", "zero-bubble"]
-    vs = [v_fixed] if v_fixed != AUTO else [1, *VIRTUAL_STAGE_CHOICES]
+    schedules: list[Schedule] = [sched] if sched != AUTO else ["1f1b", "interleaved", "zero-bubble"]
+    vs = [v_fixed] if fixed(v_fixed) else [1, *VIRTUAL_STAGE_CHOICES]
     return [
         (s, v)
         for s in schedules
@@ -141,7 +143,7 @@ def schedule_options(plan: Plan, pp: int) -> list[tuple[str | None, int]]:
 def micro_batch_options(plan: Plan, dp: int) -> list[int]:
     gb, mb = plan.train.global_batch, plan.train.micro_batch
     local = gb // dp
-    if mb != AUTO:
+    if fixed(mb):
         return [mb] if local % mb == 0 else []
     return divisors(local)
 
@@ -193,8 +195,8 @@ def why_no_layout(plan: Plan) -> Violation | None:
             f"every data-parallel rank runs whole sequences; use a multiple of {dps[0]}, "
             f"e.g. global_batch = {rules.round_up(gb, dps[0])}",
         )
-    if plan.train.micro_batch != AUTO:
-        mb = plan.train.micro_batch
+    mb = plan.train.micro_batch
+    if fixed(mb):
         locals_ = sorted({gb // dp for _, _, dp in splits})
         splits = [split for split in splits if micro_batch_options(plan, split[2])]
         if not splits:

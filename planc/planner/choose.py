@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from planc.cost.context import ContextCache
 from planc.cost.estimate import Estimate
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
-from planc.legality.rules import AUTO
+from planc.legality.rules import AUTO, MULTI_STAGE_SCHEDULES, fixed
 from planc.legality.space import why_no_layout
 from planc.planner.explore import Candidate, SearchResult, evaluate_layout, search
 from planc.planner.ladder import Rung, complexity, rung_of
@@ -79,31 +79,36 @@ class Choice:
 
 def is_fully_fixed(plan: Plan) -> bool:
     """True when the plan leaves nothing for the planner to choose."""
-    lay = plan.layout
-    core = (lay.tp, lay.pp, lay.dp, lay.zero, lay.recompute, plan.train.micro_batch)
-    if AUTO in core:
-        return False
-    if lay.pp > 1 and lay.schedule == AUTO:
-        return False
-    if lay.pp > 1 and lay.schedule in ("interleaved", "zero-bubble") and lay.virtual_stages == AUTO:
-        return False
-    return not (lay.tp > 1 and lay.sequence_parallel == AUTO)
+    return fixed_layout(plan) is not None
 
 
-def fixed_layout(plan: Plan) -> Layout:
-    lay = plan.layout
-    pp = lay.pp
-    schedule = None if pp == 1 else lay.schedule
-    v = lay.virtual_stages if (lay.virtual_stages != AUTO and schedule in ("interleaved", "zero-bubble")) else 1
-    sp = bool(lay.sequence_parallel is True and lay.tp > 1)
+def fixed_layout(plan: Plan) -> Layout | None:
+    """The layout a plan fixes completely (micro-batch included), or None when it leaves a key
+    to the planner."""
+    lay, mb = plan.layout, plan.train.micro_batch
+    tp, pp, dp, zero, recompute = lay.tp, lay.pp, lay.dp, lay.zero, lay.recompute
+    if not (fixed(tp) and fixed(pp) and fixed(dp) and fixed(zero) and fixed(mb)) or recompute == AUTO:
+        return None
+    schedule, v = None, 1
+    if pp > 1:
+        if lay.schedule == AUTO:
+            return None
+        schedule = lay.schedule
+        if schedule in MULTI_STAGE_SCHEDULES:
+            if not fixed(lay.virtual_stages):
+                return None
+            v = lay.virtual_stages
+    if tp > 1 and not fixed(lay.sequence_parallel):
+        return None
+    sp = lay.sequence_parallel is True and tp > 1
     return Layout(
-        tp=lay.tp,
+        tp=tp,
         pp=pp,
-        dp=lay.dp,
-        zero=lay.zero,
-        recompute=lay.recompute,
+        dp=dp,
+        zero=zero,
+        recompute=recompute,
         schedule=schedule,
-        micro_batch=plan.train.micro_batch,
+        micro_batch=mb,
         virtual_stages=v,
         sequence_parallel=sp,
     )
@@ -121,8 +126,8 @@ def choose(
     the strategies of ``registry``."""
     tol = plan.layout.tolerance if tolerance is None else tolerance
     cache = ContextCache(plan, profile)
-    if is_fully_fixed(plan):
-        layout = fixed_layout(plan)
+    layout = fixed_layout(plan)
+    if layout is not None:
         est = evaluate_layout(plan, layout, registry, cache)
         suggestion = None if est.fits else suggest_fix(plan, est, registry, profile)
         return Choice(layout, est, est.fits, (), (), tol, rung_of(layout), fixed=True, suggestion=suggestion)
@@ -184,6 +189,7 @@ class NoLegalLayout(Exception):
 
     def __init__(self, plan: Plan, refusal: str | None = None) -> None:
         issue = why_no_layout(plan)
+        self.hint: str | None
         if issue is None and refusal is not None:
             super().__init__(f"no legal layout: every layout was refused, e.g. by {refusal}")
             self.hint = "change the use block's options or the fixed layout keys, or remove the use block"
@@ -196,18 +202,18 @@ class NoLegalLayout(Exception):
 def suggest_fix(plan: Plan, est: Estimate, registry: Registry, profile: RuntimeProfile = PLANC_RUNTIME) -> Suggestion:
     """What would fit: a smaller micro-batch, freeing fixed keys, or more devices."""
     short = est.memory_bytes - est.capacity
-    if plan.train.micro_batch != AUTO and plan.train.micro_batch > 1:
+    if fixed(plan.train.micro_batch) and plan.train.micro_batch > 1:
         freed = plan.model_copy(update={"train": plan.train.model_copy(update={"micro_batch": AUTO})})
         found = search(freed, registry, profile)
         if found.fitting:
             return Suggestion(short, micro_batch=max(c.layout.micro_batch for c in found.fitting))
-    fixed = {k: v for k, v in plan.layout.model_dump().items() if v != AUTO and k != "tolerance"}
-    if fixed:
-        freed = plan.model_copy(update={"layout": plan.layout.model_copy(update={k: AUTO for k in fixed})})
+    fixed_keys = {k: v for k, v in plan.layout.model_dump().items() if v != AUTO and k != "tolerance"}
+    if fixed_keys:
+        freed = plan.model_copy(update={"layout": plan.layout.model_copy(update=dict.fromkeys(fixed_keys, AUTO))})
         found = search(freed, registry, profile)
         if found.fitting:
             simplest = min(found.fitting, key=lambda c: (c.complexity, -c.tokens_per_s))
-            return Suggestion(short, freed=tuple(fixed.items()), layout=simplest.layout)
+            return Suggestion(short, freed=tuple(fixed_keys.items()), layout=simplest.layout)
     return _more_devices(plan, registry, profile, short)
 
 

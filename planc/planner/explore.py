@@ -42,7 +42,7 @@ from planc.cost.memory import DEVICE_RUNTIME_OVERHEAD, model_state_bytes, runtim
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.legality import space
 from planc.planner.ladder import Rung, complexity, rung_of
-from planc.spec.layout import Layout
+from planc.spec.layout import Layout, Recompute, Schedule, ZeroStage
 from planc.spec.plan import Plan
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 PAST_THE_BEST = 0.9
 
 #: (schedule, virtual stages)
-ScheduleChoice = tuple[str | None, int]
+ScheduleChoice = tuple["Schedule | None", int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,13 +111,13 @@ class Family:
     tp: int
     pp: int
     dp: int
-    zero: int
-    recomputes: tuple[str, ...]
+    zero: ZeroStage
+    recomputes: tuple[Recompute, ...]
     schedules: tuple[ScheduleChoice, ...]
     sps: tuple[bool, ...]
     micro_batches: tuple[int, ...]
 
-    def layout(self, recompute: str, schedule: ScheduleChoice, sp: bool, micro_batch: int) -> Layout:
+    def layout(self, recompute: Recompute, schedule: ScheduleChoice, sp: bool, micro_batch: int) -> Layout:
         """A member, without re-validation (the search only builds consistent layouts)."""
         return Layout.model_construct(
             tp=self.tp,

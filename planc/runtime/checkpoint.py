@@ -152,8 +152,8 @@ def _state(pairs) -> tuple[dict[str, Any], dict[str, Any], list[tuple[set[str], 
             if not isinstance(value, torch.Tensor):
                 raise CheckpointError(f"model state {key!r} is a {type(value).__name__}, not a tensor")
         model_state.update(part_model)
-        for key, value in part_optim.items():
-            (optim_tensors if isinstance(value, torch.Tensor) else optim_values)[key] = value
+        for key, entry in part_optim.items():
+            (optim_tensors if isinstance(entry, torch.Tensor) else optim_values)[key] = entry
         owned.append((set(part_model), set(part_optim)))
     return {"model": model_state, "optim": optim_tensors}, optim_values, owned
 
@@ -215,7 +215,7 @@ class SafeFileSystemReader(FileSystemReader):
                 raise CheckpointError(f"{self.path}: refusing to read .metadata: {err}") from None
         if not isinstance(metadata, Metadata):
             raise CheckpointError(f"{self.path}: .metadata holds a {type(metadata).__name__}, not DCP Metadata")
-        if getattr(metadata, "storage_meta", None) is None:
+        if metadata.storage_meta is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         return metadata

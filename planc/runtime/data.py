@@ -22,7 +22,6 @@ Both generate one step's batch at a time, never the dataset.
 from __future__ import annotations
 
 import hashlib
-import math
 from pathlib import Path
 from typing import Protocol
 
@@ -66,11 +65,6 @@ class SyntheticData:
         #: successors[t] are the tokens that may follow token t.
         self.successors = torch.randint(0, vocab, (vocab, BRANCHING), generator=table_rng)
 
-    @property
-    def best_loss(self) -> float:
-        """Cross-entropy of the chain itself, ln(BRANCHING) (a lower bound up to duplicate successors)."""
-        return math.log(BRANCHING)
-
     def batch_for_step(self, step: int) -> torch.Tensor:
         rng = torch.Generator().manual_seed(_stream_seed(self.seed, "synthetic", step))
         rows, length = self.global_batch, self.seq_len + 1
@@ -111,6 +105,7 @@ class TextFileData:
         if epoch != self._epoch:
             rng = torch.Generator().manual_seed(_stream_seed(self.seed, "text-epoch", epoch))
             self._order, self._epoch = torch.randperm(self.windows, generator=rng), epoch
+        assert self._order is not None  # epoch starts at -1, so the first call draws an order
         return self._order
 
     def window(self, index: int) -> torch.Tensor:

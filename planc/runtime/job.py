@@ -15,7 +15,22 @@ order). Some wrappers need real tensors -- DistributedDataParallel broadcasts an
 DDP communication hook needs the DDP module -- so they register ``job.after_init(fn)``; those
 callbacks run inside :meth:`Job.init_weights`, in the order they were registered (= composition order).
 
-Fields the strategies read and write are documented where they are declared below.
+What strategies hand each other goes through typed fields, each set by one strategy and read by
+later ones or by the training step (composition order guarantees the writer ran first):
+
+====================  ======================  ===============================================
+field                 set by                  read by
+====================  ======================  ===============================================
+model_parts           pipeline (split), ddp   every later strategy, the step, checkpoints
+stage_indices         pipeline                pipeline (schedule), the step
+schedule_builder      pipeline                init_weights (builds ``schedule``)
+mixed_precision       bf16 (offer)            fsdp (take), else init_weights (autocast)
+loss_parallel         tensor_parallel         the step (loss under ``loss_parallel()``)
+sync_controls         ddp, zero1, fsdp        the step (gradient accumulation)
+tied_weights          pipeline                the step (gradient sum, clipping)
+local_shard_specs     ddp, zero1 (over TP)    clipping, checkpoints
+optimizer_factory     zero1                   build_optimizer
+====================  ======================  ===============================================
 """
 
 from __future__ import annotations
@@ -25,13 +40,22 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
 
-from planc.runtime.transformer import build_model, init_weights
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import _PipelineSchedule
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+from planc.runtime.transformer import Transformer, build_model, init_weights
 from planc.spec import Layout, ParallelDims, Plan
 from planc.spec.parallel_dims import MESH_DIM_NAMES
 
@@ -54,12 +78,25 @@ class TiedWeight:
 
     module: nn.Module
     name: str
-    group: Any
+    group: dist.ProcessGroup | None
     counted: bool
 
     @property
     def param(self) -> nn.Parameter:
-        return self.module._parameters[self.name]
+        param = self.module._parameters[self.name]
+        assert param is not None, f"the tied weight {self.name!r} is gone"
+        return param
+
+
+@dataclass
+class MixedPrecision:
+    """What ``bf16`` hands on: FSDP2's ``MixedPrecisionPolicy`` (bf16 compute, fp32 reduction), and
+    the dtype to autocast the forward to when no strategy applies the policy itself."""
+
+    policy: MixedPrecisionPolicy
+    autocast_dtype: torch.dtype
+    taken: bool = False
+    """Whether a strategy took the policy (then the forward is not autocast)."""
 
 
 @dataclass
@@ -70,7 +107,8 @@ class Job:
     layout: Layout
     dims: ParallelDims
     device: torch.device
-    mesh: Any  # torch.distributed.device_mesh.DeviceMesh with dims ("pp", "dp", "tp")
+    mesh: DeviceMesh
+    """The ("pp", "dp", "tp") device mesh (:data:`~planc.spec.parallel_dims.MESH_DIM_NAMES`)."""
 
     model_parts: list[nn.Module] = field(default_factory=list)
     """The local model chunks: one without pipelining, ``virtual_stages`` with it (a strategy may
@@ -80,17 +118,16 @@ class Job:
     num_stages: int = 1
     """Pipeline stages in total (pp x virtual_stages)."""
 
-    schedule_builder: Callable[[Job], Any] | None = None
+    schedule_builder: Callable[[Job], _PipelineSchedule] | None = None
     """Set by ``pipeline``: builds the pipelining schedule from the final model parts."""
-    schedule: Any = None
+    schedule: _PipelineSchedule | None = None
     """The ``torch.distributed.pipelining`` schedule (None without pipelining)."""
-    stages: list[Any] = field(default_factory=list)
+    stages: list[PipelineStage] = field(default_factory=list)
     """The ``PipelineStage`` of each local model part."""
 
-    mp_policy: Any = None
-    """Set by ``bf16``: the FSDP2 ``MixedPrecisionPolicy`` (bf16 params, fp32 gradient reduction)."""
-    autocast_dtype: torch.dtype | None = None
-    """Set by ``bf16``, cleared by ``fsdp`` when it takes ``mp_policy``: autocast the forward to this dtype."""
+    mixed_precision: MixedPrecision | None = None
+    """Offered by ``bf16`` (:meth:`offer_mixed_precision`); a strategy that applies the policy
+    itself (``fsdp``) takes it (:meth:`take_mixed_precision`), else the forward is autocast."""
     loss_parallel: bool = False
     """Set by ``tensor_parallel``: logits stay vocabulary-sharded and the loss runs under ``loss_parallel()``."""
     sync_controls: list[SyncControl] = field(default_factory=list)
@@ -98,15 +135,15 @@ class Job:
     ``set_requires_gradient_sync``), combined by :meth:`gradient_sync`."""
     tied_weights: list[TiedWeight] = field(default_factory=list)
     """Weights shared between pipeline stages, summed after backward (see :class:`TiedWeight`)."""
-    local_shard_specs: dict[nn.Parameter, Any] = field(default_factory=dict)
+    local_shard_specs: dict[nn.Parameter, DTensorSpec] = field(default_factory=dict)
     """Parameters that hold a tensor-parallel shard as a plain tensor (for DDP and ZeRO-1, which
     cannot take DTensors) -> their DTensor spec, so norms and checkpoints still see the whole."""
-    optimizer_factory: Callable[[Any], Any] | None = None
+    optimizer_factory: Callable[[Optimizer], Optimizer] | None = None
     """Set by ``zero1``: turns the plan's optimizer (built for one model part's parameters) into the
     one to use, e.g. a ZeroRedundancyOptimizer of the same class, groups and settings."""
-    optimizers: list[Any] = field(default_factory=list)
+    optimizers: list[Optimizer] = field(default_factory=list)
     """One optimizer per model part (checkpoints map optimizer state to names through its part)."""
-    lr_schedulers: list[Any] = field(default_factory=list)
+    lr_schedulers: list[LRScheduler] = field(default_factory=list)
     """One learning-rate scheduler per optimizer."""
 
     _after_init: list[Callable[[Job], None]] = field(default_factory=list, repr=False)
@@ -149,7 +186,7 @@ class Job:
         """This process's ``{"pp": i, "dp": j, "tp": k}`` on the mesh."""
         return {name: self.mesh.get_local_rank(name) for name in MESH_DIM_NAMES}
 
-    def group(self, dim: str):
+    def group(self, dim: str) -> dist.ProcessGroup:
         """The process group of mesh dimension ``dim`` ("pp", "dp" or "tp") that contains this rank."""
         return self.mesh.get_group(dim)
 
@@ -170,6 +207,14 @@ class Job:
                 seen.setdefault(id(param), param)
         return list(seen.values())
 
+    def transformers(self) -> list[Transformer]:
+        """The model parts as the transformer chunks they are (before any wrapper replaced them:
+        strategies that split, parallelize or wrap blocks run before data parallelism wraps)."""
+        parts = self.unwrapped_parts()
+        if not all(isinstance(part, Transformer) for part in parts):
+            raise RuntimeError("a model part is not a planc Transformer: apply this strategy before the wrappers")
+        return [part for part in parts if isinstance(part, Transformer)]
+
     def unwrapped_parts(self) -> list[nn.Module]:
         """The model parts without a DistributedDataParallel wrapper (FQNs as in the bare model)."""
         return [getattr(part, "module", part) if _is_ddp(part) else part for part in self.model_parts]
@@ -185,10 +230,28 @@ class Job:
         else:
             self._after_init.append(callback)
 
-    def take_mixed_precision(self) -> Any:
+    def offer_mixed_precision(self, policy: MixedPrecisionPolicy, autocast_dtype: torch.dtype) -> None:
+        """``bf16``'s hand-over: the FSDP2 policy, and the dtype to autocast the forward to if no
+        later strategy takes the policy."""
+        self.mixed_precision = MixedPrecision(policy, autocast_dtype)
+
+    def take_mixed_precision(self) -> MixedPrecisionPolicy | None:
         """Hand the ``bf16`` policy to a strategy that applies it itself (FSDP2); the forward is then not autocast."""
-        policy, self.autocast_dtype = self.mp_policy, None
-        return policy
+        if self.mixed_precision is None:
+            return None
+        self.mixed_precision.taken = True
+        return self.mixed_precision.policy
+
+    @property
+    def mp_policy(self) -> MixedPrecisionPolicy | None:
+        """The policy ``bf16`` offered (None without bf16)."""
+        return self.mixed_precision.policy if self.mixed_precision is not None else None
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The dtype the forward runs under autocast: bf16's, unless a strategy took its policy."""
+        mp = self.mixed_precision
+        return mp.autocast_dtype if mp is not None and not mp.taken else None
 
     # -- phase 3 ---------------------------------------------------------------------------------
 

@@ -14,7 +14,8 @@ parameters *are* its local shards. So, before DDP wraps a model part:
   tensor-parallel layers still compute with DTensors; autograd carries the gradient back to the
   plain parameter, where DDP's hooks see it.
 
-Gradient norms and checkpoints rebuild the DTensor from the spec (:func:`as_dtensor`).
+Gradient norms and checkpoints rebuild the DTensor from the spec (:func:`as_dtensor`). The
+``ddp`` strategy (``planc.strategies.ddp.runtime``) localizes a part before it wraps it.
 """
 
 from __future__ import annotations
@@ -59,8 +60,10 @@ def _show_dtensors(specs: dict[str, Any]):
         for name, spec in specs.items():
             # An instance attribute shadows the registered parameter for attribute access only:
             # named_parameters(), DDP and the optimizer keep seeing the plain local shard.
+            local = module._parameters[name]
+            assert local is not None, f"parameter {name!r} was removed from its module"
             module.__dict__[name] = DTensor.from_local(
-                module._parameters[name],
+                local,
                 spec.mesh,
                 spec.placements,
                 run_check=False,
@@ -84,49 +87,6 @@ def as_dtensor(tensor: torch.Tensor, spec) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
     return DTensor.from_local(tensor, spec.mesh, spec.placements, run_check=False, shape=spec.shape, stride=spec.stride)
-
-
-def wrap_ddp(job, *, bucket_bytes: float) -> None:
-    """Wrap each local model part in DistributedDataParallel over the "dp" group (after weights are real).
-
-    Registers ``no_sync`` as the job's gradient-accumulation switch. The bucket size is given in
-    bytes; DDP's ``bucket_cap_mb`` counts MiB.
-    """
-    from torch.nn.parallel import DistributedDataParallel
-
-    group = job.group("dp")
-    wrapped = []
-    for part in job.model_parts:
-        localize_dtensor_parameters(part, job.local_shard_specs)
-        wrapped.append(
-            DistributedDataParallel(
-                part,
-                process_group=group,
-                bucket_cap_mb=bucket_bytes / 2**20,
-                device_ids=[job.device.index] if job.device.type == "cuda" else None,
-                # Under pipelining the schedule drives DDP's reducer by hand (no_sync for every micro-batch
-                # but the last, then reducer.prepare_for_backward). With DDP's defaults the reducer records
-                # each parameter once per micro-batch on the first step and its bucket rebuild fails
-                # ("rebuilt parameter indices size is not same as original model parameters size");
-                # static_graph=True runs but averages wrongly (its losses leave the reference at step 2).
-                # find_unused_parameters=True skips the bucket rebuild and matches the reference.
-                find_unused_parameters=job.layout.pp > 1,
-                # Gradients live in DDP's buckets instead of beside them: saves a full copy of the
-                # gradients (4 bytes per parameter in fp32), as PyTorch's DDP docs describe.
-                gradient_as_bucket_view=True,
-            )
-        )
-    job.model_parts = wrapped
-
-    def no_sync(sync: bool):
-        if sync:
-            return contextlib.nullcontext()
-        stack = contextlib.ExitStack()
-        for ddp in wrapped:
-            stack.enter_context(ddp.no_sync())
-        return stack
-
-    job.sync_controls.append(no_sync)
 
 
 @contextlib.contextmanager
@@ -166,7 +126,7 @@ def dtensor_parameters(job) -> Iterator[None]:
     try:
         yield
     finally:
-        back = {id(view): (view, local) for local, view in swapped.values()}
+        back: dict[int, tuple[Any, nn.Parameter]] = {id(view): (view, local) for local, view in swapped.values()}
         for optimizer in optimizers:
             _swap_optimizer(optimizer, back, lambda t, view: t.to_local() if isinstance(t, DTensor) else t)
         for part in job.unwrapped_parts():

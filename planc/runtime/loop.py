@@ -95,7 +95,7 @@ def train(
                         + "stopping",
                         flush=True,
                     )
-                if saving:  # so that running again resumes exactly here
+                if saving and checkpoint_dir is not None:  # so that running again resumes exactly here
                     with dtensor_parameters(job):
                         save_checkpoint(
                             checkpoint_dir,

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
-from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from planc.spec import TrainSpec
@@ -90,9 +90,16 @@ def _group_key(grad: torch.Tensor):
     return None
 
 
+class WithGrad(Protocol):
+    """Anything with a ``.grad``: a parameter, or a view of one (the step's DTensor views)."""
+
+    @property
+    def grad(self) -> torch.Tensor | None: ...
+
+
 @torch.no_grad()
 def grad_norm(
-    parameters: Iterable[torch.Tensor],
+    parameters: Iterable[WithGrad],
     norm_type: float = 2.0,
     pp_group: dist.ProcessGroup | None = None,
 ) -> torch.Tensor:
@@ -151,15 +158,3 @@ def clip_grad_norm_(
         for group in groups.values():
             torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
     return total
-
-
-def model_parameters(model_parts: Iterable[nn.Module]) -> list[torch.Tensor]:
-    """All distinct parameters of the model parts (a pipeline rank may hold several chunks)."""
-    seen: set[int] = set()
-    params = []
-    for part in model_parts:
-        for p in part.parameters():
-            if id(p) not in seen:
-                seen.add(id(p))
-                params.append(p)
-    return params

@@ -97,7 +97,7 @@ def train_reference(
             loss.backward()
             step_loss += loss.detach()
         norm = clip_grad_norm_(model.parameters(), train.grad_clip)
-        run.lrs.append(scheduler.get_last_lr()[0])
+        run.lrs.append(float(scheduler.get_last_lr()[0]))
         optimizer.step()
         scheduler.step()
         run.losses.append(step_loss.item())

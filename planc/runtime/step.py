@@ -92,9 +92,10 @@ def _global_mean_loss(job, local_loss: torch.Tensor | None) -> float:
     The loss is replicated over tensor parallelism and only the last pipeline stage has it, so
     exactly one rank per data-parallel rank contributes (tp rank 0 of the last stage).
     """
-    coords = job.coordinates
-    counts = local_loss is not None and coords["tp"] == 0
-    value = (local_loss.float() / job.layout.dp) if counts else torch.zeros((), device=job.device)
+    if local_loss is not None and job.coordinates["tp"] == 0:
+        value = local_loss.float() / job.layout.dp
+    else:
+        value = torch.zeros((), device=job.device)
     value = value.reshape(1).clone()
     dist.all_reduce(value)
     return float(value.item())

@@ -130,7 +130,7 @@ class FeedForward(nn.Module):
         self.w3 = nn.Linear(spec.hidden, spec.ffn, bias=spec.bias) if self.swiglu else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.swiglu:
+        if self.w3 is not None:  # SwiGLU
             return self.w2(F.silu(self.w1(x)) * self.w3(x))
         return self.w2(F.gelu(self.w1(x), approximate="tanh"))
 
@@ -160,11 +160,11 @@ class Transformer(nn.Module):
     def __init__(self, spec: ModelSpec):
         super().__init__()
         self.spec = spec
-        self.tok_embeddings = nn.Embedding(spec.padded_vocab, spec.hidden)
+        self.tok_embeddings: nn.Embedding | None = nn.Embedding(spec.padded_vocab, spec.hidden)
         self.pos_embeddings = nn.Embedding(spec.seq_len, spec.hidden) if spec.position == "learned" else None
         self.layers = nn.ModuleDict({str(i): TransformerBlock(spec) for i in range(spec.layers)})
-        self.norm = build_norm(spec)
-        self.output = nn.Linear(spec.hidden, spec.padded_vocab, bias=False)
+        self.norm: nn.Module | None = build_norm(spec)
+        self.output: nn.Linear | None = nn.Linear(spec.hidden, spec.padded_vocab, bias=False)
         self.tie_weights()
 
     def tie_weights(self) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path as FsPath
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from planc.errors import did_you_mean, one_of
 from planc.spec.checkpoint import CheckpointSpec
@@ -98,9 +99,10 @@ def build_plan(
             continue
         values = dict(raw[block])
         if block == "model":
-            values = _resolve_model_source(values, base_dir, issues, notes, aliases)
-            if values is None:
+            resolved = _resolve_model_source(values, base_dir, issues, notes, aliases)
+            if resolved is None:
                 continue
+            values = resolved
         if block == "train":
             values = _resolve_data_path(values, base_dir, issues)
         block_issues = _check_keys_and_units(block, values, model_cls)
@@ -263,7 +265,7 @@ def unit_mismatch(label: str, expected: str | None, written: str | None, text: s
             f"{label} needs a unit: {KIND_DESCRIPTIONS[expected]}",
             f"write the unit after the number, e.g. {_unit_example(expected)}",
         )
-    if expected and written != expected:
+    if expected and written is not None and written != expected:
         return (
             f"{label} is {KIND_DESCRIPTIONS[expected].split(',')[0]}, but {text} is "
             f"{KIND_DESCRIPTIONS[written].split(',')[0]}",
@@ -366,7 +368,7 @@ def _about_dropped(issue: SpecIssue, dropped: set) -> bool:
 
 def _translate(block: str, values: dict, model_cls: type[BaseModel], exc: ValidationError) -> list[SpecIssue]:
     """Turn pydantic's errors into one readable issue per offending key."""
-    by_key: dict[str, list[dict]] = {}
+    by_key: dict[str, list[ErrorDetails]] = {}
     for err in exc.errors():
         key = str(err["loc"][0]) if err["loc"] else ""
         by_key.setdefault(key, []).append(err)
@@ -391,7 +393,7 @@ def _translate(block: str, values: dict, model_cls: type[BaseModel], exc: Valida
     return issues
 
 
-def _describe_invalid(key: str, value: Any, errors: list[dict], field) -> str:
+def _describe_invalid(key: str, value: Any, errors: list[ErrorDetails], field: object) -> str:
     shown = value.text if isinstance(value, Quantity) else _show(value)
     # For "int | auto" unions pydantic reports one error per branch; the non-auto one says more.
     informative = [e for e in errors if "literal_error" != e["type"] or "'auto'" not in e["msg"]] or errors
@@ -422,7 +424,7 @@ def _describe_invalid(key: str, value: Any, errors: list[dict], field) -> str:
     return f"{key} = {shown} is not valid: {err['msg']}"
 
 
-def _hint_for(value: Any, errors: list[dict]) -> str | None:
+def _hint_for(value: Any, errors: list[ErrorDetails]) -> str | None:
     if any(err["type"].startswith("bool") for err in errors):
         return "write true or false" + (" (or auto)" if any("'auto'" in e["msg"] for e in errors) else "")
     if isinstance(value, float) and value.is_integer() and any(err["type"].startswith("int") for err in errors):

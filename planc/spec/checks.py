@@ -11,16 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from planc.legality import rules
-from planc.legality.rules import Violation, near_divisor
+from planc.legality.rules import Violation, fixed, near_divisor
 from planc.legality.space import why_no_layout
 from planc.spec.issues import SpecIssue
 from planc.spec.plan import Plan
 
 Check = Callable[[Plan], Iterable[SpecIssue]]
-
-
-def _fixed(value: object) -> bool:
-    return value != "auto"
 
 
 def _issues(*violations: Violation | None) -> list[SpecIssue]:
@@ -52,7 +48,7 @@ def check_attention_shape(plan: Plan) -> Iterable[SpecIssue]:
 
 def check_tensor_parallel(plan: Plan) -> Iterable[SpecIssue]:
     tp = plan.layout.tp
-    if not _fixed(tp):
+    if not fixed(tp):
         return []
     return _issues(
         rules.first(
@@ -65,15 +61,15 @@ def check_pipeline(plan: Plan) -> Iterable[SpecIssue]:
     lay, layers = plan.layout, plan.model.layers
     pp, v, schedule = lay.pp, lay.virtual_stages, lay.schedule
     found: list[Violation | None] = []
-    if _fixed(pp):
+    if fixed(pp):
         found.append(rules.pipeline_depth(layers, pp))
-        if _fixed(v):
+        if fixed(v):
             found.append(rules.virtual_stage_depth(layers, pp, v))
-        if _fixed(schedule):
+        if fixed(schedule):
             found.append(rules.schedule_needs_stages(schedule, pp))
-        if _fixed(v):
+        if fixed(v):
             found.append(rules.virtual_stages_need_stages(v, pp))
-    if _fixed(schedule) and _fixed(v):
+    if fixed(schedule) and fixed(v):
         found.append(rules.schedule_stages_per_rank(schedule, v))
     return _issues(*found)
 
@@ -99,16 +95,16 @@ def check_world_size(plan: Plan) -> Iterable[SpecIssue]:
 
 def check_batch(plan: Plan) -> Iterable[SpecIssue]:
     tr, lay = plan.train, plan.layout
-    micro_batch = tr.micro_batch if _fixed(tr.micro_batch) else None
+    micro_batch = tr.micro_batch if fixed(tr.micro_batch) else None
     return _issues(
         rules.micro_batch_size(tr.global_batch, micro_batch) if micro_batch is not None else None,
-        rules.batch_split(tr.global_batch, lay.dp, micro_batch) if _fixed(lay.dp) else None,
+        rules.batch_split(tr.global_batch, lay.dp, micro_batch) if fixed(lay.dp) else None,
     )
 
 
 def check_sequence_parallel(plan: Plan) -> Iterable[SpecIssue]:
     lay = plan.layout
-    if lay.sequence_parallel is not True or not _fixed(lay.tp):
+    if lay.sequence_parallel is not True or not fixed(lay.tp):
         return []
     return _issues(rules.sequence_parallel(plan.model, lay.tp, True))
 

@@ -69,7 +69,7 @@ class HardwareSpec(SpecModel):
         data.setdefault("efficiency", 0.7)
         return data
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property
     def world_size(self) -> int:
         """Total devices = processes: nodes x per_node."""

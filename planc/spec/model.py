@@ -83,13 +83,13 @@ class ModelSpec(SpecModel):
 
     # -- derived quantities ------------------------------------------------------------------
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property
     def head_dim(self) -> int:
         """Width of one attention head, hidden // heads."""
         return self.hidden // self.heads
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property
     def padded_vocab(self) -> int:
         """Rows of the embedding and output matrices: vocab rounded up to vocab_multiple."""
@@ -105,7 +105,7 @@ class ModelSpec(SpecModel):
         """Parameters of one normalisation layer (weight, plus bias for a biased LayerNorm)."""
         return self.hidden * (2 if self.norm == "layernorm" and self.bias else 1)
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property
     def params_per_layer(self) -> int:
         """Parameters of one transformer block: two norms, attention, MLP."""
@@ -115,7 +115,7 @@ class ModelSpec(SpecModel):
         mlp = matrices * h * f + (((matrices - 1) * f + h) if self.bias else 0)
         return 2 * self.norm_params + attention + mlp
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property
     def params_embedding(self) -> int:
         """Token embedding plus learned position embedding (if any)."""
@@ -128,7 +128,7 @@ class ModelSpec(SpecModel):
         head = 0 if self.tie_embeddings else self.padded_vocab * self.hidden
         return self.norm_params + head
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property
     def params(self) -> int:
         """Exact parameter count of the model the runtime builds (tied weights counted once)."""

@@ -34,18 +34,6 @@ class ParallelDims:
             )
 
     @property
-    def tp_enabled(self) -> bool:
-        return self.tp > 1
-
-    @property
-    def pp_enabled(self) -> bool:
-        return self.pp > 1
-
-    @property
-    def dp_enabled(self) -> bool:
-        return self.dp > 1
-
-    @property
     def mesh_shape(self) -> tuple[int, int, int]:
         """Sizes in the order of :data:`MESH_DIM_NAMES`."""
         return (self.pp, self.dp, self.tp)

@@ -54,7 +54,7 @@ class Plan(SpecModel):
             data = {k: v for k, v in data.items() if k != "tokens_per_step"}
         return data
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property
     def tokens_per_step(self) -> int:
         """Tokens per optimizer step: global_batch x seq_len."""

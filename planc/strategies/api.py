@@ -83,26 +83,28 @@ class PlanTimeFace(Protocol):
     """The plan-time face of a strategy module: importable without torch, pure functions only.
 
     A third-party module may leave out the optional members (the registry supplies the
-    defaults); a built-in has them all.
+    defaults); a built-in has them all. Hook parameters are positional: name them as you like.
     """
 
     NAME: str
     API_VERSION: int
     DESCRIPTION: str
     AFTER: tuple[str, ...]
-    Options: type[BaseModel]
 
-    def enabled(self, plan: Plan, layout: Layout) -> bool: ...
+    @property
+    def Options(self) -> type[BaseModel]: ...  # noqa: N802  (the contract's name for the class)
 
-    def check(self, plan: Plan, layout: Layout, options: Any) -> str | None: ...
+    def enabled(self, plan: Plan, layout: Layout, /) -> bool: ...
 
-    def cost(self, ctx: CostContext, estimate: Estimate, options: Any) -> Estimate: ...
+    def check(self, plan: Plan, layout: Layout, options: Any, /) -> str | None: ...
+
+    def cost(self, ctx: CostContext, estimate: Estimate, options: Any, /) -> Estimate: ...
 
 
 class RunTimeFace(Protocol):
     """The run-time face: transform the job with PyTorch's own implementation."""
 
-    def apply(self, job: Job, options: Any) -> None: ...
+    def apply(self, job: Job, options: Any, /) -> None: ...
 
 
 class Strategy(PlanTimeFace, RunTimeFace, Protocol):

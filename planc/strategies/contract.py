@@ -179,7 +179,7 @@ class LoadedStrategy:
                 else:
                     hint = did_you_mean(key, fields) or f"'{self.name}' takes {one_of(fields)}"
                 issues.append(SpecIssue(base + (key,), f"unknown option '{key}' for strategy '{self.name}'", hint))
-            elif key in (units or {}):  # a plain number is taken in base units, as from plan.json
+            elif units and key in units:  # a plain number is taken in base units, as from plan.json
                 problem = unit_mismatch(
                     f"option '{key}' of strategy '{self.name}'", unit_kind_of(model.model_fields[key]), *units[key]
                 )
@@ -191,12 +191,12 @@ class LoadedStrategy:
             return model.model_validate(raw, context=context)
         except ValidationError as exc:
             for err in exc.errors():
-                key = err["loc"][0] if err["loc"] else None
-                doc = model.model_fields[key].description if key in model.model_fields else None
+                loc = str(err["loc"][0]) if err["loc"] else None
+                doc = model.model_fields[loc].description if loc in model.model_fields else None
                 issues.append(
                     SpecIssue(
-                        base + ((key,) if key is not None else ()),
-                        f"option '{key}' of strategy '{self.name}': {err['msg']}",
+                        base + ((loc,) if loc is not None else ()),
+                        f"option '{loc}' of strategy '{self.name}': {err['msg']}",
                         doc.splitlines()[0] if doc else None,
                     )
                 )

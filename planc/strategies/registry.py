@@ -231,8 +231,8 @@ class Registry:
                 continue
             message = strategy.check(plan, layout, options)
             if message:
-                index = strategy.use_index(plan)
-                path = ("uses", index) if index is not None else ("layout",)
+                block = strategy.use_index(plan)
+                path: tuple[str | int, ...] = ("uses", block) if block is not None else ("layout",)
                 issues.append(SpecIssue(path, f"{strategy.name}: {message}"))
         return issues
 

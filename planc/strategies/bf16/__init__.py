@@ -13,16 +13,21 @@ composition diagram) because FSDP2 takes its MixedPrecisionPolicy only at wrap t
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from planc.strategies.api import StrategyOptions
 from planc.strategies.bf16.cost_pass import cost as cost  # the plan-time cost pass (a contract hook)
 from planc.strategies.composition import after
 
+if TYPE_CHECKING:
+    from planc.runtime.job import Job
+    from planc.spec.layout import Layout
+    from planc.spec.plan import Plan
+
 NAME = "bf16"
 API_VERSION = 1
 DESCRIPTION = "bf16 compute, fp32 master weights: FSDP2 MixedPrecisionPolicy, else torch.autocast"
-AFTER = after(NAME)
+AFTER: tuple[str, ...] = after(NAME)
 
 
 class Options(StrategyOptions):
@@ -32,22 +37,19 @@ class Options(StrategyOptions):
     """Precision of FSDP's gradient reduce-scatter (fp32 is exact; bf16 halves its traffic)."""
 
 
-def enabled(plan, layout) -> bool:
+def enabled(plan: Plan, layout: Layout) -> bool:
     """The plan trains in bf16."""
     return plan.train.precision == "bf16"
 
 
-def check(plan, layout, options: Options) -> str | None:
+def check(plan: Plan, layout: Layout, options: Options) -> str | None:
     if plan.train.precision != "bf16":
         return "bf16 needs train { precision = bf16 }"
     return None
 
 
-def apply(job, options: Options) -> None:
-    """Put the bf16 policy on the job: FSDP takes it at wrap time, or the forward is autocast."""
-    import torch
-    from torch.distributed.fsdp import MixedPrecisionPolicy
+def apply(job: Job, options: Options) -> None:
+    """Offer the bf16 policy on the job: FSDP takes it at wrap time, or the forward is autocast."""
+    from planc.strategies.bf16.runtime import offer_bf16
 
-    reduce_dtype = torch.float32 if options.reduce_dtype == "fp32" else torch.bfloat16
-    job.mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
-    job.autocast_dtype = torch.bfloat16
+    offer_bf16(job, reduce_in_fp32=options.reduce_dtype == "fp32")

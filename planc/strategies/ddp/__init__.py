@@ -10,16 +10,23 @@ as plain parameters (see :mod:`planc.runtime.local_shards`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from planc.legality import rules as legality
 from planc.spec.fields import Bytes
 from planc.strategies.api import StrategyOptions
 from planc.strategies.composition import after
 from planc.strategies.ddp.cost_pass import cost as cost  # the plan-time cost pass (a contract hook)
 
+if TYPE_CHECKING:
+    from planc.runtime.job import Job
+    from planc.spec.layout import Layout
+    from planc.spec.plan import Plan
+
 NAME = "ddp"
 API_VERSION = 1
 DESCRIPTION = "Data parallelism: DistributedDataParallel, bucketed gradient all-reduce (ZeRO-0)"
-AFTER = after(NAME)
+AFTER: tuple[str, ...] = after(NAME)
 
 
 class Options(StrategyOptions):
@@ -29,22 +36,22 @@ class Options(StrategyOptions):
     """Gradient bucket size: gradients are all-reduced in buckets of about this many bytes (25 MB)."""
 
 
-def enabled(plan, layout) -> bool:
+def enabled(plan: Plan, layout: Layout) -> bool:
     """More than one data-parallel rank, no ZeRO sharding."""
     return layout.dp > 1 and layout.zero == 0
 
 
-def check(plan, layout, options: Options) -> str | None:
+def check(plan: Plan, layout: Layout, options: Options) -> str | None:
     found = legality.needs_data_parallel("DDP", layout.dp)
     return str(found) if found else None
 
 
-def apply(job, options: Options) -> None:
+def apply(job: Job, options: Options) -> None:
     """Wrap each local model part in DistributedDataParallel over the "dp" mesh dimension.
 
     DDP needs real tensors (it broadcasts and buckets them), so the wrapping runs once the weights
     are initialised (``job.after_init``).
     """
-    from planc.runtime.local_shards import wrap_ddp
+    from planc.strategies.ddp.runtime import wrap_ddp
 
     job.after_init(lambda job: wrap_ddp(job, bucket_bytes=options.bucket))

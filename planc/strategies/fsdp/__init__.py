@@ -22,15 +22,22 @@ per parameter). Under pipelining torch's ``PipelineStage`` always does the latte
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from planc.spec.fields import Flag
 from planc.strategies.api import StrategyOptions
 from planc.strategies.composition import after
 from planc.strategies.fsdp.cost_pass import cost as cost  # the plan-time cost pass (a contract hook)
 
+if TYPE_CHECKING:
+    from planc.runtime.job import Job
+    from planc.spec.layout import Layout
+    from planc.spec.plan import Plan
+
 NAME = "fsdp"
 API_VERSION = 1
 DESCRIPTION = "ZeRO-2/3: FSDP2 fully_shard per block; sharded params, grads and optimizer state"
-AFTER = after(NAME)
+AFTER: tuple[str, ...] = after(NAME)
 
 
 class Options(StrategyOptions):
@@ -47,12 +54,12 @@ class Options(StrategyOptions):
     every micro-batch, gradients stay sharded."""
 
 
-def enabled(plan, layout) -> bool:
+def enabled(plan: Plan, layout: Layout) -> bool:
     """ZeRO stage 2 or 3."""
     return layout.zero in (2, 3)
 
 
-def check(plan, layout, options: Options) -> str | None:
+def check(plan: Plan, layout: Layout, options: Options) -> str | None:
     expected = layout.zero == 3
     if options.reshard_after_forward is not None and options.reshard_after_forward != expected:
         return (
@@ -62,40 +69,13 @@ def check(plan, layout, options: Options) -> str | None:
     return None
 
 
-def reshards(layout, options: Options) -> bool:
+def reshards(layout: Layout, options: Options) -> bool:
     """Whether parameters are freed after forward: the option when given, else ZeRO-3."""
     return options.reshard_after_forward if options.reshard_after_forward is not None else layout.zero == 3
 
 
-def apply(job, options: Options) -> None:
+def apply(job: Job, options: Options) -> None:
     """``fully_shard`` every block, then each model part's root, over the "dp" mesh dimension."""
-    import contextlib
+    from planc.strategies.fsdp.runtime import shard_model_parts
 
-    from torch.distributed.fsdp import fully_shard
-
-    reshard = reshards(job.layout, options)
-    kwargs = {"mesh": job.mesh["dp"], "reshard_after_forward": reshard}
-    policy = job.take_mixed_precision()
-    if policy is not None:
-        kwargs["mp_policy"] = policy
-    for part in job.model_parts:
-        for block in part.layers.values():
-            fully_shard(block, **kwargs)
-        # The root holds the embeddings, the final norm and the head; with pipelining the schedule
-        # calls backward soon after forward, so there is nothing to gain from resharding it.
-        fully_shard(part, **{**kwargs, "reshard_after_forward": reshard and not job.layout.pp > 1})
-
-    if not options.accumulate_unsharded:
-        return  # FSDP2 reduce-scatters after every backward and accumulates into the sharded grads
-
-    @contextlib.contextmanager
-    def gradient_sync(sync: bool):
-        for part in job.model_parts:
-            part.set_requires_gradient_sync(sync)
-        try:
-            yield
-        finally:
-            for part in job.model_parts:
-                part.set_requires_gradient_sync(True)
-
-    job.sync_controls.append(gradient_sync)
+    shard_model_parts(job, reshard=reshards(job.layout, options), accumulate_unsharded=options.accumulate_unsharded)

@@ -70,10 +70,10 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
 
     def buffers(s: StageMemory) -> tuple[Term, ...]:
         st = ctx.stage(s.rank)
-        terms = (Term(label, fsdp_gather_bytes(st.largest_unit, zero, e, g)),)
+        terms = [Term(label, fsdp_gather_bytes(st.largest_unit, zero, e, g))]
         if deferred:
-            terms += (Term("unsharded fp32 gradients kept across micro-batches", g * st.params),)
-        return terms
+            terms.append(Term("unsharded fp32 gradients kept across micro-batches", g * st.params))
+        return tuple(terms)
 
     # FSDP2 copies each gathered shard out of the all-gather buffer (read + write e bytes) and
     # casts the gradients to fp32 for the reduce-scatter (read e, write g): memory traffic.

@@ -23,6 +23,9 @@ gradients are all-reduced after backward (Megatron's scheme), so they stay ident
 
 from __future__ import annotations
 
+import functools
+from typing import TYPE_CHECKING
+
 from planc import stages
 from planc.legality import rules as legality
 from planc.stages import StageStyle, ZeroBubbleVariant
@@ -30,10 +33,15 @@ from planc.strategies.api import StrategyOptions
 from planc.strategies.composition import after
 from planc.strategies.pipeline.cost_pass import cost as cost  # the plan-time cost pass (a contract hook)
 
+if TYPE_CHECKING:
+    from planc.runtime.job import Job
+    from planc.spec.layout import Layout
+    from planc.spec.plan import Plan
+
 NAME = "pipeline"
 API_VERSION = 1
 DESCRIPTION = "Pipeline parallelism: torch.distributed.pipelining stages; GPipe, 1F1B, interleaved, zero-bubble"
-AFTER = after(NAME)
+AFTER: tuple[str, ...] = after(NAME)
 
 
 class Options(StrategyOptions):
@@ -44,25 +52,25 @@ class Options(StrategyOptions):
     (looped stages) or ScheduleZBVZeroBubble (V-shaped, needs virtual_stages = 2)."""
 
 
-def enabled(plan, layout) -> bool:
+def enabled(plan: Plan, layout: Layout) -> bool:
     """More than one pipeline stage."""
     return layout.pp > 1
 
 
-def stage_style(layout, options: Options) -> StageStyle:
+def stage_style(layout: Layout, options: Options) -> StageStyle:
     """Where this layout's stages sit: V-shaped for ZBV, looped otherwise (:mod:`planc.stages`)."""
     return stages.stage_style(layout.schedule, options.zero_bubble)
 
 
-def check(plan, layout, options: Options) -> str | None:
+def check(plan: Plan, layout: Layout, options: Options) -> str | None:
     """The pipeline rules of :mod:`planc.legality` for this layout and placement."""
     found = legality.pipeline_violations(plan, layout, stage_style(layout, options))
     return str(found[0]) if found else None
 
 
-def apply(job, options: Options) -> None:
+def apply(job: Job, options: Options) -> None:
     """Split the model into this rank's chunks; the schedule is built once the chunks are final."""
     from planc.strategies.pipeline.runtime import build_schedule, split_model
 
     split_model(job, options)
-    job.schedule_builder = lambda job: build_schedule(job, options)
+    job.schedule_builder = functools.partial(build_schedule, options=options)

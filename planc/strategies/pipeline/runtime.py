@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import torch.distributed as dist
+from torch import nn
 from torch.distributed.pipelining import (
     PipelineStage,
     Schedule1F1B,
@@ -13,27 +14,29 @@ from torch.distributed.pipelining import (
     ScheduleInterleavedZeroBubble,
     ScheduleZBVZeroBubble,
 )
+from torch.distributed.pipelining.schedules import _PipelineSchedule
+from torch.distributed.pipelining.stage import _PipelineStageBase
 
-from planc.runtime.job import TiedWeight
+from planc.runtime.job import Job, TiedWeight
 from planc.runtime.transformer import loss_fn
 from planc.stages import layer_ranges, micro_batches, stages_of_rank
-from planc.strategies.pipeline import stage_style
+from planc.strategies.pipeline import Options, stage_style
 
 SINGLE_STAGE_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 MULTI_STAGE_SCHEDULES = {"interleaved": ScheduleInterleaved1F1B, "zero-bubble": ScheduleInterleavedZeroBubble}
 
 
-def split_model(job, options) -> None:
+def split_model(job: Job, options: Options) -> None:
     """Replace the job's full (meta) model by this rank's chunks, each keeping its parameter names."""
     if len(job.model_parts) != 1:
         raise RuntimeError("pipeline must be applied first, to the whole model")
-    full = job.model_parts[0]
+    (full,) = job.transformers()
     layout = job.layout
     num_stages = layout.pp * layout.virtual_stages
     ranges = layer_ranges(len(full.layers), num_stages)
     style = stage_style(layout, options)
     local_stages = list(stages_of_rank(job.coordinates["pp"], layout.pp, layout.virtual_stages, style))
-    parts = []
+    parts: list[nn.Module] = []
     for stage in local_stages:
         part = copy.deepcopy(full)  # on the meta device: no memory
         keep = {str(i) for i in ranges[stage]}
@@ -52,7 +55,7 @@ def split_model(job, options) -> None:
         job.after_init(_tie_first_and_last_stage)
 
 
-def _tie_first_and_last_stage(job) -> None:
+def _tie_first_and_last_stage(job: Job) -> None:
     """Megatron's tied embedding across stages: the first stage's embedding and the last stage's output
     weight start equal (init is by canonical name) and have their gradients summed after backward."""
     pp = job.layout.pp
@@ -66,27 +69,27 @@ def _tie_first_and_last_stage(job) -> None:
             group = dist.new_group(ranks)
             if (dp_rank, tp_rank) == (coords["dp"], coords["tp"]):
                 mine = group
-    for part, stage in zip(job.unwrapped_parts(), job.stage_indices):
-        if stage == 0:
+    for part, stage in zip(job.transformers(), job.stage_indices):
+        if stage == 0 and part.tok_embeddings is not None:
             job.tied_weights.append(TiedWeight(part.tok_embeddings, "weight", mine, counted=True))
-        if stage == job.num_stages - 1:
+        if stage == job.num_stages - 1 and part.output is not None:
             job.tied_weights.append(TiedWeight(part.output, "weight", mine, counted=False))
 
 
-def _global_rank(job, pp_rank: int, dp_rank: int, tp_rank: int) -> int:
+def _global_rank(job: Job, pp_rank: int, dp_rank: int, tp_rank: int) -> int:
     return (pp_rank * job.layout.dp + dp_rank) * job.layout.tp + tp_rank
 
 
-def build_schedule(job, options):
+def build_schedule(job: Job, options: Options) -> _PipelineSchedule:
     """A PipelineStage per local chunk and the schedule the layout names."""
     group = job.group("pp")
-    stages = [
+    job.stages = [
         PipelineStage(part, stage, job.num_stages, job.device, group=group)
         for part, stage in zip(job.model_parts, job.stage_indices)
     ]
-    job.stages = stages
+    stages: list[_PipelineStageBase] = list(job.stages)
     n_micro = micro_batches(job.plan.train.global_batch, job.layout.dp, job.layout.micro_batch)
-    schedule = job.layout.schedule
+    schedule = job.layout.schedule or ""
     if schedule in SINGLE_STAGE_SCHEDULES:
         return SINGLE_STAGE_SCHEDULES[schedule](stages[0], n_microbatches=n_micro, loss_fn=loss_fn, scale_grads=True)
     if stage_style(job.layout, options) == "v":

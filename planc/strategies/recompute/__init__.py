@@ -17,16 +17,21 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from planc.strategies.api import StrategyOptions
 from planc.strategies.composition import after
 from planc.strategies.recompute.cost_pass import cost as cost  # the plan-time cost pass (a contract hook)
 
+if TYPE_CHECKING:
+    from planc.runtime.job import Job
+    from planc.spec.layout import Layout
+    from planc.spec.plan import Plan
+
 NAME = "recompute"
 API_VERSION = 1
 DESCRIPTION = "Activation recomputation per block: full, or selective (save matmul/attention outputs)"
-AFTER = after(NAME)
+AFTER: tuple[str, ...] = after(NAME)
 
 
 class Options(StrategyOptions):
@@ -38,16 +43,16 @@ class Options(StrategyOptions):
     """full (recompute each block) or selective (save matmul/attention outputs); default: the layout's."""
 
 
-def enabled(plan, layout) -> bool:
+def enabled(plan: Plan, layout: Layout) -> bool:
     """The layout recomputes activations."""
     return layout.recompute != "none"
 
 
-def resolved_mode(layout, options: Options) -> str:
+def resolved_mode(layout: Layout, options: Options) -> str:
     return options.mode or layout.recompute
 
 
-def check(plan, layout, options: Options) -> str | None:
+def check(plan: Plan, layout: Layout, options: Options) -> str | None:
     if options.mode is not None and options.mode != layout.recompute:
         return (
             f"mode = {options.mode} contradicts the layout's recompute = {layout.recompute}; "
@@ -56,11 +61,8 @@ def check(plan, layout, options: Options) -> str | None:
     return None
 
 
-def apply(job, options: Options) -> None:
+def apply(job: Job, options: Options) -> None:
     """Wrap every local transformer block in ``checkpoint_wrapper`` (full or selective)."""
-    from planc.strategies.recompute.runtime import wrap_block
+    from planc.strategies.recompute.runtime import wrap_blocks
 
-    mode = resolved_mode(job.layout, options)
-    for part in job.model_parts:
-        for name, block in list(part.layers.items()):
-            part.layers[name] = wrap_block(block, mode)
+    wrap_blocks(job, resolved_mode(job.layout, options))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -9,10 +10,12 @@ from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
+from planc.runtime.job import Job
+
 _aten = torch.ops.aten
 
 
-def _ops(*names: tuple) -> set:
+def _ops(*names: tuple[str, str]) -> set[object]:
     """The op overloads that exist in this torch build (SDPA kernels vary by device and version)."""
     found = set()
     for namespace, name in names:
@@ -59,13 +62,13 @@ class SelectivePolicy:
     def __init__(self) -> None:
         self.in_output_projection = False
 
-    def __call__(self, ctx, op, *args, **kwargs) -> CheckpointPolicy:
+    def __call__(self, ctx: object, op: object, *args: object, **kwargs: object) -> CheckpointPolicy:
         if op in MATMUL_OPS and self.in_output_projection:
             return CheckpointPolicy.PREFER_RECOMPUTE
         return CheckpointPolicy.MUST_SAVE if op in SAVE_OPS else CheckpointPolicy.PREFER_RECOMPUTE
 
-    def entering(self, is_output_projection: bool):
-        def hook(module, args) -> None:
+    def entering(self, is_output_projection: bool) -> Callable[[nn.Module, object], None]:
+        def hook(module: nn.Module, args: object) -> None:
             self.in_output_projection = is_output_projection
 
         return hook
@@ -79,6 +82,13 @@ def selective_policy_for(block: nn.Module) -> SelectivePolicy:
             # prepend: mark the module before tensor parallelism's own pre-hook redistributes its input.
             module.register_forward_pre_hook(policy.entering(name in OUTPUT_PROJECTIONS), prepend=True)
     return policy
+
+
+def wrap_blocks(job: Job, mode: str) -> None:
+    """Wrap every transformer block of the job's model parts (in place, names unchanged)."""
+    for part in job.transformers():
+        for name, block in list(part.layers.items()):
+            part.layers[name] = wrap_block(block, mode)
 
 
 def wrap_block(block: nn.Module, mode: str) -> nn.Module:

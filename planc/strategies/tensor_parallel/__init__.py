@@ -16,16 +16,23 @@ Over the "tp" mesh dimension (Shoeybi et al. 2019, §3; PyTorch's ``torch.distri
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from planc.legality import rules as legality
 from planc.spec.fields import Flag
 from planc.strategies.api import StrategyOptions
 from planc.strategies.composition import after
 from planc.strategies.tensor_parallel.cost_pass import cost as cost  # the plan-time cost pass (a contract hook)
 
+if TYPE_CHECKING:
+    from planc.runtime.job import Job
+    from planc.spec.layout import Layout
+    from planc.spec.plan import Plan
+
 NAME = "tensor_parallel"
 API_VERSION = 1
 DESCRIPTION = "Tensor parallelism: DTensor parallelize_module (column/row-parallel, vocab-parallel, loss parallel, SP)"
-AFTER = after(NAME)
+AFTER: tuple[str, ...] = after(NAME)
 
 
 class Options(StrategyOptions):
@@ -39,12 +46,12 @@ class Options(StrategyOptions):
     """Compute the cross-entropy on vocabulary-sharded logits instead of gathering them."""
 
 
-def enabled(plan, layout) -> bool:
+def enabled(plan: Plan, layout: Layout) -> bool:
     """Tensor-parallel degree above 1."""
     return layout.tp > 1
 
 
-def check(plan, layout, options: Options) -> str | None:
+def check(plan: Plan, layout: Layout, options: Options) -> str | None:
     """The tensor-parallel rules of :mod:`planc.legality`, and the use block agreeing with the layout."""
     found = legality.tensor_parallel_violations(plan, layout, uses_sequence_parallel(layout, options))
     if found:
@@ -56,15 +63,15 @@ def check(plan, layout, options: Options) -> str | None:
     return None
 
 
-def uses_sequence_parallel(layout, options: Options) -> bool:
+def uses_sequence_parallel(layout: Layout, options: Options) -> bool:
     return layout.sequence_parallel if options.sequence_parallel is None else options.sequence_parallel
 
 
-def apply(job, options: Options) -> None:
+def apply(job: Job, options: Options) -> None:
     """``parallelize_module`` each local model part over the "tp" mesh dimension (on the meta device)."""
     from planc.strategies.tensor_parallel.runtime import parallelize
 
     sequence_parallel = uses_sequence_parallel(job.layout, options)
-    for part in job.model_parts:
+    for part in job.transformers():
         parallelize(part, job.mesh["tp"], sequence_parallel=sequence_parallel, loss_parallel=options.loss_parallel)
     job.loss_parallel = options.loss_parallel

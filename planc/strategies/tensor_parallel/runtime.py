@@ -12,6 +12,7 @@ from functools import partial
 
 import torch
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -21,6 +22,8 @@ from torch.distributed.tensor.parallel import (
     SequenceParallel,
     parallelize_module,
 )
+
+from planc.runtime.transformer import Transformer, TransformerBlock
 
 #: Activations are [batch, seq, hidden]; sequence parallelism shards dim 1.
 SEQUENCE_DIM = 1
@@ -89,7 +92,7 @@ def block_plan(sequence_parallel: bool) -> dict[str, ParallelStyle]:
     }
 
 
-def parallelize(model: nn.Module, tp_mesh, *, sequence_parallel: bool, loss_parallel: bool) -> None:
+def parallelize(model: Transformer, tp_mesh: DeviceMesh, *, sequence_parallel: bool, loss_parallel: bool) -> None:
     """Apply tensor (and sequence) parallelism to one model part in place; absent parts are skipped."""
     stream = Shard(SEQUENCE_DIM) if sequence_parallel else Replicate()
     root: dict[str, ParallelStyle] = {}
@@ -111,7 +114,7 @@ def parallelize(model: nn.Module, tp_mesh, *, sequence_parallel: bool, loss_para
         parallelize_module(model, tp_mesh, root)
     for block in model.layers.values():
         plan = block_plan(sequence_parallel)
-        if block.feed_forward.w3 is None:  # GELU MLP: no gate matrix
+        if isinstance(block, TransformerBlock) and block.feed_forward.w3 is None:  # GELU MLP: no gate matrix
             del plan["feed_forward.w3"]
         parallelize_module(block, tp_mesh, plan)
     if model.spec.tie_embeddings and model.tok_embeddings is not None and model.output is not None:

@@ -8,16 +8,23 @@ DistributedDataParallel, as in ``ddp``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from planc.legality import rules as legality
 from planc.spec.fields import Bytes
 from planc.strategies.api import StrategyOptions
 from planc.strategies.composition import after
 from planc.strategies.zero1.cost_pass import cost as cost  # the plan-time cost pass (a contract hook)
 
+if TYPE_CHECKING:
+    from planc.runtime.job import Job
+    from planc.spec.layout import Layout
+    from planc.spec.plan import Plan
+
 NAME = "zero1"
 API_VERSION = 1
 DESCRIPTION = "ZeRO-1: ZeroRedundancyOptimizer shards optimizer state over data parallel (+ DDP gradients)"
-AFTER = after(NAME)
+AFTER: tuple[str, ...] = after(NAME)
 
 
 class Options(StrategyOptions):
@@ -27,34 +34,20 @@ class Options(StrategyOptions):
     """DDP gradient bucket size (as ``ddp``'s)."""
 
 
-def enabled(plan, layout) -> bool:
+def enabled(plan: Plan, layout: Layout) -> bool:
     """ZeRO stage 1 (with more than one data-parallel rank)."""
     return layout.zero == 1 and layout.dp > 1
 
 
-def check(plan, layout, options: Options) -> str | None:
+def check(plan: Plan, layout: Layout, options: Options) -> str | None:
     found = legality.needs_data_parallel("ZeRO-1", layout.dp)
     return str(found) if found else None
 
 
-def apply(job, options: Options) -> None:
+def apply(job: Job, options: Options) -> None:
     """DDP for the gradients (once the weights are real); ZeroRedundancyOptimizer over the "dp" group."""
-    from planc.runtime.local_shards import wrap_ddp
+    from planc.strategies.ddp.runtime import wrap_ddp
+    from planc.strategies.zero1.runtime import zero_optimizer_factory
 
     job.after_init(lambda job: wrap_ddp(job, bucket_bytes=options.bucket))
-
-    def zero_optimizer(template):
-        """A ZeroRedundancyOptimizer with the plan optimizer's class, parameter groups and settings."""
-        import inspect
-
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-
-        optimizer_class = type(template)
-        # Optimizer.defaults may hold entries the constructor does not take (AdamW's decoupled_weight_decay).
-        accepted = inspect.signature(optimizer_class.__init__).parameters
-        defaults = {k: v for k, v in template.defaults.items() if k in accepted}
-        return ZeroRedundancyOptimizer(
-            template.param_groups, optimizer_class=optimizer_class, process_group=job.group("dp"), **defaults
-        )
-
-    job.optimizer_factory = zero_optimizer
+    job.optimizer_factory = zero_optimizer_factory(job.group("dp"))

@@ -1,0 +1,43 @@
+"""Run-time half of ``fsdp`` (imports torch): FSDP2 ``fully_shard`` per block and per model part."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from torch.distributed.fsdp import FSDPModule, fully_shard
+
+from planc.runtime.job import Job
+
+
+def shard_model_parts(job: Job, *, reshard: bool, accumulate_unsharded: bool) -> None:
+    """``fully_shard`` every block, then each model part's root, over the "dp" mesh dimension, with
+    the ``bf16`` policy when there is one; optionally defer gradient reduction to the last
+    micro-batch of a step."""
+    kwargs: dict[str, Any] = {"mesh": job.mesh["dp"], "reshard_after_forward": reshard}
+    policy = job.take_mixed_precision()
+    if policy is not None:
+        kwargs["mp_policy"] = policy
+    for part in job.transformers():
+        for block in part.layers.values():
+            fully_shard(block, **kwargs)
+        # The root holds the embeddings, the final norm and the head; with pipelining the schedule
+        # calls backward soon after forward, so there is nothing to gain from resharding it.
+        fully_shard(part, **{**kwargs, "reshard_after_forward": reshard and not job.layout.pp > 1})
+
+    if not accumulate_unsharded:
+        return  # FSDP2 reduce-scatters after every backward and accumulates into the sharded grads
+
+    @contextlib.contextmanager
+    def gradient_sync(sync: bool) -> Iterator[None]:
+        parts = [part for part in job.model_parts if isinstance(part, FSDPModule)]
+        for part in parts:
+            part.set_requires_gradient_sync(sync)
+        try:
+            yield
+        finally:
+            for part in parts:
+                part.set_requires_gradient_sync(True)
+
+    job.sync_controls.append(gradient_sync)
