@@ -1,6 +1,6 @@
 """Activation memory of planc's runtime, measured, against the cost model's prediction.
 
-    python bench/activation_memory.py            # one process, then one torchrun launch of 2 (TP 2)
+    python bench/activation_memory.py            # one process, then one launch of 2 ranks (TP 2)
 
 For each model family (``gpt``: GELU, LayerNorm, learned positions, biases; ``llama``: SwiGLU,
 RMSNorm, RoPE, GQA), precision and layout, the model is built by :func:`planc.runtime.compose.compose`
@@ -27,11 +27,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 import weakref
 from collections import Counter
@@ -45,6 +41,8 @@ from planc.cost.context import dtypes
 from planc.cost.memory import layer_activation_bytes
 from planc.cost.profile import PLANC_RUNTIME_CPU
 from planc.spec import Layout, build_plan
+
+ROOT = Path(__file__).resolve().parent.parent
 
 FAMILIES = {
     "gpt": dict(mlp="gelu", norm="layernorm", position="learned", kv_heads=4),
@@ -247,36 +245,17 @@ def tp_cases(families=tuple(FAMILIES), precisions=PRECISIONS[:2]):
     ]
 
 
-def launch_tp(out: Path, timeout: float = 300) -> list[dict]:
-    """The TP cases in one torchrun launch of 2 processes; rank 0's results."""
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        str(Path(__file__).resolve()),
-        "--worker",
-        str(out),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-    if done.returncode != 0 or not out.exists():
-        raise RuntimeError(f"torchrun failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
-    return json.loads(out.read_text())
+def launch_tp(timeout: float = 300) -> list[dict]:
+    """The TP cases on 2 ranks, in one launch of the tests' harness (tests/ranks.py); rank 0's results."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from ranks import run_ranks
+
+    return run_ranks("bench/activation_memory.py:tp_worker", 2, timeout=timeout)
 
 
-def worker(out: str) -> int:
-    import torch.distributed as dist
-
-    from planc.runtime.loop import shutdown
-
-    results = run_cases(tp_cases())
-    if dist.get_rank() == 0:
-        Path(out).write_text(json.dumps(results))
-    shutdown()
-    return 0
+def tp_worker(payload: None) -> list[dict]:
+    """What each of the 2 ranks runs."""
+    return run_cases(tp_cases())
 
 
 def print_table(results: list[dict]) -> None:
@@ -296,14 +275,8 @@ def print_table(results: list[dict]) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--worker", metavar="OUT", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        return worker(args.worker)
-    results = run_cases(single_process_cases())
-    with tempfile.TemporaryDirectory() as folder:
-        results += launch_tp(Path(folder) / "tp.json")
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+    results = run_cases(single_process_cases()) + launch_tp()
     print_table(results)
     return 0
 

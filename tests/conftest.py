@@ -1,3 +1,5 @@
+import multiprocessing.process
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -9,3 +11,18 @@ PLANS = ROOT / "plans"
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(autouse=True)
+def _a_process_needs_the_dist_marker(request, monkeypatch):
+    """Every test that starts a process (a subprocess, torchrun, spawned ranks) carries the ``dist``
+    marker, so ``pytest -m "not dist"`` is the fast, single-process suite. A test without the
+    marker that tries to start one fails here, saying so."""
+    if request.node.get_closest_marker("dist") is not None:
+        return
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{request.node.nodeid} starts a process: mark it @pytest.mark.dist")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)

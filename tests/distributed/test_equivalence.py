@@ -1,7 +1,7 @@
 """Every parallel layout reproduces the single-process losses (the bar for distributed code).
 
-All cases of one world size run in ONE torchrun launch (``runner.py``; a launch costs seconds of
-start-up), each with its own device mesh. The reference is
+All cases of one world size run in ONE torchrun launch (``tests/ranks.py`` running
+``runner.py:run_cases``; a launch costs seconds of start-up), each with its own device mesh. The reference is
 :func:`planc.runtime.reference.train_reference` in this (pytest) process: same plan, same data,
 the whole global batch in one process. fp32 cases must agree within 1e-5 per step, bf16 within
 2e-2. Each case also checks that the composition built what the layout asks for (DDP wrapper,
@@ -11,9 +11,6 @@ did nothing cannot pass by reproducing the reference trivially.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,12 +19,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cases import CASES, FP32_TOLERANCE  # noqa: E402
+from ranks import RanksFailed, run_ranks  # noqa: E402
 
 from planc.runtime.reference import train_reference  # noqa: E402
 
 pytestmark = pytest.mark.dist
 
-RUNNER = Path(__file__).with_name("runner.py")
 LAUNCH_TIMEOUT = {2: 300, 4: 420, 8: 600}
 WORLD_SIZES = sorted({c["world"] for c in CASES})
 
@@ -37,48 +34,27 @@ MATRIX: dict[str, float] = {}
 
 
 def launch(world: int, tmp_path_factory) -> dict:
+    """Every case of one world size in one launch (tests/ranks.py); rank 0's results."""
     cases = [c for c in CASES if c["world"] == world]
     folder = tmp_path_factory.mktemp(f"world{world}")
-    cases_path, results_path = folder / "cases.json", folder / "results.json"
-    cases_path.write_text(
-        json.dumps(
-            [
-                {
-                    "name": c["name"],
-                    "plan": c["plan"].model_dump(mode="json"),
-                    "layout": c["layout"].model_dump(mode="json"),
-                    "steps": c["steps"],
-                    "resume_at": c["resume_at"],
-                    "out_dir": str(folder / c["name"]),
-                }
-                for c in cases
-            ]
-        )
-    )
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(world),
-        str(RUNNER),
-        str(cases_path),
-        str(results_path),
+    payload = [
+        {
+            "name": c["name"],
+            "plan": c["plan"].model_dump(mode="json"),
+            "layout": c["layout"].model_dump(mode="json"),
+            "steps": c["steps"],
+            "resume_at": c["resume_at"],
+            "out_dir": str(folder / c["name"]),
+        }
+        for c in cases
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     began = time.perf_counter()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT[world], env=env)
-    except subprocess.TimeoutExpired as exc:
-        tail = (exc.stderr or b"")[-4000:]
-        pytest.fail(f"torchrun with {world} processes timed out after {LAUNCH_TIMEOUT[world]} s:\n{tail}")
+        results = run_ranks("tests/distributed/runner.py:run_cases", world, payload, timeout=LAUNCH_TIMEOUT[world])
+    except RanksFailed as failure:
+        pytest.fail(str(failure))
     LAUNCH_SECONDS[world] = time.perf_counter() - began
-    if not results_path.exists():
-        pytest.fail(
-            f"torchrun with {world} processes wrote no results (exit {done.returncode}):\n{done.stderr[-4000:]}"
-        )
-    return json.loads(results_path.read_text())
+    return results
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections import Counter
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -195,6 +196,7 @@ def test_random_bytes(tmp_path, capsys):
     assert outcomes["still valid"] == 0
 
 
+@pytest.mark.dist
 def test_a_few_runs_as_a_subprocess(tmp_path):
     rng = random.Random(3)
     inputs = [

@@ -188,6 +188,7 @@ def test_registered_names_are_entry_point_names_restricted_by_env(monkeypatch):
     assert load_registry(refresh=True).registered == everything
 
 
+@pytest.mark.dist
 def test_checking_does_not_import_plugins_or_torch():
     import subprocess
     import sys
@@ -211,6 +212,7 @@ def test_checking_does_not_import_plugins_or_torch():
     assert result.returncode == 0 and result.stdout.strip().endswith("[]"), result.stdout + result.stderr
 
 
+@pytest.mark.dist
 def test_a_plan_error_is_never_a_traceback_in_a_subprocess(tmp_path):
     import subprocess
     import sys

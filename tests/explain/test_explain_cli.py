@@ -121,6 +121,7 @@ def test_bad_arguments_are_clear_errors(tmp_path, capsys):
             assert "argument --tolerance" in err and "e.g. --tolerance 0.05" in err, err
 
 
+@pytest.mark.dist
 def test_explain_never_imports_torch():
     code = (
         "import sys; from planc.cli import main; import planc.planner, planc.explain.report, planc.explain.svg; "

@@ -48,5 +48,6 @@ def test_one_process_gpt_and_llama_in_fp32_autocast_and_bf16_parameters():
     check(bench.run_cases(bench.single_process_cases()))
 
 
-def test_tensor_and_sequence_parallel_on_two_processes(tmp_path):
-    check(bench.launch_tp(tmp_path / "tp.json"))
+@pytest.mark.dist
+def test_tensor_and_sequence_parallel_on_two_processes():
+    check(bench.launch_tp())

@@ -13,7 +13,7 @@ trainer (plain AdamW over the whole model) and must reproduce the uninterrupted 
 
 import pytest
 import torch
-from multiproc import run_gloo
+from ranks import run_ranks
 
 from planc.runtime.reference import train_reference
 from planc.spec import Plan, build_plan
@@ -59,7 +59,8 @@ def _train_steps(model, optimizer, scheduler, plan, steps, dp_rank, dp):
     return losses
 
 
-def _ranks(rank: int, world_size: int, plan_json: str, ckpt_dir: str, zero_dir: str, reference: list[float]) -> None:
+def ranks(payload: dict) -> None:
+    """Steps 0-3 on each of the 2 ranks (tests/ranks.py)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -72,6 +73,8 @@ def _ranks(rank: int, world_size: int, plan_json: str, ckpt_dir: str, zero_dir: 
     from planc.runtime.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_, parameter_groups
     from planc.runtime.transformer import build_model, init_weights, loss_fn
 
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    plan_json, ckpt_dir, zero_dir, reference = (payload[k] for k in ("plan", "checkpoints", "zero", "reference"))
     plan = Plan.from_json(plan_json)
     mesh = init_device_mesh("cpu", (world_size,))
 
@@ -155,7 +158,13 @@ def test_checkpoint_moves_between_fsdp_tp_and_one_process(tmp_path):
     plan = make_plan()
     ckpt, zero_ckpt = tmp_path / "checkpoints", tmp_path / "zero"
     uninterrupted = train_reference(plan)
-    run_gloo(_ranks, 2, plan.to_json(), str(ckpt), str(zero_ckpt), uninterrupted.losses)
+    payload = {
+        "plan": plan.to_json(),
+        "checkpoints": str(ckpt),
+        "zero": str(zero_ckpt),
+        "reference": uninterrupted.losses,
+    }
+    run_ranks("tests/runtime/test_checkpoint_distributed.py:ranks", 2, payload)
     # 4. One process, no process group: resume each checkpoint in the reference trainer.
     for directory in (ckpt, zero_ckpt):
         resumed = train_reference(plan, checkpoint_dir=directory)

@@ -6,8 +6,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from planc.runtime.reference import train_reference
 from planc.spec import build_plan
+
+pytestmark = pytest.mark.dist  # every test here starts a fresh python process
 
 PLAN = {
     "model": {"layers": 2, "hidden": 32, "heads": 4, "vocab": 64, "seq_len": 16, "vocab_multiple": 32},

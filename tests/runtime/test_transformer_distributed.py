@@ -7,14 +7,16 @@ with column/row-wise plans, so the attention must find its local heads) and FSDP
 
 import pytest
 import torch
-from multiproc import run_gloo
+from ranks import run_ranks
 
 SPEC = dict(
     layers=2, hidden=64, heads=4, kv_heads=2, vocab=300, seq_len=15, mlp="swiglu", norm="rmsnorm", position="learned"
 )
 
 
-def _check_tp_and_fsdp(rank: int, world_size: int) -> None:
+def check_tp_and_fsdp(payload: None) -> None:
+    """On each of the 2 ranks (tests/ranks.py)."""
+    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
@@ -27,6 +29,7 @@ def _check_tp_and_fsdp(rank: int, world_size: int) -> None:
     full = build_model(spec)
     init_weights(full, seed=7)
     reference = dict(full.named_parameters())
+    rank, world_size = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world_size,))
 
     # Tensor parallel (Megatron-style plan, addressed by the model's module names).
@@ -69,4 +72,4 @@ def _check_tp_and_fsdp(rank: int, world_size: int) -> None:
 
 @pytest.mark.dist
 def test_init_of_tp_and_fsdp_shards_equals_full_init():
-    run_gloo(_check_tp_and_fsdp, 2)
+    run_ranks("tests/runtime/test_transformer_distributed.py:check_tp_and_fsdp", 2)

@@ -278,6 +278,7 @@ def test_registry_check_reports_use_blocks():
     assert "'ddp' does not take part" in warning
 
 
+@pytest.mark.dist
 def test_loading_the_registry_does_not_import_torch():
     code = (
         "import sys; from planc.strategies.registry import load_registry; reg = load_registry(); "
