@@ -14,15 +14,14 @@ Every problem found in steps 2 and 3 is reported together as one :class:`~planc.
 
 from __future__ import annotations
 
-from functools import lru_cache
-from importlib import resources
 from typing import Any, TypedDict
 
-from lark import Lark, Token, Transformer
+from lark import Token, Transformer
 from lark.exceptions import UnexpectedInput, VisitError
 
 from planc.dsl import ast
 from planc.dsl.comments import attach_comments
+from planc.dsl.grammar import COMMENTS, lark_parser
 from planc.dsl.literals import (
     LiteralError,
     check_quantity_range,
@@ -35,30 +34,6 @@ from planc.dsl.literals import (
 from planc.errors import PlanError, PlanErrors, SourceLocation
 
 
-class _CommentSink:
-    """Receives COMMENT tokens from the lexer (lark ignores them otherwise). One per process, as
-    the parser is: ``parse`` is not meant to be called from several threads at once."""
-
-    def __init__(self) -> None:
-        self.tokens: list[Token] = []
-
-    def __call__(self, token: Token) -> Token:
-        self.tokens.append(token)
-        return token
-
-
-_COMMENTS = _CommentSink()
-
-
-@lru_cache(maxsize=1)
-def lark_parser() -> Lark:
-    """The grammar, compiled once per process (about 25 ms)."""
-    grammar = resources.files("planc.dsl").joinpath("grammar.lark").read_text(encoding="utf-8")
-    return Lark(
-        grammar, parser="lalr", lexer="contextual", maybe_placeholders=False, lexer_callbacks={"COMMENT": _COMMENTS}
-    )
-
-
 def parse(text: str, filename: str = "<plan>") -> ast.PlanFile:
     """Parse ``text`` into a :class:`~planc.dsl.ast.PlanFile`, or raise a located PlanError."""
     from planc.dsl.syntax_errors import describe_syntax_error
@@ -67,14 +42,14 @@ def parse(text: str, filename: str = "<plan>") -> ast.PlanFile:
     # on a CR-only file would run to the end of the file and hide everything after it.
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     parser = lark_parser()
-    _COMMENTS.tokens = []
+    COMMENTS.tokens = []
     try:
         tree = parser.parse(text)
     except UnexpectedInput as error:
         raise describe_syntax_error(error, text, filename) from None
     except RecursionError:  # pragma: no cover - the LALR parser is iterative; kept as a last guard
         raise PlanError("the file is nested too deeply to read", location=SourceLocation(filename, 1, 1)) from None
-    comment_tokens, _COMMENTS.tokens = _COMMENTS.tokens, []
+    comment_tokens, COMMENTS.tokens = COMMENTS.tokens, []
 
     builder = ToAst(filename, text)
     try:

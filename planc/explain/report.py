@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from planc.cost.context import ContextCache
-from planc.cost.estimate import Estimate
+from planc.cost.estimate import CommCost, Estimate
 from planc.cost.flops import model_flops_per_token
 from planc.explain.timeline import ascii_timeline
 from planc.explain.visible import visible
 from planc.explain.words import layout_dict, rejection_dict, rejection_reason, suggestion_text
 from planc.hardware.topology import GroupLink
 from planc.planner.choose import Choice
+from planc.planner.explore import Candidate
 from planc.spec.plan import Plan
 from planc.units import format_bandwidth, format_bytes, format_count, format_seconds, format_tflops
 
@@ -58,19 +59,43 @@ def bottleneck(est: Estimate, links: dict[str, GroupLink], *, cpu: bool = False)
 def to_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
     """The ``--json`` object."""
     est, lay = choice.estimate, choice.layout
-    worst = est.memory
     links = ContextCache(plan).links(lay)
-    time = {
-        "step_s": est.step_s,
-        "compute_s": est.compute - est.recompute,
-        "recompute_s": est.recompute,
-        "bubble_s": est.bubble,
-        "optimizer_s": est.optimizer,
-        "exposed_comm_s": {c.group: c.exposed for c in est.comm},
-        "other_s": {t.name: t.value for t in est.other},
-    }
     return {
         "plan": plan.source,
+        **_plan_dict(plan, est),
+        "layout": layout_dict(lay),
+        "rung": choice.rung.label,
+        "fits": choice.fits,
+        "fixed": choice.fixed,
+        "suggestion": suggestion_text(choice.suggestion) if choice.suggestion else None,
+        "memory": _memory_dict(est),
+        "time": {
+            "step_s": est.step_s,
+            "compute_s": est.compute - est.recompute,
+            "recompute_s": est.recompute,
+            "bubble_s": est.bubble,
+            "optimizer_s": est.optimizer,
+            "exposed_comm_s": {c.group: c.exposed for c in est.comm},
+            "other_s": {t.name: t.value for t in est.other},
+        },
+        "comm": [_comm_dict(c, links) for c in est.comm],
+        "throughput": {
+            "tokens_per_s": est.tokens_per_s,
+            "model_tflops_per_device": est.model_tflops_per_device,
+            "hardware_tflops_per_device": est.hardware_tflops_per_device,
+            "mfu": est.mfu,
+            "hfu": est.hfu,
+        },
+        "bottleneck": bottleneck(est, links, cpu=plan.hardware.is_cpu),
+        "rejected": [rejection_dict(r) for r in choice.rejected],
+        "alternatives": [_alternative_dict(a) for a in choice.alternatives],
+        "search": {"scored": choice.scored, "seconds": choice.search_seconds, "tolerance": choice.tolerance},
+        "notes": list(est.notes) + list(plan.notes),
+    }
+
+
+def _plan_dict(plan: Plan, est: Estimate) -> dict[str, Any]:
+    return {
         "model": {
             "name": plan.model.name,
             "params": plan.model.params,
@@ -90,59 +115,46 @@ def to_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
             "tokens_per_step": plan.tokens_per_step,
             "micro_batches": est.micro_batches,
         },
-        "layout": layout_dict(lay),
-        "rung": choice.rung.label,
-        "fits": choice.fits,
-        "fixed": choice.fixed,
-        "suggestion": suggestion_text(choice.suggestion) if choice.suggestion else None,
-        "memory": {
-            "stage": worst.rank,
-            "params_bytes": worst.params,
-            "master_bytes": worst.master,
-            "grads_bytes": worst.grads,
-            "optimizer_bytes": worst.optimizer + worst.master,
-            "activations_bytes": worst.activations,
-            "transient_bytes": worst.transient_bytes,
-            "total_bytes": worst.total,
-            "capacity_bytes": est.capacity,
-            "activation_terms": {t.name: t.value for t in worst.act_extra},
-            "transient_terms": {t.name: t.value for t in worst.transient},
-        },
-        "time": time,
-        "comm": [
-            {
-                "group": c.group,
-                "volume_bytes": c.volume,
-                "total_s": c.total,
-                "exposed_s": c.exposed,
-                "medium": c.medium,
-                "detail": c.detail,
-                "bandwidth": links[c.group].bandwidth if c.group in links else None,
-            }
-            for c in est.comm
-        ],
-        "throughput": {
-            "tokens_per_s": est.tokens_per_s,
-            "model_tflops_per_device": est.model_tflops_per_device,
-            "hardware_tflops_per_device": est.hardware_tflops_per_device,
-            "mfu": est.mfu,
-            "hfu": est.hfu,
-        },
-        "bottleneck": bottleneck(est, links, cpu=plan.hardware.is_cpu),
-        "rejected": [rejection_dict(r) for r in choice.rejected],
-        "alternatives": [
-            {
-                "layout": layout_dict(a.layout),
-                "describe": a.layout.describe(),
-                "tokens_per_s": a.tokens_per_s,
-                "step_s": a.estimate.step_s,
-                "memory_bytes": a.estimate.memory_bytes,
-                "rung": a.rung,
-            }
-            for a in choice.alternatives
-        ],
-        "search": {"scored": choice.scored, "seconds": choice.search_seconds, "tolerance": choice.tolerance},
-        "notes": list(est.notes) + list(plan.notes),
+    }
+
+
+def _memory_dict(est: Estimate) -> dict[str, Any]:
+    worst = est.memory
+    return {
+        "stage": worst.rank,
+        "params_bytes": worst.params,
+        "master_bytes": worst.master,
+        "grads_bytes": worst.grads,
+        "optimizer_bytes": worst.optimizer + worst.master,
+        "activations_bytes": worst.activations,
+        "transient_bytes": worst.transient_bytes,
+        "total_bytes": worst.total,
+        "capacity_bytes": est.capacity,
+        "activation_terms": {t.name: t.value for t in worst.act_extra},
+        "transient_terms": {t.name: t.value for t in worst.transient},
+    }
+
+
+def _comm_dict(c: CommCost, links: dict[str, GroupLink]) -> dict[str, Any]:
+    return {
+        "group": c.group,
+        "volume_bytes": c.volume,
+        "total_s": c.total,
+        "exposed_s": c.exposed,
+        "medium": c.medium,
+        "detail": c.detail,
+        "bandwidth": links[c.group].bandwidth if c.group in links else None,
+    }
+
+
+def _alternative_dict(a: Candidate) -> dict[str, Any]:
+    return {
+        "layout": layout_dict(a.layout),
+        "describe": a.layout.describe(),
+        "tokens_per_s": a.tokens_per_s,
+        "step_s": a.estimate.step_s,
+        "memory_bytes": a.estimate.memory_bytes,
+        "rung": a.rung,
     }
 
 

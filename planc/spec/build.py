@@ -76,55 +76,21 @@ def build_plan(
     (when given) are the names ``use`` may refer to.
     """
     base_dir = base_dir or FsPath.cwd()
-    issues: list[SpecIssue] = []
+    issues = _block_names(raw)
     notes: list[str] = []
     aliases: dict[tuple, tuple] = {}
-
-    for block in raw:
-        if block not in BLOCKS and block != "uses":
-            issues.append(
-                SpecIssue(
-                    (block,),
-                    f"unknown block '{block}'",
-                    did_you_mean(block, [*BLOCKS, "use"]) or one_of([*BLOCKS, "use"]),
-                )
-            )
-    for block in REQUIRED_BLOCKS:
-        if block not in raw:
-            issues.append(SpecIssue((), f"the plan has no {block} block", _MISSING_BLOCK_HINTS[block]))
-
     sections: dict[str, Any] = {}
     for block, model_cls in BLOCKS.items():
         if block not in raw:
             continue
-        values = dict(raw[block])
+        values: dict[str, Any] | None = dict(raw[block])
         if block == "model":
-            resolved = _resolve_model_source(values, base_dir, issues, notes, aliases)
-            if resolved is None:
-                continue
-            values = resolved
-        if block == "train":
-            values = _resolve_data_path(values, base_dir, issues)
-        block_issues = _check_keys_and_units(block, values, model_cls)
-        if block == "hardware":
-            block_issues += _check_device(values)
-        issues += block_issues
-        # Validate the rest of the block too, so one run reports every mistake.
-        bad_keys = {i.path[1] for i in block_issues if len(i.path) == 2}
-        values = {k: v for k, v in values.items() if k not in bad_keys}
-        if block == "hardware" and "device" in bad_keys:
-            continue  # without a known device every preset-filled key would be reported missing
-        try:
-            section = model_cls.model_validate(values)
-        except ValidationError as exc:
-            issues += [
-                i
-                for i in _translate(block, values, model_cls, exc)
-                if not _about_dropped(i, bad_keys) and not _follows_from(i, block, block_issues, exc)
-            ]
-        else:
-            if not block_issues:
-                sections[block] = section
+            values = _resolve_model_source(dict(raw[block]), base_dir, issues, notes, aliases)
+        elif block == "train":
+            values = _resolve_data_path(dict(raw[block]), base_dir, issues)
+        section = _build_section(block, model_cls, values, issues) if values is not None else None
+        if section is not None:
+            sections[block] = section
 
     uses = _build_uses(raw.get("uses", []), known_strategies, issues)
 
@@ -135,6 +101,48 @@ def build_plan(
     if check_issues:
         raise SpecError(_apply_aliases(check_issues, aliases))
     return plan
+
+
+def _block_names(raw: dict[str, Any]) -> list[SpecIssue]:
+    """Unknown blocks, and required blocks that are missing."""
+    issues = [
+        SpecIssue(
+            (block,), f"unknown block '{block}'", did_you_mean(block, [*BLOCKS, "use"]) or one_of([*BLOCKS, "use"])
+        )
+        for block in raw
+        if block not in BLOCKS and block != "uses"
+    ]
+    issues += [
+        SpecIssue((), f"the plan has no {block} block", _MISSING_BLOCK_HINTS[block])
+        for block in REQUIRED_BLOCKS
+        if block not in raw
+    ]
+    return issues
+
+
+def _build_section(
+    block: str, model_cls: type[BaseModel], values: dict[str, Any], issues: list[SpecIssue]
+) -> BaseModel | None:
+    """Validate one block; its problems are added to ``issues`` (None when it has any)."""
+    block_issues = _check_keys_and_units(block, values, model_cls)
+    if block == "hardware":
+        block_issues += _check_device(values)
+    issues += block_issues
+    # Validate the rest of the block too, so one run reports every mistake.
+    bad_keys = {i.path[1] for i in block_issues if len(i.path) == 2}
+    values = {k: v for k, v in values.items() if k not in bad_keys}
+    if block == "hardware" and "device" in bad_keys:
+        return None  # without a known device every preset-filled key would be reported missing
+    try:
+        section = model_cls.model_validate(values)
+    except ValidationError as exc:
+        issues += [
+            i
+            for i in _translate(block, values, model_cls, exc)
+            if not _about_dropped(i, bad_keys) and not _follows_from(i, block, block_issues, exc)
+        ]
+        return None
+    return None if block_issues else section
 
 
 _MISSING_BLOCK_HINTS = {

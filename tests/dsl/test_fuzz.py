@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planc.dsl.syntax_errors import scan
+from planc.dsl.syntax_scan import scan
 
 from .helpers import EXAMPLE_PLANS, run_cli
 

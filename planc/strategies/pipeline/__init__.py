@@ -72,5 +72,6 @@ def apply(job: Job, options: Options) -> None:
     """Split the model into this rank's chunks; the schedule is built once the chunks are final."""
     from planc.strategies.pipeline.runtime import build_schedule, split_model
 
-    split_model(job, options)
-    job.schedule_builder = functools.partial(build_schedule, options=options)
+    style = stage_style(job.layout, options)
+    split_model(job, style)
+    job.schedule_builder = functools.partial(build_schedule, style=style)

@@ -19,22 +19,21 @@ from torch.distributed.pipelining.stage import _PipelineStageBase
 
 from planc.runtime.job import Job, TiedWeight
 from planc.runtime.transformer import loss_fn
-from planc.stages import layer_ranges, micro_batches, stages_of_rank
-from planc.strategies.pipeline import Options, stage_style
+from planc.stages import StageStyle, layer_ranges, micro_batches, stages_of_rank
 
 SINGLE_STAGE_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 MULTI_STAGE_SCHEDULES = {"interleaved": ScheduleInterleaved1F1B, "zero-bubble": ScheduleInterleavedZeroBubble}
 
 
-def split_model(job: Job, options: Options) -> None:
-    """Replace the job's full (meta) model by this rank's chunks, each keeping its parameter names."""
+def split_model(job: Job, style: StageStyle) -> None:
+    """Replace the job's full (meta) model by this rank's stages (placed by ``style``), each keeping
+    its parameter names."""
     if len(job.model_parts) != 1:
         raise RuntimeError("pipeline must be applied first, to the whole model")
     (full,) = job.transformers()
     layout = job.layout
     num_stages = layout.pp * layout.virtual_stages
     ranges = layer_ranges(len(full.layers), num_stages)
-    style = stage_style(layout, options)
     local_stages = list(stages_of_rank(job.coordinates["pp"], layout.pp, layout.virtual_stages, style))
     parts: list[nn.Module] = []
     for stage in local_stages:
@@ -80,7 +79,7 @@ def _global_rank(job: Job, pp_rank: int, dp_rank: int, tp_rank: int) -> int:
     return (pp_rank * job.layout.dp + dp_rank) * job.layout.tp + tp_rank
 
 
-def build_schedule(job: Job, options: Options) -> _PipelineSchedule:
+def build_schedule(job: Job, style: StageStyle) -> _PipelineSchedule:
     """A PipelineStage per local chunk and the schedule the layout names."""
     group = job.group("pp")
     job.stages = [
@@ -92,6 +91,6 @@ def build_schedule(job: Job, options: Options) -> _PipelineSchedule:
     schedule = job.layout.schedule or ""
     if schedule in SINGLE_STAGE_SCHEDULES:
         return SINGLE_STAGE_SCHEDULES[schedule](stages[0], n_microbatches=n_micro, loss_fn=loss_fn, scale_grads=True)
-    if stage_style(job.layout, options) == "v":
+    if style == "v":
         return ScheduleZBVZeroBubble(stages, n_microbatches=n_micro, loss_fn=loss_fn, scale_grads=True)
     return MULTI_STAGE_SCHEDULES[schedule](stages, n_microbatches=n_micro, loss_fn=loss_fn, scale_grads=True)
