@@ -1,9 +1,12 @@
-"""Regenerate the `planc explain` outputs and plan listings pasted into the docs.
+"""Regenerate every generated part of the docs: the `planc explain` outputs and plan listings
+pasted into docs/planner.md, and the tables of docs/language.md.
 
 A code block preceded by ``<!-- explain: plans/x.plan -->`` is replaced by the output of
 ``planc explain plans/x.plan``; one preceded by ``<!-- plan: plans/x.plan -->`` by that file's
-text. ``tests/test_docs_current.py`` checks the docs match (apart from search timings), so a
-change to the cost model that moves a worked example fails until this is run:
+text; the sections between ``<!-- generated:NAME -->`` markers of docs/language.md by
+``tools/language_tables.py``. ``tests/test_docs_current.py`` and ``tests/dsl/test_docs.py`` check
+the docs match (apart from search timings), so a change that moves a worked example or a key
+fails until this is run:
 
     python tools/refresh_docs.py
 """
@@ -44,10 +47,14 @@ def main() -> int:
     import os
 
     os.chdir(ROOT)  # explain prints the plan path as given: keep it relative
-    for name in DOCS:
+    sys.path.insert(0, str(ROOT / "tools"))
+    import language_tables
+
+    updates = {name: refresh for name in DOCS} | {"docs/language.md": language_tables.update}
+    for name, rewrite in updates.items():
         path = ROOT / name
         old = path.read_text(encoding="utf-8")
-        new = refresh(old)
+        new = rewrite(old)
         if new != old:
             path.write_text(new, encoding="utf-8")
             print(f"updated {name}")

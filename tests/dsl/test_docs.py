@@ -46,7 +46,7 @@ def test_units_and_presets_are_documented():
 
 def test_generated_tables_are_up_to_date():
     text = DOC.read_text(encoding="utf-8")
-    assert _tables().update(text) == text, "run: python tools/language_tables.py docs/language.md"
+    assert _tables().update(text) == text, "run: python tools/refresh_docs.py"
 
 
 def test_the_documented_example_is_a_valid_plan():

@@ -44,8 +44,18 @@ def check(results):
         assert sel_ops.get("collective", 0) == none_ops.get("collective", 0), case
 
 
-def test_one_process_gpt_and_llama_in_fp32_autocast_and_bf16_parameters():
-    check(bench.run_cases(bench.single_process_cases()))
+#: One case stays in the quick suite; the other five are as slow as a launch (the slow half).
+SINGLE_PROCESS = [
+    pytest.param(family, label, marks=() if (family, label) == ("gpt", "fp32") else pytest.mark.dist)
+    for family in bench.FAMILIES
+    for label, _, _ in bench.PRECISIONS
+]
+
+
+@pytest.mark.parametrize("family, precision", SINGLE_PROCESS)
+def test_one_process_gpt_and_llama_in_fp32_autocast_and_bf16_parameters(family, precision):
+    precisions = [p for p in bench.PRECISIONS if p[0] == precision]
+    check(bench.run_cases(bench.single_process_cases(families=(family,), precisions=precisions)))
 
 
 @pytest.mark.dist
