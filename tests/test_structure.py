@@ -166,3 +166,71 @@ def test_every_built_in_strategy_is_a_package_of_the_same_shape():
     for name in BUILTIN_ORDER:
         folder = PACKAGE / "strategies" / name
         assert sorted(p.name for p in folder.glob("*.py")) == ["__init__.py", "cost_pass.py", "runtime.py"], name
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """Every module named by an import that runs when ``path`` is imported (not inside a function,
+    not under ``if TYPE_CHECKING:``), absolute names; relative imports are not used in planc."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return
+        if isinstance(node, ast.If) and _type_checking_only(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return found
+
+
+#: The plan-time half: what check, explain, fmt, plugins and compile import. None of it may
+#: import torch when it is imported (a strategy's run-time part is imported by its hooks, lazily).
+PLAN_TIME = (
+    "planc.stages",
+    "planc.units",
+    "planc.legality",
+    "planc.spec",
+    "planc.dsl",
+    "planc.cost",
+    "planc.planner",
+    "planc.explain",
+    "planc.codegen",
+    "planc.strategies.api",
+    "planc.strategies.registry",
+    "planc.strategies.contract",
+    "planc.strategies.composition",
+    "planc.commands.check",
+    "planc.commands.explain",
+    "planc.commands.fmt",
+    "planc.commands.plugins",
+    "planc.commands.compile",
+)
+
+
+def test_the_plan_time_half_imports_without_torch():
+    from planc.strategies.composition import BUILTIN_ORDER
+
+    mods = modules()
+    starts = [m for m in mods if m.startswith(PLAN_TIME)]
+    starts += [f"planc.strategies.{name}{part}" for name in BUILTIN_ORDER for part in ("", ".cost_pass")]
+    seen: set[str] = set()
+    todo = list(starts)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        imported = top_level_imports(mods[name])
+        torch = sorted(m for m in imported if m == "torch" or m.startswith("torch."))
+        assert not torch, f"{name} imports {torch} when it is imported"
+        parents = [name.rsplit(".", i)[0] for i in range(1, name.count(".") + 1)]  # imported first
+        todo += [m for m in [*imported, *parents] if m in mods]
