@@ -131,7 +131,32 @@ MEGATRON_LM_2021 = RuntimeProfile(
 )
 
 
+#: Megatron-Core with Transformer Engine as NVIDIA benchmarked it on H100 in 2024 (Megatron-LM
+#: README at f2e5db4, r0.8.0): bf16 with fp32 main grads and the distributed optimizer, fused
+#: kernels, fused (cuDNN) attention, sequence parallelism that keeps the 1/t shard, pipeline
+#: buffers for the micro-batches in flight and non-blocking p2p, gradient reduce-scatter and
+#: parameter all-gather overlapped with compute, dropout 0.1 (Megatron's default). Its overlap of
+#: tensor-parallel communication with GEMMs (``--tp-comm-overlap``) is not modelled.
+MEGATRON_CORE_2024 = RuntimeProfile(
+    name="Megatron-Core 2024 (Transformer Engine, H100)",
+    attention="flash",
+    dropout=True,
+    fused_elementwise=True,
+    sp_saves_gathered_input=False,
+    pp_recv_buffers="in_flight",
+    pp_p2p_blocking=False,
+    p2p_scatter_gather=False,
+    dp_overlap=True,
+    state_bytes=StateBytes(working=2, master=4, grads=4, optimizer=8),
+    residual_bytes=2,
+)
+
+
 #: Profiles `planc explain --runtime NAME` can predict for. Only "planc" can be compiled and run;
 #: the others answer "what would this layout do in that framework" (e.g. to compare with a
 #: published run).
-PROFILES: dict[str, RuntimeProfile] = {"planc": PLANC_RUNTIME, "megatron-lm-2021": MEGATRON_LM_2021}
+PROFILES: dict[str, RuntimeProfile] = {
+    "planc": PLANC_RUNTIME,
+    "megatron-lm-2021": MEGATRON_LM_2021,
+    "megatron-core-2024": MEGATRON_CORE_2024,
+}
