@@ -51,6 +51,10 @@ class RuntimeProfile:
     attention: Literal["flash", "materialized"] = "flash"
     """flash: fused attention (SDPA) keeps Q, K, V, O and the row log-sum-exp, never s x s;
     materialized: scores, softmax and its dropout go through HBM (pre-FlashAttention)."""
+    flash_kernel: Literal["fa2", "cudnn", "triton"] = "fa2"
+    """Which fused attention kernel runs (``attention = "flash"``): FlashAttention-2 (torch SDPA's
+    flash backend, flash-attn 2), cuDNN's fused attention (Transformer Engine), or FlashAttention
+    in Triton. Their rates differ most on Hopper (:data:`planc.cost.compute.FUSED_ATTENTION_EFFICIENCY`)."""
     dropout: bool = False
     """Dropout after attention and MLP (1-byte masks stored, Korthikanti et al. 2022 Sec. 4.1)."""
     fused_elementwise: bool = False
@@ -71,6 +75,12 @@ class RuntimeProfile:
     the per-row rstd, as LayerNorm does. ``composite``: torch on CPU runs the decomposition
     (upcast to fp32, pow, mean, rsqrt, multiply), which saves the fp32 upcast of the input and
     the fp32 normalized tensor: 8 bytes per element on top of the output."""
+    selective_policy: Literal["planc", "every-other-mm"] = "planc"
+    """Which matmuls selective recomputation reruns besides the elementwise kernels. ``planc``:
+    the attention-out projection (``planc/strategies/_recompute_policy.py``). ``every-other-mm``:
+    torchtitan's op-level policy (``_save_list`` in its ``parallelize_llama.py``, 2024) saves the
+    output of every compute op except every second ``aten.mm`` of a block: wk, wo and the MLP's
+    second matmul are recomputed. Only the time differs here; the saved bytes are planc's."""
     pp_recv_buffers: Literal["per_microbatch", "in_flight"] = "per_microbatch"
     """torch.distributed.pipelining allocates an activation and a gradient receive buffer for
     *every* micro-batch up front (stage.py ``_setup_forward_recv_info``); Megatron only for those
@@ -140,6 +150,7 @@ MEGATRON_LM_2021 = RuntimeProfile(
 MEGATRON_CORE_2024 = RuntimeProfile(
     name="Megatron-Core 2024 (Transformer Engine, H100)",
     attention="flash",
+    flash_kernel="cudnn",
     dropout=True,
     fused_elementwise=True,
     sp_saves_gathered_input=False,
