@@ -378,7 +378,11 @@ def fsdp(ctx: CostContext, est: Estimate, options=None) -> Estimate:
     gathers = 2 if zero == 3 else 1
     deferred = m > 1 and (lay.pp > 1 or bool(getattr(options, "accumulate_unsharded", False)))
     scatters = 1 if deferred else m
-    total = m * gathers * gather + scatters * scatter
+    # Under pipelining torch's PipelineStage keeps FSDP parameters unsharded after each backward
+    # (set_reshard_after_backward(False), stage.py): ZeRO-2 gathers once per step, ZeRO-3 once
+    # per backward plus the first forward.
+    n_gathers = (1 if zero == 2 else m + 1) if lay.pp > 1 else m * gathers
+    total = n_gathers * gather + scatters * scatter
     if ctx.profile.dp_overlap:
         slow = ctx.slowest
         first_gather = all_gather_seconds(e * unit, link)
@@ -394,11 +398,16 @@ def fsdp(ctx: CostContext, est: Estimate, options=None) -> Estimate:
     when = "per step" if scatters == 1 else "per micro-batch"
     comm = CommCost(
         "dp",
-        volume=frac * psi * (m * gathers * e + scatters * g),
+        volume=frac * psi * (n_gathers * e + scatters * g),
         total=total,
         exposed=exposed,
         medium=link.medium,
-        detail=f"{gathers} parameter all-gather(s) per micro-batch, 1 gradient reduce-scatter {when}",
+        detail=(
+            f"{n_gathers} parameter all-gather(s) per step"
+            if lay.pp > 1
+            else f"{gathers} parameter all-gather(s) per micro-batch"
+        )
+        + f", 1 gradient reduce-scatter {when}",
     )
     label = f"FSDP gathered parameters and unsharded gradients (ZeRO-{zero})"
 
@@ -411,6 +420,6 @@ def fsdp(ctx: CostContext, est: Estimate, options=None) -> Estimate:
 
     # FSDP2 copies each gathered shard out of the all-gather buffer (read + write e bytes) and
     # casts the gradients to fp32 for the reduce-scatter (read e, write g): memory traffic.
-    copies = psi * (m * gathers * 2 * e + scatters * (e + g)) / ctx.device.memory_rate
+    copies = psi * (n_gathers * 2 * e + scatters * (e + g)) / ctx.device.memory_rate
     est = _shard_states(ctx, est, zero, buffers, comm)
     return _with_contention(ctx, est.replace(compute=est.compute + copies), comm.total - comm.exposed)

@@ -1,11 +1,11 @@
-"""Fused-attention rates per device generation, RMSNorm and recomputation-policy traffic:
-hand-derived values (arithmetic in the comments, sources in compute.py)."""
+"""Fused-attention rates per device generation, RMSNorm and recomputation-policy traffic, FSDP
+under pipelining: hand-derived values (arithmetic in the comments, sources in compute.py)."""
 
 from dataclasses import replace
 
 import pytest
 
-from planc.cost import PLANC_RUNTIME
+from planc.cost import PLANC_RUNTIME, build_context, evaluate
 from planc.cost.compute import (
     Device,
     attention_length_factor,
@@ -16,6 +16,7 @@ from planc.cost.compute import (
     fused_attention_rates,
     gemm_seconds,
 )
+from planc.planner import choose
 from planc.spec import build_plan
 
 
@@ -89,3 +90,25 @@ def test_every_other_mm_policy_reruns_wk_wo_and_the_mlp_second_matmul():
     # block_gemms order: wq, wk, wv, wo, w1, w3, w2; planc reruns wo, torchtitan wk, wo and w3
     assert titan.selective_recompute - planc.selective_recompute == pytest.approx(gemms[1] + gemms[5])
     assert (titan.forward, titan.backward) == (planc.forward, planc.backward)
+
+
+def test_fsdp_under_pipelining_gathers_once_per_step_with_zero2():
+    # torch's PipelineStage keeps FSDP parameters unsharded after each backward: ZeRO-2 gathers
+    # once per step, ZeRO-3 once per backward plus the first forward, not twice per micro-batch.
+    plan = build_plan(
+        {
+            "model": {"preset": "llama3-8b", "seq_len": 2048},
+            "hardware": {"device": "H100-SXM", "nodes": 2, "per_node": 8},
+            "train": {"global_batch": 64, "micro_batch": 1},
+            "layout": {"tp": 1, "pp": 2, "dp": 8, "zero": 2, "recompute": "full", "schedule": "1f1b"},
+        }
+    )
+    choice = choose(plan)
+    m = choice.estimate.micro_batches  # 64 / 8 = 8
+    assert m == 8
+    dp = choice.estimate.comm_of("dp")
+    stage_params = max(s.params for s in build_context(plan, choice.layout).stages)
+    # one bf16 gather (2 B) and one fp32 reduce-scatter (4 B) of the stage's parameters, x 7/8
+    assert dp.volume == pytest.approx(7 / 8 * stage_params * (2 + 4))
+    zero3 = evaluate(plan, choice.layout.model_copy(update={"zero": 3})).comm_of("dp")
+    assert zero3.volume == pytest.approx(7 / 8 * stage_params * ((m + 1) * 2 + 4))
