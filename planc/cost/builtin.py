@@ -416,6 +416,8 @@ def fsdp(ctx: CostContext, est: Estimate, options=None) -> Estimate:
         terms = (Term(label, fsdp_gather_bytes(st.largest_unit, zero, e, g)),)
         if deferred:
             terms += (Term("unsharded fp32 gradients kept across micro-batches", g * st.params),)
+        if lay.pp > 1 and zero == 3 and m > 1:  # not resharded after backward (see n_gathers)
+            terms += (Term("parameters left unsharded between micro-batches", e * st.params),)
         return terms
 
     # FSDP2 copies each gathered shard out of the all-gather buffer (read + write e bytes) and

@@ -110,5 +110,8 @@ def test_fsdp_under_pipelining_gathers_once_per_step_with_zero2():
     stage_params = max(s.params for s in build_context(plan, choice.layout).stages)
     # one bf16 gather (2 B) and one fp32 reduce-scatter (4 B) of the stage's parameters, x 7/8
     assert dp.volume == pytest.approx(7 / 8 * stage_params * (2 + 4))
-    zero3 = evaluate(plan, choice.layout.model_copy(update={"zero": 3})).comm_of("dp")
-    assert zero3.volume == pytest.approx(7 / 8 * stage_params * ((m + 1) * 2 + 4))
+    zero3 = evaluate(plan, choice.layout.model_copy(update={"zero": 3}))
+    assert zero3.comm_of("dp").volume == pytest.approx(7 / 8 * stage_params * ((m + 1) * 2 + 4))
+    # ... and holds the whole stage's bf16 parameters between micro-batches
+    kept = {t.name: t.value for s in zero3.stages for t in s.transient}
+    assert kept["parameters left unsharded between micro-batches"] == pytest.approx(2 * stage_params, rel=0.05)
