@@ -3,7 +3,7 @@
     python bench/accuracy.py                 # every family: summary, then every run
     python bench/accuracy.py --summary       # the per-family table only
     python bench/accuracy.py --family torchtitan-h100 --family llm-foundry-h100
-    python bench/accuracy.py --write-stats   # also rewrite planc/cost/accuracy.json
+    python bench/accuracy.py --write-stats   # also rewrite planc/cost/accuracy.json and docs/accuracy.md's tables
 
 For every run the published layout is fixed in a plan (hardware, batch, micro-batch, TP/PP/DP,
 ZeRO stage, recomputation, schedule); keys the source does not give are searched with tolerance
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import statistics
 import sys
 import time
@@ -39,7 +40,7 @@ from planc.units import Quantity
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "published_runs.json"
-STATS = ROOT / "planc" / "cost" / "accuracy.json"
+STATS = ROOT / "planc" / "cost" / "accuracy.json"  # read by planc.cost.uncertainty
 GIB = 2**30
 
 
@@ -112,6 +113,10 @@ def predict(run: dict, family: dict) -> dict:
         "id": run["id"],
         "family": run["family"],
         "split": run["split"],
+        "metric": _metric_name(run["reported"]),
+        "reported": _metric_value(run["reported"]),
+        "predicted": _metric_value(run["reported"])
+        * (est.step_s / step if "step_s" in run["reported"] else step / est.step_s),
         "reported_step_s": step,
         "predicted_step_s": est.step_s,
         "error": step / est.step_s - 1.0,
@@ -127,6 +132,21 @@ def predict(run: dict, family: dict) -> dict:
     return out
 
 
+def _metric_name(reported: dict) -> str:
+    if "step_s" in reported:
+        return "s/step"
+    if "tokens_per_s_per_gpu" in reported:
+        return "tok/s/GPU"
+    return {"narayanan_eq3": "TFLOP/s/GPU (Eq. 3)", "model": "model TFLOP/s/GPU"}[reported["flops"]]
+
+
+def _metric_value(reported: dict) -> float:
+    for key in ("step_s", "tokens_per_s_per_gpu", "tflops_per_gpu"):
+        if key in reported:
+            return float(reported[key])
+    raise KeyError("a run reports step_s, tokens_per_s_per_gpu or tflops_per_gpu")
+
+
 def _layout_text(lay) -> str:
     text = f"t{lay.tp} p{lay.pp} d{lay.dp} z{lay.zero} {lay.recompute} mb{lay.micro_batch}"
     if lay.pp > 1:
@@ -134,8 +154,11 @@ def _layout_text(lay) -> str:
     return text + (" sp" if lay.sequence_parallel else "")
 
 
-def family_stats(results: list[dict], families: dict) -> dict:
+def family_stats(results: list[dict], families: dict, runs: list[dict]) -> dict:
     """Per-family error statistics (the fields documented in docs/accuracy.md)."""
+    runs_of: dict[str, list[dict]] = {}
+    for r in runs:
+        runs_of.setdefault(r["family"], []).append(r)
     stats = {}
     for name, fam in families.items():
         errs = [r["error"] for r in results if r.get("family") == name and r["error"] is not None]
@@ -143,9 +166,12 @@ def family_stats(results: list[dict], families: dict) -> dict:
             continue
         absolute = sorted(abs(e) for e in errs)
         mem = [r["memory_error"] for r in results if r.get("family") == name and "memory_error" in r]
+        devices = sorted({_device_text(r["hardware"]) for r in runs_of.get(name, ())})
         stats[name] = {
             "split": fam["split"],
             "in_goal": fam.get("in_goal", True),
+            "profile": fam["profile"],
+            "devices": devices,
             "runs": len(errs),
             "median_abs_error": round(statistics.median(absolute), 4),
             "mean_error": round(statistics.fmean(errs), 4),
@@ -155,6 +181,12 @@ def family_stats(results: list[dict], families: dict) -> dict:
         if mem:
             stats[name]["memory_median_error"] = round(statistics.median(mem), 4)
     return stats
+
+
+def _device_text(hardware: dict) -> str:
+    """The device preset, and which of its figures the run overrides."""
+    overridden = sorted(set(hardware) - {"device", "nodes", "per_node"})
+    return hardware["device"] + (f" ({', '.join(overridden)} set)" if overridden else "")
 
 
 def band(stats: dict) -> dict:
@@ -200,12 +232,75 @@ def print_runs(results: list[dict]) -> None:
             print(f"{'':<52}  {r['note']}")
 
 
+DOC = ROOT / "docs" / "accuracy.md"
+#: Families whose per-run table is folded into a <details> block in the docs (many rows).
+FOLDED = ("llm-foundry-h100", "llm-foundry-a100-80gb", "llm-foundry-a100-40gb")
+
+
+def markdown_families(stats: dict, families: dict) -> str:
+    lines = [
+        "| family | split | profile | devices | runs | median abs. err. | mean err. | p90 abs. err. | max abs. err. |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for split in ("tune", "test"):
+        for name, st in stats.items():
+            if st["split"] != split:
+                continue
+            goal = "" if st["in_goal"] else " (not in goal)"
+            lines.append(
+                f"| {name}{goal} | {split} | {st['profile']} | {', '.join(st['devices'])} | {st['runs']} | "
+                f"{st['median_abs_error']:.1%} | {st['mean_error']:+.1%} | {st['p90_abs_error']:.1%} | "
+                f"{st['max_abs_error']:.1%} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def markdown_runs(results: list[dict], family: str) -> str:
+    lines = [
+        "| run | planc layout | reported | predicted | error | memory GiB reported / predicted |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        if r.get("family") != family or r["error"] is None:
+            continue
+        fmt = "{:,.3f}" if r["metric"] == "s/step" else "{:,.0f}" if r["reported"] >= 1000 else "{:,.1f}"
+        mem = f"{r['reported_memory_gib']:.1f} / {r['predicted_memory_gib']:.1f}" if "reported_memory_gib" in r else ""
+        fit = "" if r["fits"] else " (predicted not to fit)"
+        lines.append(
+            f"| {r['id'].split('/', 1)[1]} | {r['layout']}{fit} | {fmt.format(r['reported'])} {r['metric']} | "
+            f"{fmt.format(r['predicted'])} | {r['error']:+.1%} | {mem} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def markdown_blocks(results: list[dict], stats: dict, families: dict) -> dict[str, str]:
+    """Generated blocks of docs/accuracy.md, by marker name."""
+    blocks = {"families": markdown_families(stats, families)}
+    for name in families:
+        table = markdown_runs(results, name)
+        if name in FOLDED:
+            table = f"<details><summary>{stats[name]['runs']} runs</summary>\n\n{table}\n</details>\n"
+        blocks[f"runs:{name}"] = table
+    return blocks
+
+
+MARKER = re.compile(r"(<!-- accuracy:(\S+) -->\n)(.*?)(<!-- /accuracy -->)", re.S)
+
+
+def refreshed_doc(text: str, blocks: dict[str, str]) -> str:
+    return MARKER.sub(lambda m: m.group(1) + blocks[m.group(2)] + m.group(4), text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", action="append", help="only this family (repeatable)")
     parser.add_argument("--summary", action="store_true", help="print the per-family table only")
     parser.add_argument("--json", metavar="PATH", help="write every run's result and the statistics as JSON")
-    parser.add_argument("--write-stats", action="store_true", help=f"rewrite {STATS.relative_to(ROOT)}")
+    parser.add_argument(
+        "--write-stats",
+        action="store_true",
+        help=f"rewrite {STATS.relative_to(ROOT)} and the generated tables of {DOC.relative_to(ROOT)}",
+    )
     args = parser.parse_args(argv)
 
     data = load()
@@ -217,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     runs = [r for r in data["runs"] if not args.family or r["family"] in args.family]
     results = [predict(r, families[r["family"]]) for r in runs]
-    stats = family_stats(results, families)
+    stats = family_stats(results, families, runs)
     print_summary(stats)
     print(f"\nband for the planner: {band(stats)}")
     if not args.summary:
@@ -230,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
             print("--write-stats needs every family (drop --family)", file=sys.stderr)
             return 2
         write_stats(stats)
+        DOC.write_text(refreshed_doc(DOC.read_text(encoding="utf-8"), markdown_blocks(results, stats, families)))
+        print(f"refreshed {DOC.relative_to(ROOT)}")
     return 0
 
 
