@@ -49,7 +49,7 @@ def test_families_are_sourced_and_split_before_looking():
     assert {name for name, f in FAMILIES.items() if f["split"] == "tune"} == {"narayanan2021-table1"}
     for name, fam in FAMILIES.items():
         assert fam["split"] in ("tune", "test"), name
-        assert fam["source"] and fam["program"] and fam["hardware"] and fam["metric"], name
+        assert fam["source"] and fam["program"] and fam["hardware"] and fam["metric"] and fam["verification"], name
         assert fam["profile"] in PROFILES, name
         assert set(fam.get("profile_options", {})) <= profile_fields, name
         if not fam.get("in_goal", True):
