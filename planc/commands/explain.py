@@ -45,7 +45,8 @@ def add_arguments(parser) -> None:
         metavar="NAME",
         help="predict for this training program: planc (default: the program planc emits) or "
         "megatron-lm-2021 (Megatron-LM as Narayanan et al. 2021 ran it: fused kernels, "
-        "materialized attention; to compare with published runs)",
+        "materialized attention) or megatron-core-2024 (Megatron-Core with Transformer Engine on H100); "
+        "the last two compare a plan with published runs",
     )
 
 

@@ -11,17 +11,20 @@ A block's time is the sum of three kinds of kernel (a roofline per kernel, Willi
    is partly empty — so small matrices (small hidden size, TP-sharded widths, a micro-batch of
    short sequences) run below the device's best rate. cuBLAS picks among tile shapes; we take
    the best of 256x128, 128x256 and 128x128.
-2. **Attention**: fused (SDPA/FlashAttention-2) at :data:`FLASH_RELATIVE_EFFICIENCY` of the GEMM
-   rate, skipping the masked half of a causal matrix; or materialized (two batched GEMMs over
-   s x s scores, priced by the roofline, the softmax and dropout as elementwise traffic).
+2. **Attention**: fused (FlashAttention-2 through SDPA, cuDNN, or a Triton FlashAttention) at the
+   kernel's measured fraction of the same device's GEMM rate (:data:`FUSED_ATTENTION_EFFICIENCY`,
+   per device generation: FlashAttention-2 does not use Hopper's new instructions), scaled by
+   :func:`attention_length_factor` for short sequences, skipping the masked half of a causal
+   matrix; or materialized (two batched GEMMs over s x s scores, priced by the roofline, the
+   softmax and dropout as elementwise traffic).
 3. **Elementwise** ops (norms, casts, RoPE, activation, residual adds, dropout): memory-bound,
    bytes read + written over ``hbm_bw x`` :data:`MEMORY_EFFICIENCY`. Eager PyTorch launches one
    kernel per op, each reading and writing its full tensor; fused kernels (Megatron) touch each
    tensor once.
 
 Backward = 2 x forward for GEMMs and elementwise traffic (input-gradient and weight-gradient
-GEMMs; Kaplan et al. 2020); fused attention backward = 2.5 x its forward (FlashAttention-2's
-backward runs five matmuls to the forward's two).
+GEMMs; Kaplan et al. 2020); fused attention backward runs five matmuls to the forward's two
+(2.5 x its FLOPs, Dao 2023), at the kernel's backward rate.
 """
 
 from __future__ import annotations
@@ -38,10 +41,56 @@ from planc.spec.model import ModelSpec
 #: as BabelStream run at 85-90% on A100/H100). An assumption, stated.
 MEMORY_EFFICIENCY = 0.85
 
-#: FlashAttention-2 reaches 50-73% of A100 peak in the forward pass (Dao 2023, arXiv 2307.08691,
-#: Sec. 4.1), against ~86% for the best cuBLAS GEMM (the A100 MAMF, see docs): midpoint ratio
-#: 0.62 / 0.86 = 0.72 of the GEMM rate.
-FLASH_RELATIVE_EFFICIENCY = 0.72
+#: Device generation of each preset: which attention kernels reach what (see below).
+GENERATION = {
+    "V100-32GB": "volta",
+    "A100-40GB": "ampere",
+    "A100-80GB": "ampere",
+    "H100-SXM": "hopper",
+    "H200": "hopper",
+    "B200": "blackwell",
+    "MI300X": "cdna3",
+}
+
+#: (forward, backward) rate of a fused attention kernel at long sequences (8 k, causal, head
+#: dim 128) as a fraction of the best GEMM rate on the same device; both are burst measurements,
+#: so the ratio carries over to planc's sustained GEMM rate (``hardware.efficiency``).
+#:
+#: - FlashAttention-2 (torch SDPA's flash backend, flash-attn 2) on Ampere: "up to 73% of the
+#:   theoretical maximum" in the forward pass (Dao 2023, arXiv 2307.08691, abstract and Sec. 4.1)
+#:   over the A100's best GEMM, 267.9 / 312 = 0.859 (MAMF, see the hardware presets): 0.85; the
+#:   backward at Hopper's measured backward/forward ratio (below, 318 / 333): 0.81.
+#: - FlashAttention-2 on Hopper: it uses none of Hopper's wgmma/TMA instructions and reaches
+#:   about 35% of H100 peak (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, abstract);
+#:   their Figs. 5-6 (H100 SXM5, head dim 128): forward causal 333 TFLOP/s and backward 318 at 8 k,
+#:   over the H100's best GEMM 792.1 (MAMF): 0.42 and 0.40.
+#: - cuDNN fused attention (Transformer Engine, Megatron-Core) on Hopper: 529 and 518 TFLOP/s in
+#:   the same figures: 0.67 and 0.65. Elsewhere taken equal to FlashAttention-2 (an assumption).
+#: - FlashAttention in Triton (the kernel MPT / llm-foundry call ``attn_impl: triton``):
+#:   "FlashAttention-2 is ... 1.3-2.5x faster than FlashAttention in Triton" (Dao 2023, Sec. 4.1):
+#:   FlashAttention-2's rate over the geometric midpoint, 1.8.
+#:
+#: Generations without a measurement (Volta, Blackwell, CDNA3, custom devices) use Ampere's; CPU
+#: processes keep 0.72, a rough figure for torch's CPU attention (``planc calibrate`` measures it).
+FUSED_ATTENTION_EFFICIENCY = {
+    ("fa2", "ampere"): (0.85, 0.81),
+    ("fa2", "hopper"): (0.42, 0.40),
+    ("cudnn", "ampere"): (0.85, 0.81),
+    ("cudnn", "hopper"): (0.67, 0.65),
+    ("triton", "ampere"): (0.85 / 1.8, 0.81 / 1.8),
+    ("triton", "hopper"): (0.42 / 1.8, 0.40 / 1.8),
+    ("fa2", "cpu"): (0.72, 0.72),
+    ("cudnn", "cpu"): (0.72, 0.72),
+    ("triton", "cpu"): (0.72, 0.72),
+}
+
+#: Fused causal attention's rate by sequence length, relative to its rate at 8 k: short sequences
+#: pay each row block's setup (load Q, rescale, write O) over fewer key blocks and leave a larger
+#: share of half-empty diagonal blocks. From FlashAttention-2's forward, causal, head dim 128 on
+#: H100 (Shah et al. 2024, Fig. 5: 191, 260, 298, 319, 333 TFLOP/s at 0.5, 1, 2, 4, 8 k); cuDNN
+#: and FlashAttention-3 follow the same curve within a few percent there. Interpolated in
+#: log2(s); constant beyond both ends.
+ATTENTION_LENGTH_FACTOR = ((512, 0.57), (1024, 0.78), (2048, 0.89), (4096, 0.96), (8192, 1.0))
 
 #: Streaming multiprocessors (compute units) per device, for wave quantization. Vendor data
 #: sheets / whitepapers: A100 108 SMs, H100 SXM5 132, B200 148 (2 dies x 74), V100 80,
@@ -71,6 +120,8 @@ class Device:
     """Memory bandwidth, bytes/s."""
     sms: int | None
     """Compute units, for wave quantization (None: CPU, no waves)."""
+    generation: str = "ampere"
+    """Architecture generation, for the fused-attention rates (:data:`GENERATION`)."""
 
     @property
     def gemm_rate(self) -> float:
@@ -84,7 +135,29 @@ class Device:
 def device_for(hardware: HardwareSpec, precision: str) -> Device:
     peak = hardware.peak if precision == "bf16" else hardware.peak_fp32
     sms = None if hardware.is_cpu else SM_COUNT.get(hardware.device, DEFAULT_SM_COUNT)
-    return Device(peak=peak, efficiency=hardware.efficiency, hbm_bw=hardware.hbm_bw, sms=sms)
+    generation = "cpu" if hardware.is_cpu else GENERATION.get(hardware.device, "ampere")
+    return Device(peak=peak, efficiency=hardware.efficiency, hbm_bw=hardware.hbm_bw, sms=sms, generation=generation)
+
+
+def attention_length_factor(seq_len: int) -> float:
+    """:data:`ATTENTION_LENGTH_FACTOR` at ``seq_len``, interpolated in log2."""
+    points = ATTENTION_LENGTH_FACTOR
+    if seq_len <= points[0][0]:
+        return points[0][1]
+    for (s0, f0), (s1, f1) in zip(points, points[1:]):
+        if seq_len <= s1:
+            w = math.log2(seq_len / s0) / math.log2(s1 / s0)
+            return f0 + w * (f1 - f0)
+    return points[-1][1]
+
+
+def fused_attention_rates(device: Device, kernel: str, seq_len: int) -> tuple[float, float]:
+    """(forward, backward) FLOP/s of a fused attention kernel on ``device`` at ``seq_len``."""
+    fwd, bwd = FUSED_ATTENTION_EFFICIENCY.get(
+        (kernel, device.generation), FUSED_ATTENTION_EFFICIENCY[(kernel, "ampere")]
+    )
+    scale = device.gemm_rate * (1.0 if device.sms is None else attention_length_factor(seq_len))
+    return fwd * scale, bwd * scale
 
 
 def wave_efficiency(m: int, n: int, sms: int | None, batch: int = 1) -> float:
@@ -137,6 +210,13 @@ def block_gemms(model: ModelSpec, tokens: int, tp: int) -> list[tuple[int, int, 
     return gemms
 
 
+#: PyTorch's composite RMSNorm, ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) *
+#: weight`` (torch on CPU; torchtitan's Python RMSNorm in 2024): read r + write 4 (upcast),
+#: 4 + 4 (pow), 4 (mean), 4 + 4 (scale), 4 + e (downcast), e + e (weight): r + 3e + 28 bytes per
+#: element, where the fused kernel reads r and writes r.
+COMPOSITE_RMSNORM_FIXED_BYTES = 28
+
+
 #: planc's ``apply_rope`` in eager PyTorch: upcast to fp32 (read 2, write 4), four multiplies and
 #: two adds over half-size views, a stack and a downcast — about 48 bytes read + written per
 #: element of Q and K.
@@ -149,7 +229,8 @@ def block_elementwise_bytes(
     """HBM bytes read + written by the forward's elementwise kernels of one block.
 
     Eager PyTorch (T tokens, h_s = h/t under SP else h, e compute bytes, r residual bytes):
-    two norms 2 x 2r T h_s; autocast's casts of the GEMM inputs, one per linear
+    two norms 2 x 2r T h_s (a composite RMSNorm 2 x (r + 3e + 28) T h_s,
+    :data:`COMPOSITE_RMSNORM_FIXED_BYTES`); autocast's casts of the GEMM inputs, one per linear
     (:func:`~planc.cost.memory.gemm_input_copies`), (r + e) T h each (none when r = e); RoPE on
     Q and K :data:`ROPE_BYTES_PER_ELEMENT` x T (h + kv)/t; the contiguous copy of the attention
     output 2 e T h/t; two residual adds 2 x (2r + e) T h_s; GELU 2 e T f/t or SwiGLU's SiLU and
@@ -169,7 +250,10 @@ def block_elementwise_bytes(
         copies = 0.0
         casts = 0.0
     else:
-        norms = 2 * 2 * r * T * h_s
+        norm_bytes = 2 * r
+        if model.norm == "rmsnorm" and profile.rms_norm == "composite":
+            norm_bytes = r + 3 * e + COMPOSITE_RMSNORM_FIXED_BYTES
+        norms = 2 * norm_bytes * T * h_s
         attn_copies, mlp_copies = gemm_input_copies(model, e, r)
         casts = (attn_copies + mlp_copies) * (r + e) * T * h if r != e else 0.0
         residual = 2 * (2 * r + e) * T * h_s
@@ -194,12 +278,14 @@ def block_times(
     """Forward and backward seconds of one block on one device for one micro-batch."""
     s, b = model.seq_len, micro_batch
     T = s * b
-    gemm = sum(gemm_seconds(m, k, n, device, compute_bytes) for m, k, n in block_gemms(model, T, tp))
+    gemm_times = [gemm_seconds(m, k, n, device, compute_bytes) for m, k, n in block_gemms(model, T, tp)]
+    gemm = sum(gemm_times)
     if profile.attention == "flash":
         # Causal fused attention computes about half of the s x s blocks.
         flops = 4.0 * T * s * model.heads * model.head_dim / tp * 0.5
-        attn_fwd = flops / (device.gemm_rate * FLASH_RELATIVE_EFFICIENCY)
-        attn_bwd = 2.5 * attn_fwd
+        fwd_rate, bwd_rate = fused_attention_rates(device, profile.flash_kernel, s)
+        attn_fwd = flops / fwd_rate
+        attn_bwd = 2.5 * flops / bwd_rate
     else:
         d, batch = model.head_dim, b * model.heads // tp
         attn_fwd = gemm_seconds(s, d, s, device, compute_bytes, batch) + gemm_seconds(
@@ -208,8 +294,10 @@ def block_times(
         attn_bwd = 2.0 * attn_fwd
     elementwise = block_elementwise_bytes(model, T, tp, sp, compute_bytes, residual_bytes, profile) / device.memory_rate
     if profile.attention == "flash":
-        h, h_q = model.hidden, model.heads * model.head_dim
-        selective = elementwise + gemm_seconds(T, h_q // tp, h, device, compute_bytes)
+        # planc's policy reruns the attention-out projection (the fourth GEMM); torchtitan's
+        # every second one (wk, wo, the MLP's second).
+        rerun = gemm_times[1::2] if profile.selective_policy == "every-other-mm" else gemm_times[3:4]
+        selective = elementwise + sum(rerun)
     else:
         e = compute_bytes
         scores = (2 * e + ((2 * e + 1) if profile.dropout else 0)) * model.heads * s * T / tp

@@ -51,6 +51,10 @@ class RuntimeProfile:
     attention: Literal["flash", "materialized"] = "flash"
     """flash: fused attention (SDPA) keeps Q, K, V, O and the row log-sum-exp, never s x s;
     materialized: scores, softmax and its dropout go through HBM (pre-FlashAttention)."""
+    flash_kernel: Literal["fa2", "cudnn", "triton"] = "fa2"
+    """Which fused attention kernel runs (``attention = "flash"``): FlashAttention-2 (torch SDPA's
+    flash backend, flash-attn 2), cuDNN's fused attention (Transformer Engine), or FlashAttention
+    in Triton. Their rates differ most on Hopper (:data:`planc.cost.compute.FUSED_ATTENTION_EFFICIENCY`)."""
     dropout: bool = False
     """Dropout after attention and MLP (1-byte masks stored, Korthikanti et al. 2022 Sec. 4.1)."""
     fused_elementwise: bool = False
@@ -71,6 +75,12 @@ class RuntimeProfile:
     the per-row rstd, as LayerNorm does. ``composite``: torch on CPU runs the decomposition
     (upcast to fp32, pow, mean, rsqrt, multiply), which saves the fp32 upcast of the input and
     the fp32 normalized tensor: 8 bytes per element on top of the output."""
+    selective_policy: Literal["planc", "every-other-mm"] = "planc"
+    """Which matmuls selective recomputation reruns besides the elementwise kernels. ``planc``:
+    the attention-out projection (``planc/strategies/_recompute_policy.py``). ``every-other-mm``:
+    torchtitan's op-level policy (``_save_list`` in its ``parallelize_llama.py``, 2024) saves the
+    output of every compute op except every second ``aten.mm`` of a block: wk, wo and the MLP's
+    second matmul are recomputed. Only the time differs here; the saved bytes are planc's."""
     pp_recv_buffers: Literal["per_microbatch", "in_flight"] = "per_microbatch"
     """torch.distributed.pipelining allocates an activation and a gradient receive buffer for
     *every* micro-batch up front (stage.py ``_setup_forward_recv_info``); Megatron only for those
@@ -131,7 +141,33 @@ MEGATRON_LM_2021 = RuntimeProfile(
 )
 
 
+#: Megatron-Core with Transformer Engine as NVIDIA benchmarked it on H100 in 2024 (Megatron-LM
+#: README at f2e5db4, r0.8.0): bf16 with fp32 main grads and the distributed optimizer, fused
+#: kernels, fused (cuDNN) attention, sequence parallelism that keeps the 1/t shard, pipeline
+#: buffers for the micro-batches in flight and non-blocking p2p, gradient reduce-scatter and
+#: parameter all-gather overlapped with compute, dropout 0.1 (Megatron's default). Its overlap of
+#: tensor-parallel communication with GEMMs (``--tp-comm-overlap``) is not modelled.
+MEGATRON_CORE_2024 = RuntimeProfile(
+    name="Megatron-Core 2024 (Transformer Engine, H100)",
+    attention="flash",
+    flash_kernel="cudnn",
+    dropout=True,
+    fused_elementwise=True,
+    sp_saves_gathered_input=False,
+    pp_recv_buffers="in_flight",
+    pp_p2p_blocking=False,
+    p2p_scatter_gather=False,
+    dp_overlap=True,
+    state_bytes=StateBytes(working=2, master=4, grads=4, optimizer=8),
+    residual_bytes=2,
+)
+
+
 #: Profiles `planc explain --runtime NAME` can predict for. Only "planc" can be compiled and run;
 #: the others answer "what would this layout do in that framework" (e.g. to compare with a
 #: published run).
-PROFILES: dict[str, RuntimeProfile] = {"planc": PLANC_RUNTIME, "megatron-lm-2021": MEGATRON_LM_2021}
+PROFILES: dict[str, RuntimeProfile] = {
+    "planc": PLANC_RUNTIME,
+    "megatron-lm-2021": MEGATRON_LM_2021,
+    "megatron-core-2024": MEGATRON_CORE_2024,
+}

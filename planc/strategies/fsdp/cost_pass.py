@@ -9,6 +9,22 @@ from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import fsdp_gather_bytes
 
 
+def parameter_gathers(zero: int, micro_batches: int, pp: int) -> int:
+    """Parameter all-gathers per step: one per forward (ZeRO-3: and one per backward) of every
+    micro-batch -- except under pipelining, where torch's ``PipelineStage`` keeps the FSDP
+    parameters unsharded after each backward (``set_reshard_after_backward(False)``, stage.py):
+    ZeRO-2 then gathers once per step, ZeRO-3 once per backward plus the first forward."""
+    if pp > 1:
+        return 1 if zero == 2 else micro_batches + 1
+    return micro_batches * (2 if zero == 3 else 1)
+
+
+def _gathers_text(zero: int, per_step: int, pp: int) -> str:
+    if pp > 1:
+        return f"{per_step} parameter all-gather(s) per step"
+    return f"{2 if zero == 3 else 1} parameter all-gather(s) per micro-batch"
+
+
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     """FSDP2 ``fully_shard``: ZeRO-2 (``reshard_after_forward=False``) and ZeRO-3.
 
@@ -41,10 +57,10 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     units = max(st.layers + st.embedding + st.head for st in ctx.stages)
     gather = units * all_gather_seconds(e * psi / units, link)
     scatter = units * reduce_scatter_seconds(g * psi / units, link)
-    gathers = 2 if zero == 3 else 1
     deferred = m > 1 and (lay.pp > 1 or bool(getattr(options, "accumulate_unsharded", False)))
     scatters = 1 if deferred else m
-    total = m * gathers * gather + scatters * scatter
+    n_gathers = parameter_gathers(zero, m, lay.pp)
+    total = n_gathers * gather + scatters * scatter
     if ctx.profile.dp_overlap:
         slow = ctx.slowest
         first_gather = all_gather_seconds(e * unit, link)
@@ -60,11 +76,11 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     when = "per step" if scatters == 1 else "per micro-batch"
     comm = CommCost(
         "dp",
-        volume=frac * psi * (m * gathers * e + scatters * g),
+        volume=frac * psi * (n_gathers * e + scatters * g),
         total=total,
         exposed=exposed,
         medium=link.medium,
-        detail=f"{gathers} parameter all-gather(s) per micro-batch, 1 gradient reduce-scatter {when}",
+        detail=f"{_gathers_text(zero, n_gathers, lay.pp)}, 1 gradient reduce-scatter {when}",
     )
     label = f"FSDP gathered parameters and unsharded gradients (ZeRO-{zero})"
 
@@ -73,10 +89,12 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         terms = [Term(label, fsdp_gather_bytes(st.largest_unit, zero, e, g))]
         if deferred:
             terms.append(Term("unsharded fp32 gradients kept across micro-batches", g * st.params))
+        if lay.pp > 1 and zero == 3 and m > 1:  # not resharded after backward (see n_gathers)
+            terms.append(Term("parameters left unsharded between micro-batches", e * st.params))
         return tuple(terms)
 
     # FSDP2 copies each gathered shard out of the all-gather buffer (read + write e bytes) and
     # casts the gradients to fp32 for the reduce-scatter (read e, write g): memory traffic.
-    copies = psi * (m * gathers * 2 * e + scatters * (e + g)) / ctx.device.memory_rate
+    copies = psi * (n_gathers * 2 * e + scatters * (e + g)) / ctx.device.memory_rate
     est = shard_states(ctx, est, zero, buffers, comm)
     return with_contention(ctx, est.replace(compute=est.compute + copies), comm.total - comm.exposed)
