@@ -93,7 +93,7 @@ def train_reference(
             inputs, targets = inputs_and_targets(batch.to(device))
             with autocast():
                 logits = model(inputs)
-            loss = loss_fn(logits, targets) / len(micro_batches)
+            loss = loss_fn(logits, targets, plan.model.vocab) / len(micro_batches)
             loss.backward()
             step_loss += loss.detach()
         norm = clip_grad_norm_(model.parameters(), train.grad_clip)

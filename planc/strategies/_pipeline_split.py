@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from functools import partial
 
 import torch.distributed as dist
 from torch.distributed.pipelining import (
@@ -15,7 +16,7 @@ from torch.distributed.pipelining import (
 )
 
 from planc.runtime.job import TiedWeight
-from planc.runtime.model import loss_fn
+from planc.runtime.model import loss_fn as model_loss_fn
 from planc.strategies.pipeline import assignment_style, layer_ranges, microbatches, stage_indices
 
 SINGLE_STAGE_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
@@ -86,6 +87,7 @@ def build_schedule(job, options):
     job.stages = stages
     n_micro = microbatches(job.plan, job.layout)
     schedule = job.layout.schedule
+    loss_fn = partial(model_loss_fn, vocab=job.plan.model.vocab)  # the last stage's loss
     if schedule in SINGLE_STAGE_SCHEDULES:
         return SINGLE_STAGE_SCHEDULES[schedule](stages[0], n_microbatches=n_micro, loss_fn=loss_fn, scale_grads=True)
     if schedule == "zero-bubble" and assignment_style(job.layout, options) == "v":
