@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 
 from planc.spec.issues import SpecIssue
 from planc.spec.plan import Plan
+from planc.weights.plan_checks import check_pretrained_weights
 
 Check = Callable[[Plan], Iterable[SpecIssue]]
 
@@ -220,6 +221,7 @@ CHECKS: tuple[Check, ...] = (
     check_sequence_parallel,
     check_learning_rate,
     check_checkpoint,
+    check_pretrained_weights,
 )
 
 

@@ -62,6 +62,12 @@ class ModelSpec(SpecModel):
     vocab_multiple: PositiveInt = 128
     """Pad the embedding and output to a multiple of this many rows, so vocabulary-parallel
     shards are equal and GEMMs aligned (Megatron's make-vocab-size-divisible-by; 50257 -> 50304)."""
+    init: Literal["random", "pretrained"] = "random"
+    """Starting weights: random (seeded; the same for every layout) or pretrained (the Hugging Face
+    safetensors in the weights directory; see docs/weights.md)."""
+    weights: str | None = None
+    """Directory of the Hugging Face model (config.json + safetensors) that init = pretrained reads,
+    relative to the .plan file (default: the directory of `from`)."""
 
     @model_validator(mode="before")
     @classmethod
