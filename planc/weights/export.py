@@ -229,7 +229,7 @@ def _write_torch(checkpoint, stored, plan: Plan, out: Path, dtype):
     """``model.pt``: planc's full state dict (a tied output shares the embedding's storage) and ``plan.json``."""
     tensors = _load(checkpoint, stored, sorted(stored))
     state = {name: t.to(dtype) for name, t in tensors.items()}
-    if plan.model.tie_embeddings and "output.weight" not in state:
+    if plan.model.tie_embeddings:  # one tensor, as in the model (DCP stores the tied output under both names)
         state["output.weight"] = state["tok_embeddings.weight"]
     torch.save(state, out / "model.pt")
     (out / "plan.json").write_text(plan.to_json() + "\n", encoding="utf-8")

@@ -1,0 +1,168 @@
+"""Hugging Face models made here by transformers (random init, no download) load into planc exactly.
+
+The reference is transformers' own model code: for each family planc reads, a model built from a
+config with ``from_config``-style random weights is saved with ``save_pretrained`` (single file and
+sharded), planc starts from it (``init = pretrained``), and both compute the same logits in fp32.
+The projections get large weights (std 0.3), so attention is far from uniform and a wrong RoPE
+layout or fused-QKV order changes the logits by O(1), not by rounding (see
+test_the_rope_conversion_is_what_makes_them_equal).
+"""
+
+import json
+import math
+
+import pytest
+import torch
+
+from planc.runtime.model import apply_rope, build_model, rope_table
+from planc.spec import build_plan
+from planc.weights import hf_names
+from planc.weights.import_hf import load_pretrained
+
+transformers = pytest.importorskip("transformers")
+
+TOLERANCE = 1e-4
+VOCAB = 100  # padded to 128 by planc: the padding rows load as zeros
+
+
+def _save(model, directory, **kwargs):
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.ndim == 2:
+                param.normal_(0.0, 0.3)
+            elif param.ndim == 1:
+                param.normal_(1.0 if "norm" in name or "ln" in name else 0.0, 0.1)
+    model.save_pretrained(directory, **kwargs)
+    return model.eval()
+
+
+def _llama(tmp_path, **extra):
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=32,
+        rope_theta=50.0,
+        rms_norm_eps=1e-6,
+        **extra,
+    )
+    return _save(transformers.LlamaForCausalLM(config), tmp_path / "hf")
+
+
+def _gpt2(tmp_path, **kwargs):
+    config = transformers.GPT2Config(
+        n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=48, bos_token_id=0, eos_token_id=0
+    )
+    return _save(transformers.GPT2LMHeadModel(config), tmp_path / "hf", **kwargs)
+
+
+def _neox(tmp_path, **extra):
+    settings = dict(rotary_pct=1.0, use_parallel_residual=False, hidden_act="gelu_pytorch_tanh", rope_theta=80.0)
+    config = transformers.GPTNeoXConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=VOCAB,
+        max_position_embeddings=32,
+        **{**settings, **extra},
+    )
+    return _save(transformers.GPTNeoXForCausalLM(config), tmp_path / "hf")
+
+
+def _planc_model(tmp_path, seq_len=32):
+    raw = {
+        "model": {"from": str(tmp_path / "hf"), "init": "pretrained", "seq_len": seq_len},
+        "hardware": {"device": "cpu", "per_node": 1},
+        "train": {"global_batch": 1},
+    }
+    spec = build_plan(raw).model
+    model = build_model(spec)
+    load_pretrained(model, spec)
+    return model.eval(), spec
+
+
+def _max_logit_difference(ours, theirs, seq_len=32) -> float:
+    tokens = torch.randint(0, VOCAB, (2, seq_len), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = theirs(tokens).logits
+        got = ours(tokens)[..., :VOCAB]
+    assert expected.abs().max() > 1.0  # logits large enough that a wrong layout could not hide
+    return (got - expected).abs().max().item()
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox"])
+def test_transformers_model_loads_into_planc_with_equal_logits(tmp_path, family):
+    theirs = {"llama": _llama, "gpt2": _gpt2, "gpt_neox": _neox}[family](tmp_path)
+    ours, spec = _planc_model(tmp_path)
+    assert spec.padded_vocab == 128 and spec.vocab == VOCAB
+    assert _max_logit_difference(ours, theirs) < TOLERANCE
+    assert torch.count_nonzero(ours.tok_embeddings.weight[VOCAB:]) == 0  # padding rows
+
+
+def test_sharded_checkpoint_and_a_shorter_position_table(tmp_path):
+    """save_pretrained's shards (model.safetensors.index.json) load; planc takes the first seq_len
+    rows of GPT-2's 48 learned positions."""
+    theirs = _gpt2(tmp_path, max_shard_size="20KB")
+    assert (tmp_path / "hf" / "model.safetensors.index.json").is_file()
+    assert len(list((tmp_path / "hf").glob("model-*.safetensors"))) > 2
+    ours, spec = _planc_model(tmp_path, seq_len=24)
+    assert spec.seq_len == 24 and ours.pos_embeddings.weight.shape == (24, 64)
+    assert _max_logit_difference(ours, theirs, seq_len=24) < TOLERANCE
+
+
+def test_the_rope_conversion_is_what_makes_them_equal(tmp_path, monkeypatch):
+    """The negative control: without the row permutation the same load is far off."""
+    theirs = _llama(tmp_path)
+    plain = hf_names.RowMap.hf_row
+
+    def no_permutation(self, row):
+        return plain(hf_names.RowMap(self.offset, self.head_dim, self.head_stride, False, self.valid_rows), row)
+
+    monkeypatch.setattr(hf_names.RowMap, "hf_row", no_permutation)
+    ours, _ = _planc_model(tmp_path)
+    assert _max_logit_difference(ours, theirs) > 0.1
+
+
+def test_rope_row_permutation_derived_from_both_definitions():
+    """planc rotates pairs (x[2i], x[2i+1]); Hugging Face's rotate_half rotates (x[i], x[i+d/2]), both
+    by position * theta^(-2i/d). Written out here from the RoFormer/transformers formulas: rotating
+    a query whose features are permuted by RowMap(rope=True) gives the permuted rotated query."""
+    d, seq, theta = 8, 5, 10000.0
+    x = torch.randn(1, seq, 1, d)
+    table = rope_table(seq, d, theta)  # [seq, d/2, (cos, sin)]
+    ours = apply_rope(x, table)[0, :, 0]
+    # Hugging Face: cos/sin repeated over the two halves, q * cos + rotate_half(q) * sin
+    cos = torch.cat([table[..., 0], table[..., 0]], dim=-1)
+    sin = torch.cat([table[..., 1], table[..., 1]], dim=-1)
+    rows = hf_names.RowMap(head_dim=d, rope=True)
+    to_hf = [rows.hf_row(r) for r in range(d)]  # planc feature r sits at Hugging Face feature to_hf[r]
+    hf_x = torch.empty(seq, d)
+    hf_x[:, to_hf] = x[0, :, 0]
+    rotate_half = torch.cat([-hf_x[:, d // 2 :], hf_x[:, : d // 2]], dim=-1)
+    hf_rotated = hf_x * cos + rotate_half * sin
+    assert torch.allclose(hf_rotated[:, to_hf], ours, atol=1e-6)
+    # planc row 2i + c <-> Hugging Face row c * d/2 + i
+    assert to_hf == [0, 4, 1, 5, 2, 6, 3, 7]
+    assert math.isclose(table[1, 1, 0].item(), math.cos(theta ** (-2 / d)), rel_tol=1e-6)
+
+
+def test_a_config_planc_does_not_build_exactly_is_refused_before_loading(tmp_path):
+    _neox(tmp_path, use_parallel_residual=True)
+    raw = {
+        "model": {"from": str(tmp_path / "hf"), "init": "pretrained"},
+        "hardware": {"device": "cpu", "per_node": 1},
+        "train": {"global_batch": 1},
+    }
+    from planc.spec.issues import SpecError
+
+    with pytest.raises(SpecError) as caught:
+        build_plan(raw)
+    (issue,) = caught.value.issues
+    assert issue.path == ("model", "init") and "use_parallel_residual = true" in issue.message
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["use_parallel_residual"] is True
