@@ -33,11 +33,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from planc.cost.memory import LOSS_CHUNK_ELEMENTS
+
 #: Logits per chunk (local ones, under vocabulary parallelism): 2**24 float32 values are 64 MiB,
-#: and a chunk's backward holds about five such tensors (see planc.cost.memory.logits_bytes).
-#: Large enough that each chunk is one big GEMM-sized kernel on a GPU (~330 tokens of a 50k
-#: vocabulary), small enough that the float32 work is a few hundred MiB, never gigabytes.
-CHUNK_ELEMENTS = 2**24
+#: and a chunk's backward holds three such tensors (planc.cost.memory.logits_bytes, which defines
+#: the constant so the cost model and the runtime cannot disagree). Large enough that each chunk
+#: is a big kernel on a GPU (333 tokens of a 50k vocabulary), small enough that the float32 work
+#: is about 200 MiB, never gigabytes.
+CHUNK_ELEMENTS = LOSS_CHUNK_ELEMENTS
 
 
 def tokens_per_chunk(local_vocab: int, chunk_elements: int = CHUNK_ELEMENTS) -> int:
@@ -65,9 +68,9 @@ def chunked_cross_entropy(
     local_vocab = _local_width(flat_logits)
     step = tokens_per_chunk(local_vocab, chunk_elements)
     total = None
-    for start in range(0, count, step):
-        chunk = flat_logits[start : start + step]
-        chunk_targets = flat_targets[start : start + step]
+    # split, not slicing: one SplitBackward concatenates the chunks' gradients once, where each
+    # slice's backward would write its chunk into a zero tensor of the full size
+    for chunk, chunk_targets in zip(flat_logits.split(step), flat_targets.split(step)):
         part = checkpoint(_chunk_loss_sum, chunk, chunk_targets, mask, use_reentrant=False)
         total = part if total is None else total + part
     return total / count
