@@ -166,3 +166,57 @@ def test_a_config_planc_does_not_build_exactly_is_refused_before_loading(tmp_pat
     assert issue.path == ("model", "init") and "use_parallel_residual = true" in issue.message
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["use_parallel_residual"] is True
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox"])
+def test_a_shard_reads_exactly_its_block_of_the_full_tensor(tmp_path, family):
+    """What a TP/FSDP rank reads (rows a..b, columns c..d of a planc tensor, through the RoPE
+    permutation, fused QKV and Conv1D transpose) is that block of what one process loads whole."""
+    from safetensors import safe_open
+
+    from planc.weights.hf_names import tensor_sources
+    from planc.weights.import_hf import read_block
+
+    {"llama": _llama, "gpt2": _gpt2, "gpt_neox": _neox}[family](tmp_path)
+    whole, spec = _planc_model(tmp_path)
+    sources = tensor_sources(spec, family)
+    blocks = [((0, 0), (16, 64)), ((5, 3), (7, 20)), ((16, 32), (16, 32)), ((60, 0), (3, 64))]
+    with safe_open(str(tmp_path / "hf" / "model.safetensors"), framework="pt") as stored:
+        for name in ("layers.1.attention.wq.weight", "layers.0.attention.wk.weight", "layers.1.attention.wv.weight"):
+            source = sources[name]
+            full = dict(whole.named_parameters())[name].detach()
+            for (row, col), (rows, cols) in blocks:
+                rows, cols = min(rows, full.shape[0] - row), min(cols, full.shape[1] - col)
+                if rows <= 0:
+                    continue
+                got = read_block(stored.get_slice(source.hf_name), source, (row, col), (rows, cols))
+                assert torch.equal(got, full[row : row + rows, col : col + cols]), (name, row, col)
+        embedding = sources["tok_embeddings.weight"]  # rows 96..127 are padding: zeros, none read
+        got = read_block(stored.get_slice(embedding.hf_name), embedding, (96, 8), (32, 16))
+        assert torch.equal(got[:4], whole.tok_embeddings.weight.detach()[96:100, 8:24]) and not got[4:].any()
+
+
+def test_pipeline_stages_load_their_own_layers_and_the_tied_output(tmp_path):
+    """Split as the pipeline strategy splits (layers deleted, ends set to None): each stage loads
+    the same values as the whole model; the last stage's tied output is the embedding."""
+    import copy
+
+    _gpt2(tmp_path)
+    whole, spec = _planc_model(tmp_path)
+    assert spec.tie_embeddings
+    for stage, keep in ((0, {"0"}), (1, {"1"})):
+        part = copy.deepcopy(build_model(spec, device="meta"))
+        for name in list(part.layers):
+            if name not in keep:
+                del part.layers[name]
+        if stage == 0:
+            part.norm = part.output = None
+        else:
+            part.tok_embeddings = part.pos_embeddings = None
+        part.to_empty(device="cpu")
+        load_pretrained(part, spec)
+        expected = dict(whole.named_parameters())
+        for name, param in part.named_parameters():
+            source = "tok_embeddings.weight" if name == "output.weight" else name
+            assert torch.equal(param, expected[source]), name
+        assert (stage == 1) == ("output.weight" in dict(part.named_parameters()))
