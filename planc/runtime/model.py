@@ -94,9 +94,10 @@ class Attention(nn.Module):
     def __init__(self, spec: ModelSpec):
         super().__init__()
         self.head_dim = spec.head_dim
-        self.wq = nn.Linear(spec.hidden, spec.heads * spec.head_dim, bias=spec.bias)
-        self.wk = nn.Linear(spec.hidden, spec.kv_dim, bias=spec.bias)
-        self.wv = nn.Linear(spec.hidden, spec.kv_dim, bias=spec.bias)
+        qkv_bias = spec.bias or spec.qkv_bias
+        self.wq = nn.Linear(spec.hidden, spec.heads * spec.head_dim, bias=qkv_bias)
+        self.wk = nn.Linear(spec.hidden, spec.kv_dim, bias=qkv_bias)
+        self.wv = nn.Linear(spec.hidden, spec.kv_dim, bias=qkv_bias)
         self.wo = nn.Linear(spec.heads * spec.head_dim, spec.hidden, bias=spec.bias)
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor | None = None) -> torch.Tensor:

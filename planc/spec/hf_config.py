@@ -110,9 +110,7 @@ def _llama(config: dict, notes: list[str]) -> dict:
     if rope_type not in (None, "default"):
         notes.append(f"RoPE type {rope_type!r} is built as plain RoPE")
     bias = bool(config.get("attention_bias", False) or config.get("mlp_bias", False))
-    if config.get("model_type") == "qwen2":
-        bias = False
-        notes.append("Qwen2's QKV-only biases are not built (no biases)")
+    qwen2 = config.get("model_type") == "qwen2"  # biases on q, k and v only, always
     return dict(
         layers=config["num_hidden_layers"],
         hidden=config["hidden_size"],
@@ -128,7 +126,8 @@ def _llama(config: dict, notes: list[str]) -> dict:
         norm="rmsnorm",
         position="rope",
         tie_embeddings=bool(config.get("tie_word_embeddings", False)),
-        bias=bias,
+        bias=bias and not qwen2,
+        qkv_bias=qwen2,
         rope_theta=theta,
         norm_eps=float(config.get("rms_norm_eps", 1e-6)),
     )

@@ -40,6 +40,8 @@ def config_for(spec: ModelSpec, family: Family, dtype: str = "fp32") -> dict[str
         "bos_token_id": None,
         "eos_token_id": None,
     }
+    if family == "llama" and spec.qkv_bias and not spec.bias:
+        return _qwen2(spec, rope, common)
     if family == "llama":
         return {
             "architectures": ["LlamaForCausalLM"],
@@ -101,6 +103,30 @@ def config_for(spec: ModelSpec, family: Family, dtype: str = "fp32") -> dict[str
     }
 
 
+def _qwen2(spec: ModelSpec, rope: dict, common: dict) -> dict[str, Any]:
+    """Qwen2ForCausalLM: Llama's layout with biases on q, k and v only; no sliding window."""
+    return {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": spec.hidden,
+        "intermediate_size": spec.ffn,
+        "num_hidden_layers": spec.layers,
+        "num_attention_heads": spec.heads,
+        "num_key_value_heads": spec.kv_heads,
+        "head_dim": spec.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": spec.seq_len,
+        "rms_norm_eps": spec.norm_eps,
+        "rope_theta": spec.rope_theta,
+        "rope_parameters": rope,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": spec.layers,
+        "attention_dropout": 0.0,
+        **common,
+    }
+
+
 def differences(config: dict[str, Any], spec: ModelSpec) -> list[str]:
     """What the Hugging Face model of ``config`` computes differently from planc's model of ``spec``.
 
@@ -141,7 +167,12 @@ def _llama(config: dict[str, Any], spec: ModelSpec) -> list[str]:
     if head_dim is not None and head_dim != spec.head_dim:
         found.append(f"head_dim = {head_dim}, but hidden / heads = {spec.head_dim}")
     if config.get("model_type") == "qwen2":
-        found.append("Qwen2's biases on q, k and v only (planc builds biases on every linear or on none)")
+        if spec.bias:
+            found.append("Qwen2 has biases on q, k and v only, but the plan has bias = true (on every linear)")
+        elif not spec.qkv_bias:
+            found.append("Qwen2 has biases on q, k and v, but the plan has qkv_bias = false")
+    elif spec.qkv_bias and not spec.bias:
+        found.append("qkv_bias = true, but a Llama config's attention_bias covers o_proj too (q/k/v-only is Qwen2's)")
     else:
         attention_bias, mlp_bias = bool(config.get("attention_bias", False)), bool(config.get("mlp_bias", False))
         if attention_bias != mlp_bias:

@@ -2,13 +2,13 @@
 
 Three Hugging Face architectures compute exactly what planc's transformer computes:
 
-============  =====================================  ===========================================
+============  =====================================  ==================================================
 family        planc model                            Hugging Face classes
-============  =====================================  ===========================================
-``llama``     swiglu, rmsnorm, rope (GQA allowed)    LlamaForCausalLM (also Mistral, Qwen2 names)
+============  =====================================  ==================================================
+``llama``     swiglu, rmsnorm, rope (GQA allowed)    LlamaForCausalLM; Qwen2ForCausalLM with qkv_bias
 ``gpt2``      gelu, layernorm, learned positions     GPT2LMHeadModel
 ``gpt_neox``  gelu, layernorm, rope                  GPTNeoXForCausalLM (sequential residual)
-============  =====================================  ===========================================
+============  =====================================  ==================================================
 
 Four layout differences are converted here, never guessed at load time:
 
@@ -216,7 +216,8 @@ def tensor_sources(spec: ModelSpec, family: Family) -> dict[str, TensorSource]:
                         f"{p}{hf_name}.{leaf}", transpose=transposed and leaf == "weight"
                     )
         for proj, source in _attention_sources(spec, family, p).items():
-            for leaf in linear_leaves:
+            qkv_only = spec.qkv_bias and proj != "wo"  # Qwen2: biases on q, k, v only
+            for leaf in ("weight", "bias") if qkv_only else linear_leaves:
                 sources[f"layers.{i}.attention.{proj}.{leaf}"] = TensorSource(
                     f"{source.hf_name}.{leaf}", source.rows, source.transpose and leaf == "weight"
                 )
@@ -259,6 +260,7 @@ def hf_shapes(spec: ModelSpec, family: Family) -> dict[str, tuple[int, ...]]:
             linears |= {"mlp.dense_h_to_4h": (f, h), "mlp.dense_4h_to_h": (h, f)}
         for name, shape in linears.items():
             shapes[f"{p}{name}.weight"] = shape
-            if biased:
+            qwen2_bias = spec.qkv_bias and not spec.bias and name.endswith(("q_proj", "k_proj", "v_proj"))
+            if biased or qwen2_bias:
                 shapes[f"{p}{name}.bias"] = (shape[1],) if family == "gpt2" else (shape[0],)
     return shapes

@@ -78,6 +78,24 @@ def test_sharded_neox_export_loads_in_transformers_and_back_into_planc(tmp_path,
     assert (_logits(again.eval()) - expected).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize(
+    ("keys", "hf_class"),
+    [
+        (dict(mlp="swiglu", norm="rmsnorm", position="rope", kv_heads=2), "LlamaForCausalLM"),
+        (dict(mlp="swiglu", norm="rmsnorm", position="rope", kv_heads=2, qkv_bias=True), "Qwen2ForCausalLM"),
+        (dict(mlp="swiglu", norm="rmsnorm", position="rope", bias=True, tie_embeddings=True), "LlamaForCausalLM"),
+        (dict(mlp="gelu", norm="layernorm", position="learned", bias=False), "GPT2LMHeadModel"),
+    ],
+)
+def test_each_family_exports_to_its_transformers_class(tmp_path, keys, hf_class):
+    """Including biases the family has and the model lacks (GPT-2 without biases: zeros)."""
+    run, _, model = _run_dir(tmp_path, **keys)
+    assert main(["export", str(run), "--to", str(tmp_path / "hf")]) == 0
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert type(theirs).__name__ == hf_class
+    assert (_logits(theirs) - _logits(model)).abs().max() < 1e-4
+
+
 def test_torch_format_is_the_state_dict_and_loads_weights_only(tmp_path):
     run, plan, model = _run_dir(tmp_path, tie_embeddings=True)
     assert main(["export", str(run), "--to", str(tmp_path / "pt"), "--format", "torch", "--dtype", "bf16"]) == 0

@@ -53,6 +53,22 @@ def _llama(tmp_path, **extra):
     return _save(transformers.LlamaForCausalLM(config), tmp_path / "hf")
 
 
+def _qwen2(tmp_path):
+    config = transformers.Qwen2Config(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=32,
+        rope_theta=50.0,
+        tie_word_embeddings=True,
+        use_sliding_window=False,
+    )
+    return _save(transformers.Qwen2ForCausalLM(config), tmp_path / "hf")
+
+
 def _gpt2(tmp_path, **kwargs):
     config = transformers.GPT2Config(
         n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=48, bos_token_id=0, eos_token_id=0
@@ -95,9 +111,9 @@ def _max_logit_difference(ours, theirs, seq_len=32) -> float:
     return (got - expected).abs().max().item()
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2", "gpt_neox"])
 def test_transformers_model_loads_into_planc_with_equal_logits(tmp_path, family):
-    theirs = {"llama": _llama, "gpt2": _gpt2, "gpt_neox": _neox}[family](tmp_path)
+    theirs = {"llama": _llama, "qwen2": _qwen2, "gpt2": _gpt2, "gpt_neox": _neox}[family](tmp_path)
     ours, spec = _planc_model(tmp_path)
     assert spec.padded_vocab == 128 and spec.vocab == VOCAB
     assert _max_logit_difference(ours, theirs) < TOLERANCE

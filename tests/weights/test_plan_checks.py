@@ -92,7 +92,6 @@ def test_missing_tensor_and_pickles_only(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
-        ({"model_type": "qwen2"}, "Qwen2's biases on q, k and v only"),
         ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
         ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0}}, "RoPE type 'llama3'"),
         ({"sliding_window": 8}, "sliding-window attention over 8 tokens, shorter than seq_len = 16"),
@@ -102,6 +101,15 @@ def test_what_planc_would_build_differently_is_refused(tmp_path, capsys, changes
     _weights_dir(tmp_path / "hf", _spec(), config_changes=changes)
     status, out = _check(tmp_path, capsys, 'model from "hf" { init = pretrained }')
     assert status == 1 and expected in out, out
+
+
+def test_qwen2_needs_its_qkv_biases(tmp_path, capsys):
+    _weights_dir(tmp_path / "hf", _spec(qkv_bias=True))
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["model_type"] == "qwen2"  # what planc exports a model with q/k/v-only biases as
+    assert _check(tmp_path, capsys, 'model from "hf" { init = pretrained }')[0] == 0
+    status, out = _check(tmp_path, capsys, 'model from "hf" { init = pretrained  qkv_bias = false }')
+    assert status == 1 and "Qwen2 has biases on q, k and v, but the plan has qkv_bias = false" in out
 
 
 def test_an_override_that_unties_tied_weights(tmp_path, capsys):

@@ -35,6 +35,7 @@ PLAN = Plan.model_validate(
                'position': 'learned',
                'tie_embeddings': False,
                'bias': True,
+               'qkv_bias': False,
                'rope_theta': 10000.0,
                'norm_eps': 1e-05,
                'vocab_multiple': 128,
