@@ -29,7 +29,6 @@ _DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16"}
 
 def config_for(spec: ModelSpec, family: Family, dtype: str = "fp32") -> dict[str, Any]:
     """The ``config.json`` of ``spec`` exported as ``family`` with weights stored in ``dtype`` (fp32 | bf16)."""
-    rope = {"rope_type": "default", "rope_theta": spec.rope_theta}
     common = {
         "vocab_size": spec.vocab,
         "tie_word_embeddings": spec.tie_embeddings,
@@ -40,47 +39,59 @@ def config_for(spec: ModelSpec, family: Family, dtype: str = "fp32") -> dict[str
         "bos_token_id": None,
         "eos_token_id": None,
     }
-    if family == "llama" and spec.qkv_bias and not spec.bias:
-        return _qwen2(spec, rope, common)
-    if family == "llama":
-        return {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            "hidden_size": spec.hidden,
-            "intermediate_size": spec.ffn,
-            "num_hidden_layers": spec.layers,
-            "num_attention_heads": spec.heads,
-            "num_key_value_heads": spec.kv_heads,
-            "head_dim": spec.head_dim,
-            "hidden_act": "silu",
-            "max_position_embeddings": spec.seq_len,
-            "rms_norm_eps": spec.norm_eps,
-            "rope_theta": spec.rope_theta,
-            "rope_parameters": rope,
-            "attention_bias": spec.bias,
-            "mlp_bias": spec.bias,
-            "attention_dropout": 0.0,
-            **common,
-        }
     if family == "gpt2":
-        return {
-            "architectures": ["GPT2LMHeadModel"],
-            "model_type": "gpt2",
-            "n_embd": spec.hidden,
-            "n_layer": spec.layers,
-            "n_head": spec.heads,
-            "n_inner": spec.ffn,
-            "n_positions": spec.seq_len,
-            "n_ctx": spec.seq_len,
-            "activation_function": "gelu_new",
-            "layer_norm_epsilon": spec.norm_eps,
-            "scale_attn_weights": True,
-            "scale_attn_by_inverse_layer_idx": False,
-            "resid_pdrop": 0.0,
-            "embd_pdrop": 0.0,
-            "attn_pdrop": 0.0,
-            **common,
-        }
+        return {**_gpt2_config(spec), **common}
+    rope = {"rope_type": "default", "rope_theta": spec.rope_theta}
+    if family == "gpt_neox":
+        return {**_neox_config(spec, rope), **common}
+    return {**_llama_config(spec, rope), **common}
+
+
+def _llama_config(spec: ModelSpec, rope: dict) -> dict[str, Any]:
+    """LlamaForCausalLM; with biases on q, k and v only, Qwen2ForCausalLM (the same layout, no window)."""
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": spec.hidden,
+        "intermediate_size": spec.ffn,
+        "num_hidden_layers": spec.layers,
+        "num_attention_heads": spec.heads,
+        "num_key_value_heads": spec.kv_heads,
+        "head_dim": spec.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": spec.seq_len,
+        "rms_norm_eps": spec.norm_eps,
+        "rope_theta": spec.rope_theta,
+        "rope_parameters": rope,
+        "attention_dropout": 0.0,
+    }
+    if spec.qkv_bias and not spec.bias:
+        qwen2 = {"use_sliding_window": False, "sliding_window": None, "max_window_layers": spec.layers}
+        return {**config, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", **qwen2}
+    return {**config, "attention_bias": spec.bias, "mlp_bias": spec.bias}
+
+
+def _gpt2_config(spec: ModelSpec) -> dict[str, Any]:
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "n_embd": spec.hidden,
+        "n_layer": spec.layers,
+        "n_head": spec.heads,
+        "n_inner": spec.ffn,
+        "n_positions": spec.seq_len,
+        "n_ctx": spec.seq_len,
+        "activation_function": "gelu_new",
+        "layer_norm_epsilon": spec.norm_eps,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+    }
+
+
+def _neox_config(spec: ModelSpec, rope: dict) -> dict[str, Any]:
     return {
         "architectures": ["GPTNeoXForCausalLM"],
         "model_type": "gpt_neox",
@@ -99,31 +110,6 @@ def config_for(spec: ModelSpec, family: Family, dtype: str = "fp32") -> dict[str
         "rope_parameters": {**rope, "partial_rotary_factor": 1.0},
         "hidden_dropout": 0.0,
         "attention_dropout": 0.0,
-        **common,
-    }
-
-
-def _qwen2(spec: ModelSpec, rope: dict, common: dict) -> dict[str, Any]:
-    """Qwen2ForCausalLM: Llama's layout with biases on q, k and v only; no sliding window."""
-    return {
-        "architectures": ["Qwen2ForCausalLM"],
-        "model_type": "qwen2",
-        "hidden_size": spec.hidden,
-        "intermediate_size": spec.ffn,
-        "num_hidden_layers": spec.layers,
-        "num_attention_heads": spec.heads,
-        "num_key_value_heads": spec.kv_heads,
-        "head_dim": spec.head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": spec.seq_len,
-        "rms_norm_eps": spec.norm_eps,
-        "rope_theta": spec.rope_theta,
-        "rope_parameters": rope,
-        "use_sliding_window": False,
-        "sliding_window": None,
-        "max_window_layers": spec.layers,
-        "attention_dropout": 0.0,
-        **common,
     }
 
 

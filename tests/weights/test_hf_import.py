@@ -37,35 +37,26 @@ def _save(model, directory, **kwargs):
     return model.eval()
 
 
+#: A small Llama-layout model (GQA: 4 query heads, 2 KV heads), for Llama and Qwen2.
+LLAMA_SHAPE = dict(
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=VOCAB,
+    max_position_embeddings=32,
+    rope_theta=50.0,
+)
+
+
 def _llama(tmp_path, **extra):
-    config = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=VOCAB,
-        max_position_embeddings=32,
-        rope_theta=50.0,
-        rms_norm_eps=1e-6,
-        **extra,
-    )
+    config = transformers.LlamaConfig(**LLAMA_SHAPE, rms_norm_eps=1e-6, **extra)
     return _save(transformers.LlamaForCausalLM(config), tmp_path / "hf")
 
 
 def _qwen2(tmp_path):
-    config = transformers.Qwen2Config(
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=VOCAB,
-        max_position_embeddings=32,
-        rope_theta=50.0,
-        tie_word_embeddings=True,
-        use_sliding_window=False,
-    )
+    config = transformers.Qwen2Config(**LLAMA_SHAPE, tie_word_embeddings=True, use_sliding_window=False)
     return _save(transformers.Qwen2ForCausalLM(config), tmp_path / "hf")
 
 
