@@ -62,7 +62,8 @@ def summary(plan) -> str:
         devices += f" ({hardware.nodes} nodes × {hardware.per_node})"
     from planc.explain.visible import visible
 
-    return visible(f"{plan.model.name or 'custom model'}, {count(plan.model.params)} params, {devices}")
+    weights = f", starting from the weights in {plan.model.weights}" if plan.model.init == "pretrained" else ""
+    return visible(f"{plan.model.name or 'custom model'}, {count(plan.model.params)} params, {devices}{weights}")
 
 
 def count(n: int) -> str:

@@ -46,6 +46,7 @@ def test_matching_weights_pass(tmp_path, capsys):
     _weights_dir(tmp_path / "hf", _spec())
     status, out = _check(tmp_path, capsys, 'model from "hf" {\n  init = pretrained\n}')
     assert status == 0, out
+    assert f"starting from the weights in {(tmp_path / 'hf').resolve()}" in out
     plan = build_plan(
         {"model": {"from": str(tmp_path / "hf"), "init": "pretrained"}, "hardware": {"device": "cpu"}, "train": {}}
         | {"train": {"global_batch": 1}}
