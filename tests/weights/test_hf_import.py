@@ -227,3 +227,50 @@ def test_pipeline_stages_load_their_own_layers_and_the_tied_output(tmp_path):
             source = "tok_embeddings.weight" if name == "output.weight" else name
             assert torch.equal(param, expected[source]), name
         assert (stage == 1) == ("output.weight" in dict(part.named_parameters()))
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        dict(tp=2, pp=1, dp=2, zero=3, schedule=None, sequence_parallel=False),  # FSDP over TP: _StridedShard
+        dict(tp=2, pp=2, dp=1, zero=0, schedule="1f1b", sequence_parallel=True),
+    ],
+    ids=["fsdp-over-tp", "pp-tp-sp"],
+)
+def test_every_rank_of_a_layout_loads_exactly_its_shards(tmp_path, layout):
+    """The real strategies (compose) on each of 4 ranks of torch's fake process group -- no processes,
+    no communication: every local shard equals DTensor's own sharding of the whole-model value."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor, distribute_tensor
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from planc.runtime.compose import compose
+    from planc.runtime.model import canonical_name
+    from planc.spec import Layout
+
+    _llama(tmp_path)
+    raw = {
+        "model": {"from": str(tmp_path / "hf"), "init": "pretrained"},
+        "hardware": {"device": "cpu", "per_node": 4},
+        "train": {"global_batch": 4, "precision": "fp32"},
+    }
+    plan = build_plan(raw)
+    whole = build_model(plan.model)
+    load_pretrained(whole, plan.model)
+    expected = dict(whole.named_parameters())
+    placements = set()
+    for rank in range(4):
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=4)
+        try:
+            job = compose(plan, Layout(**layout, recompute="none", micro_batch=2))
+            for part in job.unwrapped_parts():
+                for name, param in part.named_parameters():
+                    full = expected[canonical_name(name, plan.model)].detach()
+                    assert isinstance(param, DTensor), name
+                    placements.add(str(param.placements))
+                    want = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
+                    assert torch.equal(param.to_local(), want.to_local()), (rank, name, param.placements)
+        finally:
+            dist.destroy_process_group()
+    if layout["zero"] == 3:
+        assert any("_StridedShard" in p for p in placements)
