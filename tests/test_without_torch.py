@@ -71,6 +71,8 @@ def test_check_fmt_explain_compile_presets_docs_need_no_torch(planc_without_torc
         assert result.returncode == 0, (argv, result.stderr[-2000:])
         assert "Traceback" not in result.stderr, argv
     assert "torchrun --standalone --nproc-per-node 8 train.py" in (tmp_path / "train.py").read_text()
+    presets = planc_without_torch("presets").stdout
+    assert "llama3-8b" in presets and "8,030,261,248" in presets and "H100-SXM" in presets
 
 
 def test_run_and_export_say_how_to_install_the_runtime(planc_without_torch, tmp_path):
