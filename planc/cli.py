@@ -28,7 +28,10 @@ COMMANDS: dict[str, str] = {
     "explain": "planc.commands.explain",
     "compile": "planc.commands.compile",
     "run": "planc.commands.run",
+    "export": "planc.commands.export",
     "plugins": "planc.commands.plugins",
+    "presets": "planc.commands.presets",
+    "docs": "planc.commands.docs",
 }
 
 
@@ -36,7 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="planc",
         description="planc — compile a declarative .plan into a distributed LLM training program.",
-        epilog="Run `planc COMMAND --help` for a command's options. Docs: docs/language.md.",
+        epilog=(
+            "Run `planc COMMAND --help` for a command's options, `planc docs` for the documentation "
+            "(planc docs getting-started, language, weights, gpu, ...)."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"planc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -192,7 +192,7 @@ def top_level_imports(path: Path) -> set[str]:
     return found
 
 
-#: The plan-time half: what check, explain, fmt, plugins and compile import. None of it may
+#: The plan-time half: what check, explain, fmt, plugins, compile, presets and docs import. None of it may
 #: import torch when it is imported (a strategy's run-time part is imported by its hooks, lazily).
 PLAN_TIME = (
     "planc.stages",
@@ -213,6 +213,8 @@ PLAN_TIME = (
     "planc.commands.fmt",
     "planc.commands.plugins",
     "planc.commands.compile",
+    "planc.commands.presets",
+    "planc.commands.docs",
 )
 
 

@@ -164,7 +164,7 @@ def main() -> None:
 
 {composition}{chr(10).join(apply_lines)}
 
-    # Same starting weights on every layout: each parameter depends only on (seed, its name).
+    {_init_comment(plan)}
     job.init_weights()
     job.build_optimizer()
     try:
@@ -176,6 +176,13 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 '''
+
+
+def _init_comment(plan: Plan) -> str:
+    """Where the starting weights come from, as a comment line of the program (no user text in it)."""
+    if plan.model.init == "pretrained":
+        return "# Start from the Hugging Face weights in PLAN.model.weights; each rank reads only its shards."
+    return "# Same starting weights on every layout: each parameter depends only on (seed, its name)."
 
 
 def _docstring(plan: Plan, layout: Layout, strategies, prediction, program_name: str) -> str:

@@ -69,4 +69,5 @@ def summary(plan: Plan) -> str:
     devices = f"{hardware.world_size} × {hardware.device}"
     if hardware.nodes > 1:
         devices += f" ({hardware.nodes} nodes × {hardware.per_node})"
-    return visible(f"{plan.model.name or 'custom model'}, {format_count(plan.model.params)} params, {devices}")
+    weights = f", starting from the weights in {plan.model.weights}" if plan.model.init == "pretrained" else ""
+    return visible(f"{plan.model.name or 'custom model'}, {format_count(plan.model.params)} params, {devices}{weights}")

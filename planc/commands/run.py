@@ -34,6 +34,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from planc import launch
     from planc.codegen import compile_plan
+    from planc.commands.runtime import require_torch
     from planc.dsl.load import load_plan
     from planc.errors import PlanError
     from planc.strategies.registry import load_registry
@@ -78,6 +79,7 @@ def run(args) -> int:
             print(command)
         return 0
 
+    require_torch("planc run", *(["safetensors"] if plan.model.init == "pretrained" else []))
     launch.check_local_devices(compiled)
     status = launch.launch_local(compiled, run_dir, steps=args.steps)
     records = launch.last_metrics(run_dir)

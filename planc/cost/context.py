@@ -176,7 +176,7 @@ class ContextCache:
             found = (
                 embedding_times(model, b, tp, self.device, r),
                 head_times(model, b, tp, sp, self.device, e, r),
-                logits_bytes(model, b, tp, e),
+                logits_bytes(model, b, tp, e, loss=self.profile.loss),
             )
             self._edges[key] = found
         return found

@@ -8,7 +8,7 @@ degree, L layers, p pipeline stages, v virtual stages (model chunks per rank), m
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from planc.cost.profile import RuntimeProfile, StateBytes
 from planc.spec.model import ModelSpec
@@ -198,14 +198,51 @@ def layer_activation_bytes(
     return LayerActivations(none=none, selective=selective, full=block_input)
 
 
-def logits_bytes(model: ModelSpec, b: int, tp: int, compute_bytes: int) -> float:
-    """Peak bytes of the output logits and loss for one micro-batch on the last stage.
+#: Logits per chunk of planc's loss (local ones under vocabulary parallelism); the runtime's
+#: planc.runtime.loss.CHUNK_ELEMENTS is this constant.
+LOSS_CHUNK_ELEMENTS = 2**24
 
-    The head GEMM writes e bytes per logit; the loss upcasts to fp32 (4) and log-softmax keeps
-    its fp32 output (4) for backward (vocab-parallel: / t). Korthikanti et al. 2022 count the
-    fp32 logits as 4 s b V; we add the 16-bit GEMM output and the upcast copy alive with it.
+
+def logits_bytes(
+    model: ModelSpec,
+    b: int,
+    tp: int,
+    compute_bytes: int,
+    chunk_elements: int = LOSS_CHUNK_ELEMENTS,
+    loss: Literal["chunked", "whole", "megatron"] = "chunked",
+) -> float:
+    """Peak bytes of the output logits, the loss and the logits' gradient for one micro-batch
+    on the last stage (measured by bench/loss_memory.py; tests/runtime/test_loss.py).
+
+    planc's loss (:mod:`planc.runtime.loss`) runs the float32 cross-entropy in chunks of
+    ``c = min(N, floor(C / V_t) V_t)`` logits (N = s b V / t the local logits, V_t = V / t the
+    local vocabulary, C = ``chunk_elements``) under activation checkpointing. The forward keeps
+    only the logits in the head GEMM's dtype (e N). Backward recomputes one chunk at a time and
+    hands each chunk's gradient (e c) to the split, which concatenates them once all have come.
+    The peak is at the last chunk's log-softmax backward: the logits (e N), the other chunks'
+    gradients (e N - e c), and that chunk's float32 log-softmax output, its incoming and its
+    outgoing gradient (3 x 4 c):
+
+        2 e N + (12 - e) c
+
+    (e = 2: 4 N + 10 c; e = 4: 8 N + 8 c). The unchunked float32 loss held 12 N at its peak (the
+    log-softmax output, its incoming and its outgoing gradient over all logits), whatever e --
+    Korthikanti et al. 2022 count 4 s b V for the float32 logits alone.
+
+    Other programs (``RuntimeProfile.loss``): ``whole`` is that unchunked loss, 12 N;
+    ``megatron`` (Megatron's vocab-parallel cross-entropy, which computes the softmax in place in
+    an fp32 copy of the logits and keeps it for backward) the head's output and that copy and its
+    softmax, (e + 8) N.
     """
-    return (compute_bytes + 8) * model.seq_len * b * model.padded_vocab / tp
+    n = model.seq_len * b * model.padded_vocab / tp
+    if loss == "whole":
+        return 12 * n
+    if loss == "megatron":
+        return (compute_bytes + 8) * n
+    local_vocab = max(1, model.padded_vocab // tp)
+    c = min(n, max(1, chunk_elements // local_vocab) * local_vocab)
+    e = compute_bytes
+    return 2 * e * n + (12 - e) * c
 
 
 # -- fixed overheads ---------------------------------------------------------------------------

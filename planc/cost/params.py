@@ -40,6 +40,8 @@ def layer_params_per_shard(model: ModelSpec, tp: int) -> int:
     if model.bias:
         sharded += (h + 2 * kv) + (matrices - 1) * f  # column-parallel biases
         replicated += 2 * h  # row-parallel biases (attention-out, MLP-out)
+    elif model.qkv_bias:
+        sharded += h + 2 * kv  # Qwen2: the QKV biases only
     return sharded // tp + replicated
 
 

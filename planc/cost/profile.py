@@ -77,10 +77,17 @@ class RuntimeProfile:
     the fp32 normalized tensor: 8 bytes per element on top of the output."""
     selective_policy: Literal["planc", "every-other-mm"] = "planc"
     """Which matmuls selective recomputation reruns besides the elementwise kernels. ``planc``:
-    the attention-out projection (``planc/strategies/_recompute_policy.py``). ``every-other-mm``:
+    the attention-out projection (``planc/strategies/recompute/runtime.py``). ``every-other-mm``:
     torchtitan's op-level policy (``_save_list`` in its ``parallelize_llama.py``, 2024) saves the
     output of every compute op except every second ``aten.mm`` of a block: wk, wo and the MLP's
     second matmul are recomputed. Only the time differs here; the saved bytes are planc's."""
+    loss: Literal["chunked", "whole", "megatron"] = "chunked"
+    """How the cross-entropy holds the logits (:func:`planc.cost.memory.logits_bytes`).
+    ``chunked``: planc's loss (``planc/runtime/loss.py``), float32 in chunks under activation
+    checkpointing. ``whole``: ``F.cross_entropy(logits.float())`` over all logits at once
+    (torchtitan), 12 bytes per logit at its peak (measured, ``bench/loss_memory.py``).
+    ``megatron``: Megatron's vocab-parallel cross-entropy over an fp32 copy of the logits, which
+    keeps its softmax in that copy: the head's output and 8 bytes of fp32 per logit."""
     pp_recv_buffers: Literal["per_microbatch", "in_flight"] = "per_microbatch"
     """torch.distributed.pipelining allocates an activation and a gradient receive buffer for
     *every* micro-batch up front (stage.py ``_setup_forward_recv_info``); Megatron only for those
@@ -127,6 +134,7 @@ def on_hardware(profile: RuntimeProfile, is_cpu: bool) -> RuntimeProfile:
 #: all-reduce after the backward pass.
 MEGATRON_LM_2021 = RuntimeProfile(
     name="Megatron-LM 2021 (Narayanan et al.)",
+    loss="megatron",
     attention="materialized",
     dropout=True,
     fused_elementwise=True,
@@ -149,6 +157,7 @@ MEGATRON_LM_2021 = RuntimeProfile(
 #: tensor-parallel communication with GEMMs (``--tp-comm-overlap``) is not modelled.
 MEGATRON_CORE_2024 = RuntimeProfile(
     name="Megatron-Core 2024 (Transformer Engine, H100)",
+    loss="megatron",
     attention="flash",
     flash_kernel="cudnn",
     dropout=True,

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from torch.distributed.pipelining.schedules import _PipelineSchedule
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
-from planc.runtime.transformer import Transformer, build_model, init_weights
+from planc.runtime.transformer import Transformer, build_model
 from planc.spec import Layout, ParallelDims, Plan
 from planc.spec.parallel_dims import MESH_DIM_NAMES
 
@@ -263,10 +263,12 @@ class Job:
         """
         if self._initialised:
             raise RuntimeError("init_weights() was already called for this job")
+        from planc.weights.import_hf import initialise  # seeded init, or init = pretrained's weights
+
         seed = self.plan.train.seed
         for part in self.unwrapped_parts():
             part.to_empty(device=self.device)
-            init_weights(part, seed, self.plan.model)
+            initialise(part, self.plan.model, seed)
         self._initialised = True
         callbacks, self._after_init = self._after_init, []
         for callback in callbacks:

@@ -22,8 +22,9 @@ import torch
 from planc.runtime.checkpoint import load_checkpoint, save_checkpoint
 from planc.runtime.data import build_data, inputs_and_targets, local_micro_batches
 from planc.runtime.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_
-from planc.runtime.transformer import build_model, init_weights, loss_fn
+from planc.runtime.transformer import build_model, loss_fn
 from planc.spec import Plan
+from planc.weights.import_hf import initialise
 
 
 @dataclass
@@ -67,7 +68,7 @@ def train_reference(
     micro = _micro_batch(plan, micro_batch)
 
     model = build_model(spec, device=device)
-    init_weights(model, train.seed)
+    initialise(model, spec, train.seed)  # seeded init, or init = pretrained's weights
     optimizer = build_optimizer(model.parameters(), train)
     scheduler = build_lr_scheduler(optimizer, train)
     data = build_data(train, spec, base_dir=data_dir)
@@ -93,7 +94,7 @@ def train_reference(
             inputs, targets = inputs_and_targets(batch.to(device))
             with autocast():
                 logits = model(inputs)
-            loss = loss_fn(logits, targets) / len(micro_batches)
+            loss = loss_fn(logits, targets, plan.model.vocab) / len(micro_batches)
             loss.backward()
             step_loss += loss.detach()
         norm = clip_grad_norm_(model.parameters(), train.grad_clip)

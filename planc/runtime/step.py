@@ -60,7 +60,7 @@ def _accumulate(job, micro_batches: list) -> torch.Tensor:
     total = torch.zeros((), device=job.device)
     for index, (inputs, targets) in enumerate(micro_batches):
         with job.gradient_sync(index == count - 1), job.loss_context():
-            loss = loss_fn(model(inputs), targets) / count
+            loss = loss_fn(model(inputs), targets, job.plan.model.vocab) / count
             loss.backward()
         total += _plain(loss.detach())
     return total

@@ -94,9 +94,10 @@ class Attention(nn.Module):
     def __init__(self, spec: ModelSpec):
         super().__init__()
         self.head_dim = spec.head_dim
-        self.wq = nn.Linear(spec.hidden, spec.heads * spec.head_dim, bias=spec.bias)
-        self.wk = nn.Linear(spec.hidden, spec.kv_dim, bias=spec.bias)
-        self.wv = nn.Linear(spec.hidden, spec.kv_dim, bias=spec.bias)
+        qkv_bias = spec.bias or spec.qkv_bias
+        self.wq = nn.Linear(spec.hidden, spec.heads * spec.head_dim, bias=qkv_bias)
+        self.wk = nn.Linear(spec.hidden, spec.kv_dim, bias=qkv_bias)
+        self.wv = nn.Linear(spec.hidden, spec.kv_dim, bias=qkv_bias)
         self.wo = nn.Linear(spec.heads * spec.head_dim, spec.hidden, bias=spec.bias)
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor | None = None) -> torch.Tensor:
@@ -212,9 +213,13 @@ def build_model(spec: ModelSpec, *, device: torch.device | str | None = None) ->
         return Transformer(spec)
 
 
-def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over all tokens, computed in float32."""
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
+def loss_fn(logits: torch.Tensor, targets: torch.Tensor, vocab: int | None = None) -> torch.Tensor:
+    """Mean next-token cross-entropy over all tokens, in float32, chunked so that the float32 copies
+    of the logits never exist whole; ``vocab`` leaves the padding columns out of the softmax
+    (see :mod:`planc.runtime.loss`)."""
+    from planc.runtime.loss import chunked_cross_entropy
+
+    return chunked_cross_entropy(logits, targets, vocab=vocab)
 
 
 def count_parameters(model: nn.Module) -> int:

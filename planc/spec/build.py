@@ -38,6 +38,7 @@ from planc.spec.plan import Plan, PluginUse
 from planc.spec.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from planc.spec.train import TrainSpec
 from planc.units import KIND_DESCRIPTIONS, Quantity
+from planc.weights.plan_checks import resolve_weights
 
 #: Block name -> the section model that validates it.
 BLOCKS: dict[str, type[BaseModel]] = {
@@ -168,6 +169,7 @@ def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | No
             issues.append(SpecIssue(("model", key), f"{key} must be a quoted string, e.g. {key} = {example}"))
             return None
     base: dict[str, Any] = {}
+    config_dir = None
     if "preset" in values:
         name = values.pop("preset")
         if name not in MODEL_PRESETS:
@@ -185,6 +187,9 @@ def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | No
         path_text = values.pop("from")
         path = FsPath(path_text)
         path = path if path.is_absolute() else base_dir / path
+        if path.is_dir():  # a Hugging Face model directory
+            path = path / "config.json"
+        config_dir = path.parent
         try:
             base, hf_notes = read_hf_config(path)
         except HFConfigError as exc:
@@ -192,18 +197,18 @@ def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | No
                 SpecIssue(
                     ("model", "from"),
                     str(exc),
-                    "give the path of a Hugging Face config.json, relative to the .plan file",
+                    "give a Hugging Face model directory or its config.json, relative to the .plan file",
                 )
             )
             return None
         notes.extend(hf_notes)
         origin = ("model", "from")
     else:
-        return values
+        return resolve_weights(values, None, base_dir, issues)
     for key in base:
         if key not in values:
             aliases[("model", key)] = origin
-    return {**base, **values}
+    return resolve_weights({**base, **values}, config_dir, base_dir, issues)
 
 
 def _resolve_data_path(values: dict, base_dir: FsPath, issues: list[SpecIssue]) -> dict:

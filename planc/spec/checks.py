@@ -15,6 +15,7 @@ from planc.legality.rules import Violation, fixed, near_divisor
 from planc.legality.space import why_no_layout
 from planc.spec.issues import SpecIssue
 from planc.spec.plan import Plan
+from planc.weights.plan_checks import check_pretrained_weights
 
 Check = Callable[[Plan], Iterable[SpecIssue]]
 
@@ -141,6 +142,7 @@ CHECKS: tuple[Check, ...] = (
     check_sequence_parallel,
     check_learning_rate,
     check_checkpoint,
+    check_pretrained_weights,
 )
 
 

@@ -25,8 +25,8 @@ MAX_CONFIG_BYTES = 1 << 20
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox")
 
 
-def read_hf_config(path: Path) -> tuple[dict[str, Any], list[str]]:
-    """Return (model keys, notes) for the Hugging Face config at ``path``."""
+def load_config_json(path: Path) -> dict[str, Any]:
+    """The JSON object of a config.json, read with bounds (what any Hugging Face config must be)."""
     try:
         info = path.stat()
         if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_CONFIG_BYTES:
@@ -50,6 +50,12 @@ def read_hf_config(path: Path) -> tuple[dict[str, Any], list[str]]:
         raise HFConfigError(f"{path} is nested too deeply to be a config.json") from None
     if not isinstance(config, dict):
         raise HFConfigError(f"{path} must hold a JSON object, as a Hugging Face config.json does")
+    return config
+
+
+def read_hf_config(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """Return (model keys, notes) for the Hugging Face config at ``path``."""
+    config = load_config_json(path)
     model_type = config.get("model_type")
     reader = _READERS.get(model_type) if isinstance(model_type, str) else None
     if reader is None:
@@ -74,6 +80,19 @@ def read_hf_config(path: Path) -> tuple[dict[str, Any], list[str]]:
     return keys, [f"{path.name}: {note}" for note in notes]
 
 
+def rope_settings(config: dict, default_fraction: float = 1.0) -> tuple[float, str | None, float]:
+    """(theta, RoPE type, fraction of each head rotated) as transformers 4.x (``rope_theta``,
+    ``rope_scaling``, ``rotary_pct``, ``rotary_emb_base``) or 5.x (``rope_parameters``) write them."""
+    params = config.get("rope_parameters")
+    params = params if isinstance(params, dict) else {}
+    scaling = config.get("rope_scaling")
+    scaling = scaling if isinstance(scaling, dict) else {}
+    theta = params.get("rope_theta", config.get("rope_theta", config.get("rotary_emb_base", 10000.0)))
+    rope_type = params.get("rope_type", scaling.get("rope_type", scaling.get("type")))
+    fraction = params.get("partial_rotary_factor", config.get("rotary_pct", default_fraction))
+    return float(theta), rope_type, float(fraction)
+
+
 def _llama(config: dict, notes: list[str]) -> dict:
     act = config.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
@@ -87,12 +106,11 @@ def _llama(config: dict, notes: list[str]) -> dict:
         and not (isinstance(window, int) and isinstance(context, int) and window >= context)
     ):
         notes.append(f"sliding-window attention ({window} tokens) is built as full causal attention")
-    if config.get("rope_scaling"):
-        notes.append("rope_scaling is ignored (plain RoPE)")
+    theta, rope_type, _ = rope_settings(config)
+    if rope_type not in (None, "default"):
+        notes.append(f"RoPE type {rope_type!r} is built as plain RoPE")
     bias = bool(config.get("attention_bias", False) or config.get("mlp_bias", False))
-    if config.get("model_type") == "qwen2":
-        bias = False
-        notes.append("Qwen2's QKV-only biases are not built (no biases)")
+    qwen2 = config.get("model_type") == "qwen2"  # biases on q, k and v only, always
     return dict(
         layers=config["num_hidden_layers"],
         hidden=config["hidden_size"],
@@ -108,8 +126,9 @@ def _llama(config: dict, notes: list[str]) -> dict:
         norm="rmsnorm",
         position="rope",
         tie_embeddings=bool(config.get("tie_word_embeddings", False)),
-        bias=bias,
-        rope_theta=float(config.get("rope_theta", 10000.0)),
+        bias=bias and not qwen2,
+        qkv_bias=qwen2,
+        rope_theta=theta,
         norm_eps=float(config.get("rms_norm_eps", 1e-6)),
     )
 
@@ -135,8 +154,12 @@ def _gpt2(config: dict, notes: list[str]) -> dict:
 def _gpt_neox(config: dict, notes: list[str]) -> dict:
     if config.get("use_parallel_residual", True):
         notes.append("GPT-NeoX's parallel residual is built as a sequential pre-norm block (same parameters and FLOPs)")
-    if config.get("rotary_pct", 1.0) != 1.0:
-        notes.append(f"rotary_pct {config['rotary_pct']} is built as full-width RoPE")
+    # transformers' GPTNeoXConfig rotates a quarter of each head unless told otherwise (rotary_pct = 0.25)
+    theta, _, fraction = rope_settings(config, default_fraction=0.25)
+    if fraction != 1.0:
+        notes.append(f"rotary embeddings on {fraction:g} of each head are built as full-width RoPE")
+    if config.get("hidden_act", "gelu") not in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
+        notes.append(f"hidden_act {config.get('hidden_act', 'gelu')!r} is built as the tanh approximation of GELU")
     return dict(
         layers=config["num_hidden_layers"],
         hidden=config["hidden_size"],
@@ -149,7 +172,7 @@ def _gpt_neox(config: dict, notes: list[str]) -> dict:
         position="rope",
         tie_embeddings=bool(config.get("tie_word_embeddings", False)),
         bias=bool(config.get("attention_bias", True)),
-        rope_theta=float(config.get("rotary_emb_base", config.get("rope_theta", 10000.0))),
+        rope_theta=theta,
         norm_eps=float(config.get("layer_norm_eps", 1e-5)),
     )
 

@@ -55,6 +55,8 @@ class ModelSpec(SpecModel):
     """Share the input embedding with the output projection (GPT-2)."""
     bias: Flag
     """Biases in linear layers and LayerNorm (default: true for gelu models, false for swiglu)."""
+    qkv_bias: Flag = False
+    """Biases on the query, key and value projections only, as Qwen2 has them (bias = true covers them too)."""
     rope_theta: float = Field(default=10000.0, gt=0)
     """RoPE base frequency (Llama 2: 10000; Llama 3: 500000). Used when position = rope."""
     norm_eps: float = Field(default=1e-5, gt=0)
@@ -62,6 +64,12 @@ class ModelSpec(SpecModel):
     vocab_multiple: PositiveInt = 128
     """Pad the embedding and output to a multiple of this many rows, so vocabulary-parallel
     shards are equal and GEMMs aligned (Megatron's make-vocab-size-divisible-by; 50257 -> 50304)."""
+    init: Literal["random", "pretrained"] = "random"
+    """Starting weights: random (seeded; the same for every layout) or pretrained (the Hugging Face
+    safetensors in the weights directory; see docs/weights.md)."""
+    weights: str | None = None
+    """Directory of the Hugging Face model (config.json + safetensors) that init = pretrained reads,
+    relative to the .plan file (default: the directory of `from`)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -110,7 +118,8 @@ class ModelSpec(SpecModel):
     def params_per_layer(self) -> int:
         """Parameters of one transformer block: two norms, attention, MLP."""
         h, f, kv = self.hidden, self.ffn, self.kv_dim
-        attention = 2 * h * h + 2 * h * kv + (2 * h + 2 * kv if self.bias else 0)
+        attention_bias = 2 * h + 2 * kv if self.bias else (h + 2 * kv if self.qkv_bias else 0)
+        attention = 2 * h * h + 2 * h * kv + attention_bias
         matrices = 2 if self.mlp == "gelu" else 3
         mlp = matrices * h * f + (((matrices - 1) * f + h) if self.bias else 0)
         return 2 * self.norm_params + attention + mlp

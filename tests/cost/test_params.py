@@ -32,6 +32,13 @@ def test_swiglu_gqa_layer_shard_golden():
     assert layer_params_per_shard(m, 2) == (12288 + 36864) // 2 + 128
 
 
+def test_qwen2_qkv_biases_are_column_parallel():
+    # as above, plus Qwen2's biases on q (64), k (32) and v (32): 128 more, sharded with their columns
+    m = model(kv_heads=2, mlp="swiglu", norm="rmsnorm", position="rope", ffn=192, qkv_bias=True)
+    assert m.params_per_layer == 128 + 12288 + 36864 + 128
+    assert layer_params_per_shard(m, 2) == (12288 + 36864 + 128) // 2 + 128
+
+
 @pytest.mark.parametrize("pp,v", [(1, 1), (2, 1), (4, 1), (2, 2)])
 def test_stages_add_up_to_the_model(pp, v):
     m = model(layers=8, tie_embeddings=False)

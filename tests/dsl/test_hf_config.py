@@ -93,7 +93,7 @@ def test_gpt_neox_style_and_its_notes(tmp_path):
     assert m.rope_theta == 10000.0
     # What planc builds differently is said, not hidden:
     assert any("parallel residual" in note for note in plan.notes)
-    assert any("rotary_pct 0.25" in note for note in plan.notes)
+    assert any("rotary embeddings on 0.25 of each head" in note for note in plan.notes)
 
 
 def test_overrides_after_from_win(tmp_path):

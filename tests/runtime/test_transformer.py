@@ -31,7 +31,9 @@ def preset(name: str) -> ModelSpec:
     return build_plan({"model": {"preset": name}, "hardware": {"device": "cpu"}, "train": {"global_batch": 1}}).model
 
 
-@pytest.mark.parametrize("kw", [GPT_LIKE, LLAMA_LIKE, MIXED], ids=["gpt", "llama", "mixed"])
+@pytest.mark.parametrize(
+    "kw", [GPT_LIKE, LLAMA_LIKE, MIXED, {**LLAMA_LIKE, "qkv_bias": True}], ids=["gpt", "llama", "mixed", "qwen2"]
+)
 def test_parameter_count_equals_spec(kw):
     s = spec(**kw)
     assert count_parameters(build_model(s)) == s.params

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from functools import partial
 
 import torch.distributed as dist
 from torch import nn
@@ -18,7 +19,7 @@ from torch.distributed.pipelining.schedules import _PipelineSchedule
 from torch.distributed.pipelining.stage import _PipelineStageBase
 
 from planc.runtime.job import Job, TiedWeight
-from planc.runtime.transformer import loss_fn
+from planc.runtime.transformer import loss_fn as model_loss_fn
 from planc.stages import StageStyle, layer_ranges, micro_batches, stages_of_rank
 
 SINGLE_STAGE_SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
@@ -89,6 +90,7 @@ def build_schedule(job: Job, style: StageStyle) -> _PipelineSchedule:
     stages: list[_PipelineStageBase] = list(job.stages)
     n_micro = micro_batches(job.plan.train.global_batch, job.layout.dp, job.layout.micro_batch)
     schedule = job.layout.schedule or ""
+    loss_fn = partial(model_loss_fn, vocab=job.plan.model.vocab)  # the last stage's loss
     if schedule in SINGLE_STAGE_SCHEDULES:
         return SINGLE_STAGE_SCHEDULES[schedule](stages[0], n_microbatches=n_micro, loss_fn=loss_fn, scale_grads=True)
     if style == "v":

@@ -9,7 +9,7 @@ Hardware    4 x cpu (1 node(s) x 4)
 Batch       32 sequences = 4,096 tokens per step (4 per micro-batch, 2 micro-batch(es) per rank), fp32
 Layout      TP 1 × PP 1 × DP 4 · DDP · micro-batch 4
 Strategies  ddp
-Predicted   32.5 MiB of 4.0 GiB per device; step 0.125 s; 32,648 tokens/s
+Predicted   33.0 MiB of 4.0 GiB per device; step 0.125 s; 32,648 tokens/s
 """
 
 import argparse
@@ -35,9 +35,12 @@ PLAN = Plan.model_validate(
                'position': 'learned',
                'tie_embeddings': False,
                'bias': True,
+               'qkv_bias': False,
                'rope_theta': 10000.0,
                'norm_eps': 1e-05,
-               'vocab_multiple': 128},
+               'vocab_multiple': 128,
+               'init': 'random',
+               'weights': None},
      'hardware': {'device': 'cpu',
                   'nodes': 1,
                   'per_node': 4,
@@ -84,7 +87,7 @@ PLAN = Plan.model_validate(
 LAYOUT = Layout(tp=1, pp=1, dp=4, zero=0, recompute='none', schedule=None, micro_batch=4, virtual_stages=1, sequence_parallel=False)
 
 # What planc predicted for this layout (`planc explain` shows how).
-PREDICTED = {'memory_bytes': 34040832,
+PREDICTED = {'memory_bytes': 34591334,
  'capacity_bytes': 4294967296,
  'step_s': 0.1255,
  'tokens_per_s': 32648}

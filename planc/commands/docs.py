@@ -1,0 +1,61 @@
+"""``planc docs [TOPIC]``: the documentation, readable where planc is installed.
+
+The pages in the repository's ``docs/`` are installed with planc (a wheel puts them in
+``<prefix>/share/planc/docs``, see ``[tool.setuptools.data-files]``); a source checkout reads
+``docs/`` itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import sysconfig
+from pathlib import Path
+
+HELP = "list the documentation pages, or print one (planc docs weights)"
+DESCRIPTION = "Without TOPIC, list the documentation pages; with one, print it (markdown). --path prints where it is."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("topic", nargs="?", help="a page, e.g. language, getting-started, weights, gpu")
+    parser.add_argument("--path", action="store_true", help="print the page's file path instead of its text")
+
+
+def docs_directory() -> Path | None:
+    """Where the pages are: a source checkout's docs/, else the installed copy."""
+    checkout = Path(__file__).resolve().parents[2] / "docs"
+    installed = Path(sysconfig.get_path("data")) / "share" / "planc" / "docs"
+    for candidate in (checkout, installed, Path(sys.prefix) / "share" / "planc" / "docs"):
+        if candidate.is_dir() and any(candidate.glob("*.md")):
+            return candidate
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from planc.errors import PlanError, did_you_mean
+
+    directory = docs_directory()
+    if directory is None:
+        raise PlanError("planc's documentation is not installed here", hint="reinstall planc (pip install planc)")
+    pages = {p.stem: p for p in sorted(directory.glob("*.md"))}
+    if args.topic is None:
+        print(f"planc documentation ({directory}); read a page with `planc docs TOPIC`:\n")
+        width = max(len(name) for name in pages)
+        for name, path in pages.items():
+            print(f"  {name.ljust(width)}  {_title(path)}")
+        return 0
+    page = pages.get(args.topic.removesuffix(".md"))
+    if page is None:
+        raise PlanError(
+            f"no documentation page {args.topic!r}",
+            hint=did_you_mean(args.topic, pages) or "pages: " + ", ".join(pages),
+        )
+    print(page if args.path else page.read_text(encoding="utf-8"), end="\n" if args.path else "")
+    return 0
+
+
+def _title(path: Path) -> str:
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# "):
+            return line[2:].strip().strip("`")
+    return ""

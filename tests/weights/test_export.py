@@ -1,0 +1,145 @@
+"""`planc export` in one process (a checkpoint written here with DCP, no torchrun), and its errors.
+
+The multi-process round trip (checkpoints sharded by TP and PP) is test_train_export_import.py.
+"""
+
+import json
+
+import pytest
+import torch
+
+from planc.cli import main
+from planc.runtime.checkpoint import save_checkpoint
+from planc.runtime.optim import build_lr_scheduler, build_optimizer
+from planc.runtime.transformer import build_model, init_weights
+from planc.spec import build_plan
+from planc.weights.import_hf import load_pretrained
+
+transformers = pytest.importorskip("transformers")
+
+NEOX_SHAPED = dict(mlp="gelu", norm="layernorm", position="rope", rope_theta=300.0)
+
+
+def _run_dir(tmp_path, steps=(2,), **model):
+    """A run directory as `planc run` leaves it: plan.json and DCP checkpoints at ``steps``."""
+    keys = dict(layers=2, hidden=32, heads=4, vocab=90, vocab_multiple=32, seq_len=16, **model)
+    raw = {
+        "model": keys,
+        "hardware": {"device": "cpu", "per_node": 1},
+        "train": {"global_batch": 2, "precision": "fp32"},
+        "checkpoint": {"every": 1},
+    }
+    plan = build_plan(raw)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "plan.json").write_text(json.dumps({"plan": plan.model_dump(mode="json"), "layout": {}}))
+    model = build_model(plan.model)
+    init_weights(model, seed=5)
+    with torch.no_grad():  # trained-looking weights: large enough that layouts matter
+        for param in model.parameters():
+            param.add_(0.3 * torch.randn(param.shape, generator=torch.Generator().manual_seed(param.numel())))
+    optimizer = build_optimizer(model.parameters(), plan.train)
+    for step in steps:
+        save_checkpoint(run / "checkpoints", step, [model], [optimizer], [build_lr_scheduler(optimizer, plan.train)])
+    return run, plan, model.eval()
+
+
+def _logits(model, vocab=90):
+    tokens = torch.randint(0, vocab, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = model(tokens)
+    return out.logits if hasattr(out, "logits") else out[..., :vocab]
+
+
+def test_sharded_neox_export_loads_in_transformers_and_back_into_planc(tmp_path, capsys):
+    run, plan, model = _run_dir(tmp_path, **NEOX_SHAPED)
+    out = tmp_path / "hf"
+    assert main(["export", str(run), "--to", str(out), "--max-shard-size", "20KB"]) == 0
+    assert "exported step 2" in capsys.readouterr().out
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    shards = sorted(p.name for p in out.glob("model-*-of-*.safetensors"))
+    assert len(shards) > 2 and set(index["weight_map"].values()) == set(shards)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "gpt_neox" and config["use_parallel_residual"] is False
+
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    expected = _logits(model)
+    assert (_logits(theirs) - expected).abs().max() < 1e-4
+
+    back = build_plan(
+        {
+            "model": {"from": str(out), "init": "pretrained", "vocab_multiple": 32},
+            "hardware": {"device": "cpu", "per_node": 1},
+            "train": {"global_batch": 1},
+        }
+    ).model
+    again = build_model(back)
+    load_pretrained(again, back)
+    assert (_logits(again.eval()) - expected).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("keys", "hf_class"),
+    [
+        (dict(mlp="swiglu", norm="rmsnorm", position="rope", kv_heads=2), "LlamaForCausalLM"),
+        (dict(mlp="swiglu", norm="rmsnorm", position="rope", kv_heads=2, qkv_bias=True), "Qwen2ForCausalLM"),
+        (dict(mlp="swiglu", norm="rmsnorm", position="rope", bias=True, tie_embeddings=True), "LlamaForCausalLM"),
+        (dict(mlp="gelu", norm="layernorm", position="learned", bias=False), "GPT2LMHeadModel"),
+    ],
+)
+def test_each_family_exports_to_its_transformers_class(tmp_path, keys, hf_class):
+    """Including biases the family has and the model lacks (GPT-2 without biases: zeros)."""
+    run, _, model = _run_dir(tmp_path, **keys)
+    assert main(["export", str(run), "--to", str(tmp_path / "hf")]) == 0
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert type(theirs).__name__ == hf_class
+    assert (_logits(theirs) - _logits(model)).abs().max() < 1e-4
+
+
+def test_torch_format_is_the_state_dict_and_loads_weights_only(tmp_path):
+    run, plan, model = _run_dir(tmp_path, tie_embeddings=True)
+    assert main(["export", str(run), "--to", str(tmp_path / "pt"), "--format", "torch", "--dtype", "bf16"]) == 0
+    state = torch.load(tmp_path / "pt" / "model.pt", weights_only=True)
+    assert set(state) == set(model.state_dict())
+    assert all(t.dtype == torch.bfloat16 for t in state.values())
+    assert state["output.weight"].data_ptr() == state["tok_embeddings.weight"].data_ptr()  # tied: stored once
+    fresh = build_model(plan.model)
+    fresh.load_state_dict(state)
+    assert torch.equal(fresh.layers["1"].attention.wq.weight, model.layers["1"].attention.wq.weight.bfloat16().float())
+    assert json.loads((tmp_path / "pt" / "plan.json").read_text())["model"]["tie_embeddings"] is True
+
+
+def test_export_errors_say_what_to_do(tmp_path, capsys):
+    run, _, _ = _run_dir(tmp_path, steps=(1, 2))
+
+    def error(*argv):
+        assert main(["export", *argv]) == 1
+        return capsys.readouterr().err
+
+    assert "run directory not found" in error(str(tmp_path / "nope"), "--to", str(tmp_path / "x"))
+    assert "no plan.json" in error(str(tmp_path), "--to", str(tmp_path / "x"))
+    message = error(str(run), "--to", str(tmp_path / "x"), "--step", "7")
+    assert "no checkpoint of step 7" in message and "steps 1, 2" in message
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    assert "not empty" in error(str(run), "--to", str(tmp_path / "full"))
+    assert (tmp_path / "full" / "keep.txt").read_text() == "mine"  # nothing lost
+    assert "is not a size" in error(str(run), "--to", str(tmp_path / "x"), "--max-shard-size", "5 GB/s")
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_model_no_hugging_face_class_computes_is_refused_with_the_way_out(tmp_path, capsys):
+    run, _, _ = _run_dir(tmp_path, mlp="gelu", norm="rmsnorm", position="rope")
+    assert main(["export", str(run), "--to", str(tmp_path / "hf")]) == 1
+    err = capsys.readouterr().err
+    assert "no Hugging Face architecture" in err and "norm = rmsnorm" in err and "--format torch" in err
+    assert main(["export", str(run), "--to", str(tmp_path / "pt"), "--format", "torch"]) == 0
+
+
+def test_a_run_without_checkpoints(tmp_path, capsys):
+    run, plan, _ = _run_dir(tmp_path)
+    record = json.loads((run / "plan.json").read_text())
+    record["plan"]["checkpoint"] = None
+    (run / "plan.json").write_text(json.dumps(record))
+    assert main(["export", str(run), "--to", str(tmp_path / "hf")]) == 1
+    assert "checkpoint { every = 100 }" in capsys.readouterr().err
