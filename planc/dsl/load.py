@@ -59,12 +59,34 @@ def load_plan_text(text: str, filename: str = "<plan>", *, base_dir: str | os.Pa
 
 def check_use_options(plan: Plan) -> list:
     """The ``use`` blocks' options, validated by each strategy's ``Options`` (loads the plan-time faces
-    of the named strategies only through the registry, which never imports torch)."""
+    of the named strategies only through the registry, which never imports torch), and the names of
+    ``train.log``'s metrics sinks."""
+    issues = check_sink_names(plan)
     if not plan.uses:
-        return []
+        return issues
     from planc.strategies.registry import load_registry
 
-    return load_registry().validate_uses(plan)
+    return issues + load_registry().validate_uses(plan)
+
+
+def check_sink_names(plan: Plan) -> list:
+    """``train.log`` names built-in sinks or installed sink plugins (entry-point names; none is imported)."""
+    if not plan.train.log:
+        return []
+    from planc.errors import did_you_mean, one_of
+    from planc.runtime.sinks import known_sink_names
+    from planc.spec import SpecIssue
+
+    known = known_sink_names()
+    return [
+        SpecIssue(
+            ("train", "log"),
+            f"unknown metrics sink '{name}'",
+            (did_you_mean(name, known) or one_of(known)) + " (a sink plugin must be pip-installed)",
+        )
+        for name in plan.train.log
+        if name not in known
+    ]
 
 
 def read_plan_text(path: Path) -> str:

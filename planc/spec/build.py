@@ -93,6 +93,7 @@ def build_plan(
             issues.append(SpecIssue((), f"the plan has no {block} block", _MISSING_BLOCK_HINTS[block]))
 
     sections: dict[str, Any] = {}
+    data_root: str | None = None
     for block, model_cls in BLOCKS.items():
         if block not in raw:
             continue
@@ -102,7 +103,7 @@ def build_plan(
             if values is None:
                 continue
         if block == "train":
-            values = _resolve_data_path(values, base_dir, issues)
+            data_root = _check_data_paths(values, base_dir, issues)
         block_issues = _check_keys_and_units(block, values, model_cls)
         if block == "hardware":
             block_issues += _check_device(values)
@@ -128,11 +129,23 @@ def build_plan(
 
     if issues:
         raise SpecError(_apply_aliases(issues, aliases))
-    plan = Plan(**sections, uses=tuple(uses), source=source, notes=tuple(notes))
+    plan = Plan(**sections, uses=tuple(uses), source=source, notes=tuple(notes), data_root=data_root)
     check_issues = run_checks(plan)
     if check_issues:
         raise SpecError(_apply_aliases(check_issues, aliases))
-    return plan
+    return _check_data_files(plan)
+
+
+def _check_data_files(plan: Plan) -> Plan:
+    """The data files' vocabulary and size against the model (only when the plan names a file)."""
+    if not any(data not in (None, "synthetic") for data in (plan.train.data, plan.train.val_data)):
+        return plan
+    from planc.data.check import check_data_files
+
+    issues, notes = check_data_files(plan)
+    if issues:
+        raise SpecError(issues)
+    return plan.model_copy(update={"notes": plan.notes + tuple(notes)}) if notes else plan
 
 
 _MISSING_BLOCK_HINTS = {
@@ -196,33 +209,57 @@ def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | No
     return {**base, **values}
 
 
-def _resolve_data_path(values: dict, base_dir: FsPath, issues: list[SpecIssue]) -> dict:
-    data = values.get("data")
-    if not isinstance(data, str) or data == "synthetic":
-        return values
-    path = FsPath(data)
-    path = path if path.is_absolute() else (base_dir / path)
+#: Keys that only mean something with validation data.
+_EVAL_KEYS = ("eval_every", "eval_batches")
+
+
+def _check_data_paths(values: dict, base_dir: FsPath, issues: list[SpecIssue]) -> str | None:
+    """Check that the data files exist (relative to the .plan file); paths stay as written. Returns the
+    data root (the plan's directory, absolute) when a file is named by a relative path, else None."""
+    for key in _EVAL_KEYS:
+        if key in values and values.get("val_data") is None:
+            issues.append(
+                SpecIssue(
+                    ("train", key),
+                    f"{key} is set, but there is no val_data to evaluate on",
+                    'add val_data = "..." (planc prepare writes val.bin beside train.bin), or remove ' + key,
+                )
+            )
+    root = None
+    for key in ("data", "val_data"):
+        data = values.get(key)
+        if not isinstance(data, str) or data == "synthetic":
+            continue
+        path = FsPath(data)
+        if not path.is_absolute():
+            root = str(base_dir.resolve())
+            path = base_dir / path
+        problem = _data_path_problem(path, data)
+        if problem:
+            issues.append(
+                SpecIssue(
+                    ("train", key),
+                    problem,
+                    'give a token file (.bin), a text file (paths are relative to the .plan file) or "synthetic"',
+                )
+            )
+    return root
+
+
+def _data_path_problem(path: FsPath, written: str) -> str | None:
     try:
-        is_file = path.is_file()
+        if path.is_file():
+            return None
+        from planc.data.token_files import megatron_prefix
+
+        if megatron_prefix(path) is not None:
+            return None
     except (OSError, ValueError) as exc:  # a NUL byte, a name too long for the file system
-        issues.append(
-            SpecIssue(
-                ("train", "data"),
-                f"cannot use {data!r} as a data path: {exc}",
-                'give a text file (path relative to the .plan file) or data = "synthetic"',
-            )
-        )
-        return values
-    if not is_file:
-        issues.append(
-            SpecIssue(
-                ("train", "data"),
-                f"data file not found: {path}",
-                'give a text file (path relative to the .plan file) or data = "synthetic"',
-            )
-        )
-        return values
-    return {**values, "data": str(path.resolve())}
+        return f"cannot use {written!r} as a data path: {exc}"
+    if path.is_dir():
+        found = sorted(p.name for p in path.glob("*.bin"))[:3]
+        return f"{path} is a directory; name a file in it" + (f" (it has {', '.join(found)})" if found else "")
+    return f"data file not found: {path}"
 
 
 def _check_keys_and_units(block: str, values: dict, model_cls: type[BaseModel]) -> list[SpecIssue]:

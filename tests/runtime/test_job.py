@@ -64,7 +64,7 @@ from planc.spec import Layout, build_plan
 plan = build_plan(json.loads(sys.argv[1]))
 job = compose(plan, Layout(tp=1, pp=1, dp=1, zero=0, recompute="none", schedule=None, micro_batch=4))
 try:
-    records = train(job, steps=100000, out_dir=sys.argv[2])
+    records = train(job, out_dir=sys.argv[2])
     print("finished", len(records), flush=True)
 finally:
     shutdown()
@@ -76,6 +76,7 @@ def interrupt_run(plan: dict, out_dir) -> tuple[int, str]:
     import signal
     import threading
 
+    plan = {**plan, "train": {**plan["train"], "steps": 100000}}  # long: it only ends by Ctrl-C
     process = subprocess.Popen(
         [sys.executable, "-c", INTERRUPTIBLE, json.dumps(plan), str(out_dir)],
         stdout=subprocess.PIPE,
