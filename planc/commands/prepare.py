@@ -12,7 +12,7 @@ DESCRIPTION = (
     "Tokenize plain-text and JSON-lines files (or directories of them) with a local Hugging Face "
     "tokenizer.json, in parallel, into DIR/train.bin and DIR/val.bin (a held-out fraction), each "
     "with a sidecar DIR/NAME.bin.json recording the dtype, vocabulary size, token count and largest id. "
-    "A plan trains on them with: train { data = \"DIR/train.bin\"  val_data = \"DIR/val.bin\" }. "
+    'A plan trains on them with: train { data = "DIR/train.bin"  val_data = "DIR/val.bin" }. '
     "See docs/data.md."
 )
 
@@ -93,7 +93,8 @@ def run(args) -> int:
     if "val" in result.written:
         data += f'  val_data = "{options.out / "val.bin"}"'
     print(
-        f"in a plan (paths relative to the .plan file): model {{ vocab = {result.vocab_size} ... }}  train {{ {data} }}",
+        f"in a plan (paths are relative to the .plan file): model {{ vocab = {result.vocab_size} ... }}  "
+        f"train {{ {data} }}",
         file=sys.stderr,
     )
     return 0

@@ -248,7 +248,9 @@ def _finish(
 ) -> None:
     """Check the splits, then rename each complete file into place and write its sidecar."""
     if writers["train"].tokens == 0:
-        raise PrepareError("the inputs hold no text to train on" + (" (all of it went to validation)" * (pieces_read > 0)))
+        raise PrepareError(
+            "the inputs hold no text to train on" + (" (all of it went to validation)" * (pieces_read > 0))
+        )
     if "val" in writers and writers["val"].tokens == 0:
         raise PrepareError(
             f"the validation split is empty: {options.val_fraction:g} of the corpus's {pieces_read} pieces "

@@ -101,7 +101,7 @@ def train(
             )
             if record is not None:
                 sinks.log(record)
-            records.append({"step": step + 1, **result, "step_s": elapsed})
+            records.append({"step": step + 1, **result, "step_s": elapsed, **extra})
             if checkpoint_dir is not None and (step + 1) % plan.checkpoint.every == 0:
                 with dtensor_parameters(job):
                     save_checkpoint(
