@@ -43,7 +43,7 @@ def check_data_files(plan) -> tuple[list[SpecIssue], list[str]]:
             continue
         path = resolve(written, plan.data_root)
         if is_token_path(path):
-            token_file = _check_token_file(plan, key, path, issues, notes)
+            token_file = _check_token_file(plan, key, path, written, issues, notes)
             if token_file is not None:
                 opened[key] = token_file
         else:
@@ -53,7 +53,8 @@ def check_data_files(plan) -> tuple[list[SpecIssue], list[str]]:
     return issues, notes
 
 
-def _check_token_file(plan, key: str, path, issues: list[SpecIssue], notes: list[str]) -> TokenFile | None:
+def _check_token_file(plan, key: str, path, shown: str, issues: list[SpecIssue], notes: list[str]) -> TokenFile | None:
+    """Open one token file and check its length and largest id (``shown``: the path as the plan writes it)."""
     model, where = plan.model, ("train", key)
     try:
         token_file = open_token_file(path)
@@ -64,7 +65,7 @@ def _check_token_file(plan, key: str, path, issues: list[SpecIssue], notes: list
         issues.append(
             SpecIssue(
                 where,
-                f"{path} has {token_file.tokens} tokens, fewer than one sequence of seq_len + 1 = {model.seq_len + 1}",
+                f"{shown} has {token_file.tokens} tokens, fewer than one sequence of seq_len + 1 = {model.seq_len + 1}",
                 "use more data or a shorter seq_len",
             )
         )
@@ -73,7 +74,7 @@ def _check_token_file(plan, key: str, path, issues: list[SpecIssue], notes: list
         largest, how = token_file.scan_max_id(), "found by scanning it"
     if largest is None:
         notes.append(
-            f"train.{key}: {path} ({token_file.nbytes / 1024**3:.1f} GiB) records no max_id and was not scanned; "
+            f"train.{key}: {shown} ({token_file.nbytes / 1024**3:.1f} GiB) records no max_id and was not scanned; "
             f"every batch's ids are checked against vocab = {model.vocab} at run time"
         )
     elif largest >= model.vocab:
@@ -81,7 +82,7 @@ def _check_token_file(plan, key: str, path, issues: list[SpecIssue], notes: list
         issues.append(
             SpecIssue(
                 where,
-                f"{path} holds token id {largest} ({how}), but model.vocab = {model.vocab} (ids 0..{model.vocab - 1})",
+                f"{shown} holds token id {largest} ({how}), but model.vocab = {model.vocab} (ids 0..{model.vocab - 1})",
                 f"set vocab to {size}, or prepare the data with the model's tokenizer",
             )
         )
