@@ -31,6 +31,14 @@ def _workers(text: str) -> int:
     return value
 
 
+def _cores() -> int:
+    """Cores this process may run on (a container's CPU set, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("inputs", nargs="+", metavar="TEXT", help="text or JSON-lines files, or directories of them")
     parser.add_argument("--tokenizer", required=True, help="a Hugging Face tokenizer.json (read locally)")
@@ -49,7 +57,7 @@ def add_arguments(parser) -> None:
         "<|endoftext|>, </s>, <|end_of_text|> or <eos>, whichever it has) or none",
     )
     parser.add_argument(
-        "--workers", type=_workers, default=os.cpu_count() or 1, help="tokenizer processes (default: one per core)"
+        "--workers", type=_workers, default=_cores(), help="tokenizer processes (default: one per usable core)"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the validation split's phase (default: 0)")
     parser.add_argument("--force", action="store_true", help="replace train.bin / val.bin in --out")

@@ -57,7 +57,7 @@ def train(
     refusal, warning = steps_beyond_schedule(plan.train, total)
     if refusal:
         raise SystemExit(f"planc: {refusal}")
-    if warning and dist.get_rank() == 0 and not quiet:
+    if warning and dist.get_rank() == 0:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
     run_data = open_run_data(job, data=data, val_data=val_data, data_root=data_dir, out_dir=out_dir)
     utilisation = Utilisation(plan, predicted)
@@ -152,12 +152,17 @@ def _open_sinks(job, names: list[str], out_dir, start: int, predicted: dict | No
 
 @contextmanager
 def _explained_failures(job, current_step) -> Iterator[None]:
-    """A lost peer or an out-of-memory error ends this rank with one explaining line (exit 1)
+    """A lost peer, an out-of-memory error or bad data ends this rank with one explaining line (exit 1)
     instead of a traceback; other errors propagate unchanged."""
+    from planc.runtime.data import DataError
     from planc.runtime.failures import describe_failure
 
     try:
         yield
+    except DataError as exc:  # found mid-run (an id beyond the vocabulary); every rank read the same batch
+        if dist.get_rank() == 0:
+            print(f"planc: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     except Exception as exc:
         message = describe_failure(exc, rank=dist.get_rank(), step=current_step())
         if message is None:

@@ -62,8 +62,11 @@ def open_run_data(
     _agree(job, failure, [_length(sources["train.data"]), _length(sources["train.val_data"])])
     run_data = RunData(train=sources["train.data"], validation=sources["train.val_data"])
     if out_dir is not None and dist.get_rank() == 0:
+        from planc.fileio import write_text_atomically
+
         record = {key: source.describe() for key, source in sources.items() if source is not None}
-        (Path(out_dir) / "data.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        write_text_atomically(Path(out_dir) / "data.json", json.dumps(record, indent=2) + "\n")
     return run_data
 
 
