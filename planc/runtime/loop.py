@@ -46,19 +46,12 @@ def train(
     ``data_dir`` the directory its relative paths resolve against; ``log`` adds metrics sinks to the
     plan's; ``predicted`` (the program's ``PREDICTED``) is logged beside the measured step time.
     """
-    from planc.runtime.evaluate import validation_loss
     from planc.runtime.metrics import MetricsLogger
     from planc.runtime.run_data import open_run_data
     from planc.runtime.utilisation import Utilisation
-    from planc.spec.train import steps_beyond_schedule
 
     plan = job.plan
-    total = steps if steps is not None else plan.train.steps
-    refusal, warning = steps_beyond_schedule(plan.train, total)
-    if refusal:
-        raise SystemExit(f"planc: {refusal}")
-    if warning and dist.get_rank() == 0:
-        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    total = _steps_to_train(plan, steps)
     run_data = open_run_data(job, data=data, val_data=val_data, data_root=data_dir, out_dir=out_dir)
     utilisation = Utilisation(plan, predicted)
     checkpoint_dir = None
@@ -91,11 +84,7 @@ def train(
             if job.device.type == "cuda":
                 torch.cuda.synchronize(job.device)
             elapsed = time.perf_counter() - began
-            extra = utilisation.fields(elapsed)
-            if run_data.validation is not None and ((step + 1) % plan.train.eval_every == 0 or step + 1 == total):
-                began = time.perf_counter()
-                extra["val_loss"] = validation_loss(job, run_data.validation, plan.train.eval_batches)
-                extra["eval_s"] = time.perf_counter() - began
+            extra = _fields_after_step(job, run_data, utilisation, step + 1, total, elapsed)
             record = logger.log(
                 step + 1, loss=result["loss"], lr=result["lr"], step_s=elapsed, grad_norm=result["grad_norm"], **extra
             )
@@ -133,6 +122,32 @@ def train(
                         )
                 break
     return records
+
+
+def _steps_to_train(plan, steps: int | None) -> int:
+    """``steps`` (default: the plan's); past a schedule decayed to 0 refused, past one holding min_lr warned."""
+    from planc.spec.train import steps_beyond_schedule
+
+    total = steps if steps is not None else plan.train.steps
+    refusal, warning = steps_beyond_schedule(plan.train, total)
+    if refusal:
+        raise SystemExit(f"planc: {refusal}")
+    if warning and dist.get_rank() == 0:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    return total
+
+
+def _fields_after_step(job, run_data, utilisation, done: int, total: int, step_s: float) -> dict:
+    """The record's extra fields: MFU beside the prediction, and the validation loss on evaluation steps."""
+    from planc.runtime.evaluate import validation_loss
+
+    extra = utilisation.fields(step_s)
+    train = job.plan.train
+    if run_data.validation is not None and (done % train.eval_every == 0 or done == total):
+        began = time.perf_counter()
+        extra["val_loss"] = validation_loss(job, run_data.validation, train.eval_batches)
+        extra["eval_s"] = time.perf_counter() - began
+    return extra
 
 
 def _open_sinks(job, names: list[str], out_dir, start: int, predicted: dict | None):
