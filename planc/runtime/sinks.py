@@ -130,7 +130,12 @@ class WandbSink:
         self.run.log(_numbers(record), step=record["step"])
 
     def close(self) -> None:
+        import wandb
+
         self.run.finish()
+        # finish() hands the last records to W&B's service process; teardown waits until it has written
+        # them (its atexit hook would too, but torchrun may stop the process before that runs).
+        wandb.teardown()
 
 
 BUILTIN_SINKS: dict[str, Callable[[SinkRun], MetricsSink]] = {"tensorboard": TensorBoardSink, "wandb": WandbSink}

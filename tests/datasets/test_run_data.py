@@ -62,15 +62,18 @@ def test_relative_paths_follow_the_data_root_and_the_run_records_them(prepared, 
     assert "rank 0 on " in missing.stderr
     assert f"train.data: no such token file: {compiled_here}/tokens" in missing.stderr
 
-    moved = train_in_process(plan, data_dir=str(nodes_copy), out_dir=str(tmp_path / "run"))
+    # On the node: the plan's relative path under --data-root, validation data named outright, and one
+    # step past the plan's schedule (min_lr > 0: trained, with a warning).
+    val = nodes_copy / "tokens" / "val.bin"
+    moved = train_in_process(plan, data_dir=str(nodes_copy), val_data=str(val), steps=3, out_dir=str(tmp_path / "run"))
     assert moved.returncode == 0, moved.stderr[-2000:]
-    recorded = json.loads((tmp_path / "run" / "data.json").read_text())["train.data"]
-    assert recorded["path"] == str((nodes_copy / "tokens" / "train.bin").resolve())
-    assert recorded["kind"] == "tokens" and recorded["tokens"] == (nodes_copy / "tokens/train.bin").stat().st_size // 2
-
-    replaced = train_in_process(plan, data=str(nodes_copy / "tokens" / "val.bin"), steps=3)
-    assert replaced.returncode == 0, replaced.stderr[-2000:]
-    assert "warning: steps 3..3 train at the constant min_lr = 0.0001" in replaced.stderr
+    assert "warning: steps 3..3 train at the constant min_lr = 0.0001" in moved.stderr
+    recorded = json.loads((tmp_path / "run" / "data.json").read_text())
+    assert recorded["train.data"]["path"] == str((nodes_copy / "tokens" / "train.bin").resolve())
+    assert recorded["train.data"]["tokens"] == (nodes_copy / "tokens/train.bin").stat().st_size // 2  # uint16
+    assert recorded["train.val_data"]["path"] == str(val.resolve())
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "val_loss" in r] == [3]  # the last step evaluates
 
 
 def test_an_id_beyond_the_vocabulary_found_mid_run_stops_with_one_line(tmp_path):

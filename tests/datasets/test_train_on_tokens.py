@@ -95,7 +95,6 @@ LAYOUTS = {
     "dp2-ddp-accum": dict(dp=2, micro_batch=2),
     "tp2-sp": dict(tp=2, sequence_parallel=True),
     "pp2-1f1b": dict(pp=2, schedule="1f1b", micro_batch=2),
-    "pp2-interleaved": dict(pp=2, schedule="interleaved", virtual_stages=2, micro_batch=2),
     "dp2-zero3": dict(dp=2, zero=3),
     "pp2-zero-bubble": dict(pp=2, schedule="zero-bubble", virtual_stages=2, micro_batch=2),
 }
