@@ -112,3 +112,11 @@ def test_planc_run_refuses_steps_past_a_finished_schedule_before_launching(tmp_p
     assert not (tmp_path / "run").exists()
     assert main(["run", plan, "--log", "tensorbord", "--out", str(tmp_path / "run")]) == 1
     assert "did you mean 'tensorboard'?" in capsys.readouterr().err
+
+
+def test_planc_run_log_adds_sinks_to_the_plan_the_program_carries(tmp_path, capsys):
+    plan = write_plan(tmp_path, "log = wandb  steps = 10")  # one name alone is a list of one
+    assert main(["run", plan, "--print", "--log", "tensorboard", "--log", "wandb", "--out", str(tmp_path / "r")]) == 0
+    recorded = json.loads((tmp_path / "r" / "plan.json").read_text())["plan"]["train"]["log"]
+    assert recorded == ["wandb", "tensorboard"]  # the plan's first, each once
+    assert "'log': ['wandb', 'tensorboard']" in (tmp_path / "r" / "train.py").read_text()
