@@ -34,7 +34,7 @@ def main(plan_path: str, steps: int, out_path: str) -> None:
         betas=(plan.train.beta1, plan.train.beta2),
         weight_decay=plan.train.weight_decay,
     )
-    data = build_data(plan.train, plan.model)
+    data = build_data(plan.train, plan.model, base_dir=plan.data_root)
     rows = plan.train.global_batch // world
     mb = plan.train.micro_batch
     times = []

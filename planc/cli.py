@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "compile": "planc.commands.compile",
     "run": "planc.commands.run",
     "export": "planc.commands.export",
+    "prepare": "planc.commands.prepare",
     "plugins": "planc.commands.plugins",
     "presets": "planc.commands.presets",
     "docs": "planc.commands.docs",

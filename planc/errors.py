@@ -63,6 +63,11 @@ class PlanErrors(PlanError):
         return "\n\n".join(str(e) for e in self.errors)
 
 
+class DataError(ValueError):
+    """The training data cannot be used with this plan, found when a run opens or reads it (the
+    message says what to change); :mod:`planc.runtime.data` and its token-file source raise it."""
+
+
 def render_error(
     message: str,
     location: SourceLocation | None,

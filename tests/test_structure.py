@@ -192,7 +192,7 @@ def top_level_imports(path: Path) -> set[str]:
     return found
 
 
-#: The plan-time half: what check, explain, fmt, plugins, compile, presets and docs import. None of it may
+#: The plan-time half: what check, explain, fmt, plugins, compile, presets, docs and prepare import. None of it may
 #: import torch when it is imported (a strategy's run-time part is imported by its hooks, lazily).
 PLAN_TIME = (
     "planc.stages",
@@ -215,6 +215,8 @@ PLAN_TIME = (
     "planc.commands.compile",
     "planc.commands.presets",
     "planc.commands.docs",
+    "planc.commands.prepare",
+    "planc.data",
 )
 
 

@@ -41,6 +41,8 @@ _DERIVED_DEFAULTS = {
     ("hardware", "intra_node_latency"): "device preset, else 5 us",
     ("hardware", "inter_node_latency"): "device preset, else 10 us",
     ("hardware", "efficiency"): "device preset, else 0.7",
+    ("train", "log"): "none (metrics.jsonl only)",
+    ("train", "val_data"): "none",
 }
 _SOURCE_KEYS = {
     "preset": ("string", "—", "A model preset to start from (see *Model presets*); keys written after it override it."),
@@ -64,6 +66,8 @@ def _type_text(annotation) -> str:
         return " or ".join(parts)
     if origin is typing.Literal:
         return " \\| ".join(str(value) for value in typing.get_args(annotation))
+    if origin is tuple:  # tuple[str, ...]: the language writes a list (one value alone is a list of one)
+        return f"{_type_text(typing.get_args(annotation)[0])} or list of them"
     return {int: "int", float: "number", str: "string", bool: "true/false"}.get(annotation, str(annotation))
 
 

@@ -135,6 +135,7 @@ def emit_program(
         )
     else:
         prediction_block, predicted_print = "", ""
+    predicted_argument = ", predicted=PREDICTED" if prediction is not None else ""
     layout_data = layout.model_dump(mode="json")
     return f'''"""{_docstring(plan, layout, strategies, prediction, program_name)}"""
 
@@ -154,6 +155,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Train the plan's model (run under torchrun).")
     parser.add_argument("--steps", type=int, default=PLAN.train.steps, help="optimizer steps to train")
     parser.add_argument("--out", default=".", help="run directory for metrics.jsonl and checkpoints")
+    parser.add_argument("--data", help="training data, replacing the plan's train.data")
+    parser.add_argument("--val-data", help="validation data, replacing the plan's train.val_data")
+    parser.add_argument("--data-root", help="where the plan's relative data paths are on this machine")
+    parser.add_argument("--log", action="append", default=[], help="also log to this metrics sink (repeatable)")
     args = parser.parse_args()
 
     # Process group, the ("pp", "dp", "tp") device mesh, and the full model on the meta device.
@@ -167,8 +172,10 @@ def main() -> None:
     {_init_comment(plan)}
     job.init_weights()
     job.build_optimizer()
+    # Every rank opens the data itself (relative paths under --data-root, else the plan's directory).
     try:
-        train(job, steps=args.steps, out_dir=args.out)
+        train(job, steps=args.steps, out_dir=args.out, data=args.data, val_data=args.val_data,
+              data_dir=args.data_root, log=args.log{predicted_argument})
     finally:
         shutdown()
 

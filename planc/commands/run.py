@@ -20,6 +20,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("file", help="the .plan file")
     parser.add_argument("--out", help="run directory (default: runs/<plan>-<timestamp>)")
     parser.add_argument("--steps", type=int, help="optimizer steps to train (default: the plan's train.steps)")
+    parser.add_argument(
+        "--log",
+        action="append",
+        default=[],
+        metavar="SINK",
+        help="also log metrics to SINK: tensorboard, wandb or a sink plugin (repeatable; adds to train.log)",
+    )
     parser.add_argument("--tolerance", type=tolerance, default=None, help="planner tolerance (default: the plan's)")
     parser.add_argument("--force", action="store_true", help="run even when the layout is predicted not to fit")
     parser.add_argument("--slurm", action="store_true", help="write launch.slurm into the run directory and stop")
@@ -43,7 +50,7 @@ def run(args) -> int:
         raise PlanError(f"--steps must be at least 1, got {args.steps}")
     plan_path = Path(args.file)
     registry = load_registry()
-    plan = load_plan(plan_path, strategies=registry)
+    plan = _with_steps_and_sinks(load_plan(plan_path, strategies=registry), args.steps, args.log)
     compiled = compile_plan(plan, registry, tolerance=args.tolerance, force=args.force)
     if launch.under_torchrun():
         return _run_in_place(compiled, registry, Path(args.out or "."), args.steps)
@@ -75,6 +82,11 @@ def run(args) -> int:
                 f"This plan spans {hw.nodes} nodes. Copy {run_dir} to every node (or use a shared "
                 f"filesystem), set MASTER_ADDR to node 0's address, and run on node i the i-th line:"
             )
+            if plan.data_root is not None:
+                print(
+                    f"Relative data paths resolve against {plan.data_root} on every node; "
+                    "add --data-root DIR to a line where the data is elsewhere on that node."
+                )
         for command in commands:
             print(command)
         return 0
@@ -124,8 +136,30 @@ def _run_in_place(compiled, registry, out_dir: Path, steps: int | None) -> int:
     if os.environ.get("RANK", "0") == "0":
         launch.write_run_dir(out_dir, compiled)
     job = compose(compiled.plan, compiled.layout, registry)
+    prediction = compiled.prediction
     try:
-        train(job, steps=steps, out_dir=out_dir)
+        train(job, steps=steps, out_dir=out_dir, predicted={"step_s": prediction.step_s})
     finally:
         shutdown()
     return 0
+
+
+def _with_steps_and_sinks(plan, steps: int | None, sinks: list[str]):
+    """The plan with ``--log`` sinks added to ``train.log`` (so the program and plan.json carry them);
+    refuses ``--steps`` past a schedule that has decayed to 0 before anything is launched."""
+    from planc.errors import PlanError, did_you_mean, one_of
+    from planc.runtime.sinks import known_sink_names
+    from planc.spec.train import steps_beyond_schedule
+
+    if steps is not None:
+        refusal, _ = steps_beyond_schedule(plan.train, steps)  # the program itself warns about held min_lr
+        if refusal:
+            raise PlanError(refusal)
+    known = known_sink_names()
+    for name in sinks:
+        if name not in known:
+            raise PlanError(f"--log {name}: no such metrics sink", hint=did_you_mean(name, known) or one_of(known))
+    if not sinks:
+        return plan
+    train = plan.train.model_copy(update={"log": tuple(dict.fromkeys([*plan.train.log, *sinks]))})
+    return plan.model_copy(update={"train": train})

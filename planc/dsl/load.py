@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from planc.dsl.lower import build
 from planc.dsl.parser import parse
 from planc.errors import PlanError, SourceLocation
+from planc.spec.issues import SpecIssue
 from planc.spec.plan import Plan
 
 if TYPE_CHECKING:
@@ -43,14 +44,34 @@ def load_plan_text(
 ) -> Plan:
     """Parse and validate plan ``text``; ``filename`` is what error messages show; relative paths
     in the plan (``model from``, ``train.data``) resolve against ``base_dir`` (default: cwd);
-    ``use`` blocks are checked against ``strategies``."""
+    ``use`` blocks are checked against ``strategies``, ``train.log`` against the installed
+    metrics sinks."""
     plan_file = parse(text, filename)
     return build(
         plan_file,
         base_dir=Path(base_dir) if base_dir is not None else None,
         known_strategies=strategies.registered,
-        check_uses=lambda plan: strategies.validate_uses(plan) if plan.uses else [],
+        check_uses=lambda plan: check_sink_names(plan) + (strategies.validate_uses(plan) if plan.uses else []),
     )
+
+
+def check_sink_names(plan: Plan) -> list[SpecIssue]:
+    """``train.log`` names built-in sinks or installed sink plugins (entry-point names; none is imported)."""
+    if not plan.train.log:
+        return []
+    from planc.errors import did_you_mean, one_of
+    from planc.runtime.sinks import known_sink_names
+
+    known = known_sink_names()
+    return [
+        SpecIssue(
+            ("train", "log"),
+            f"unknown metrics sink '{name}'",
+            (did_you_mean(name, known) or one_of(known)) + " (a sink plugin must be pip-installed)",
+        )
+        for name in plan.train.log
+        if name not in known
+    ]
 
 
 def read_plan_text(path: Path) -> str:

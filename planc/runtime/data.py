@@ -6,28 +6,33 @@ targets ``[:, 1:]``). It is a pure function of (seed, step): no iterator state, 
 position saved in a checkpoint is just the step, and DP=1 and DP=8 consume identical rows.
 :func:`local_micro_batches` then cuts out one data-parallel rank's rows and its micro-batches.
 
-Two sources:
+Three sources:
 
 * ``synthetic`` -- a fixed random first-order Markov chain over the vocabulary: every token has
   ``BRANCHING`` possible successors, drawn uniformly. The best achievable loss is ln(BRANCHING)
   (1.39 nats) against ln(vocab) for a model that has learnt nothing, so the loss falls visibly
-  within a few dozen steps on a tiny model.
-* a text file -- bytes as tokens (needs vocab >= 256), cut into windows of seq_len + 1 bytes
+  within a few dozen steps on a tiny model. Validation (``val_data = "synthetic"``) walks the same
+  chain from another random stream.
+* a token file (``.bin``: planc's, nanoGPT's or Megatron-LM's layout) -- windows of token ids,
+  :mod:`planc.runtime.token_data`.
+* any other file -- a text file read as bytes (vocab = 256), cut into windows of seq_len + 1 bytes
   (consecutive windows share one byte, so every byte is a target once), visited in a fresh
   seeded permutation each epoch. The file is memory-mapped, never read whole.
 
-Both generate one step's batch at a time, never the dataset.
+All generate one step's batch at a time, never the dataset. Relative paths resolve against the
+plan's directory (``Plan.data_root``) unless the program is given another (``--data-root``).
 """
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from planc.errors import DataError
 from planc.spec import ModelSpec, TrainSpec
 
 #: Successors per token in the synthetic Markov chain.
@@ -37,16 +42,16 @@ BRANCHING = 4
 BYTE_VOCAB = 256
 
 
-class DataError(ValueError):
-    """The training data cannot be used with this plan (message says what to change)."""
-
-
 class DataSource(Protocol):
     global_batch: int
     seq_len: int
 
     def batch_for_step(self, step: int) -> torch.Tensor:
         """The global batch of ``step``: int64 ``[global_batch, seq_len + 1]``."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What the run directory records about this source (``data.json``)."""
         ...
 
 
@@ -59,14 +64,20 @@ def _stream_seed(*parts: object) -> int:
 class SyntheticData:
     """Sequences from a fixed random Markov chain with ``BRANCHING`` successors per token."""
 
-    def __init__(self, vocab: int, seq_len: int, global_batch: int, seed: int):
+    def __init__(self, vocab: int, seq_len: int, global_batch: int, seed: int, *, stream: str = "synthetic"):
         self.vocab, self.seq_len, self.global_batch, self.seed = vocab, seq_len, global_batch, seed
+        #: Names the random stream of the walks: the same chain, other sequences for validation.
+        self.stream = stream
         table_rng = torch.Generator().manual_seed(_stream_seed(seed, "synthetic-table"))
         #: successors[t] are the tokens that may follow token t.
         self.successors = torch.randint(0, vocab, (vocab, BRANCHING), generator=table_rng)
 
+    def describe(self) -> dict:
+        """What the run directory records about this source (``data.json``)."""
+        return {"kind": "synthetic", "stream": self.stream, "vocab": self.vocab, "branching": BRANCHING}
+
     def batch_for_step(self, step: int) -> torch.Tensor:
-        rng = torch.Generator().manual_seed(_stream_seed(self.seed, "synthetic", step))
+        rng = torch.Generator().manual_seed(_stream_seed(self.seed, self.stream, step))
         rows, length = self.global_batch, self.seq_len + 1
         batch = torch.empty(rows, length, dtype=torch.long)
         batch[:, 0] = torch.randint(0, self.vocab, (rows,), generator=rng)
@@ -79,22 +90,23 @@ class SyntheticData:
 class TextFileData:
     """Byte-level tokens of a text file, in windows of seq_len + 1, shuffled per epoch."""
 
-    def __init__(self, path: str | Path, vocab: int, seq_len: int, global_batch: int, seed: int):
+    def __init__(
+        self, path: str | Path, vocab: int, seq_len: int, global_batch: int, seed: int, *, key: str = "train.data"
+    ):
         self.path = Path(path)
         self.seq_len, self.global_batch, self.seed = seq_len, global_batch, seed
-        if vocab < BYTE_VOCAB:
-            raise DataError(
-                f"train.data = {str(path)!r} is read as bytes, which needs model.vocab >= {BYTE_VOCAB}, "
-                f'but vocab = {vocab}; raise vocab to at least {BYTE_VOCAB} or use data = "synthetic"'
-            )
+        if vocab != BYTE_VOCAB:
+            from planc.data.check import BYTE_VOCAB_HINT, byte_vocab_message
+
+            raise DataError(f"{byte_vocab_message(key, str(path), vocab)}; {BYTE_VOCAB_HINT}")
         if not self.path.is_file():
-            raise DataError(f'train.data: no such file {str(self.path)!r}; give a path to a text file or "synthetic"')
+            raise DataError(f'{key}: no such file {str(self.path)!r}; give a path to a text file or "synthetic"')
         size = self.path.stat().st_size
         #: windows start every seq_len bytes, so window i holds bytes [i*S, i*S + S + 1).
         self.windows = (size - 1) // seq_len if size > 0 else 0
         if self.windows < 1:
             raise DataError(
-                f"train.data {str(self.path)!r} has {size} bytes, fewer than one sequence of "
+                f"{key} {str(self.path)!r} has {size} bytes, fewer than one sequence of "
                 f"seq_len + 1 = {seq_len + 1}; use a longer file or a shorter seq_len"
             )
         self._bytes = np.memmap(self.path, dtype=np.uint8, mode="r")
@@ -108,6 +120,10 @@ class TextFileData:
         assert self._order is not None  # epoch starts at -1, so the first call draws an order
         return self._order
 
+    def describe(self) -> dict:
+        """What the run directory records about this source (``data.json``)."""
+        return {"path": str(self.path.resolve()), "kind": "bytes", "tokens": len(self._bytes), "windows": self.windows}
+
     def window(self, index: int) -> torch.Tensor:
         start = index * self.seq_len
         return torch.from_numpy(np.array(self._bytes[start : start + self.seq_len + 1], dtype=np.int64))
@@ -120,14 +136,41 @@ class TextFileData:
         return torch.stack(rows)
 
 
+def build_source(
+    data: str,
+    model: ModelSpec,
+    *,
+    global_batch: int,
+    seed: int,
+    root: str | Path | None = None,
+    key: str = "train.data",
+) -> DataSource:
+    """The source ``data`` names ("synthetic", a token file or a text file), relative paths under ``root``."""
+    from planc.data.paths import is_token_path, resolve
+
+    if data == "synthetic":
+        stream = "synthetic" if key == "train.data" else "synthetic-validation"
+        return SyntheticData(model.vocab, model.seq_len, global_batch, seed, stream=stream)
+    path = resolve(data, root)
+    if is_token_path(path):
+        from planc.runtime.token_data import TokenFileData
+
+        return TokenFileData(path, model.vocab, model.seq_len, global_batch, seed, key=key)
+    return TextFileData(path, model.vocab, model.seq_len, global_batch, seed, key=key)
+
+
 def build_data(train: TrainSpec, model: ModelSpec, base_dir: str | Path | None = None) -> DataSource:
-    """The data source a plan asks for; a relative file path is read relative to ``base_dir``."""
-    if train.data == "synthetic":
-        return SyntheticData(model.vocab, model.seq_len, train.global_batch, train.seed)
-    path = Path(train.data)
-    if base_dir is not None and not path.is_absolute():
-        path = Path(base_dir) / path
-    return TextFileData(path, model.vocab, model.seq_len, train.global_batch, train.seed)
+    """The training data a plan asks for; a relative file path is read relative to ``base_dir``."""
+    return build_source(train.data, model, global_batch=train.global_batch, seed=train.seed, root=base_dir)
+
+
+def build_validation(train: TrainSpec, model: ModelSpec, base_dir: str | Path | None = None) -> DataSource | None:
+    """The plan's validation data (None without ``val_data``): batches of the same shape as training's."""
+    if train.val_data is None:
+        return None
+    return build_source(
+        train.val_data, model, global_batch=train.global_batch, seed=train.seed, root=base_dir, key="train.val_data"
+    )
 
 
 def inputs_and_targets(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

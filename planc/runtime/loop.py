@@ -2,7 +2,8 @@
 
 ``train(job, steps=..., out_dir=...)`` runs optimizer steps ``start .. steps-1`` on the plan's
 data (every data source maps a step to its global batch, so resuming needs only the step),
-writes ``metrics.jsonl`` and progress lines on rank 0, saves a DCP checkpoint every
+computes the validation loss every ``train.eval_every`` steps when the plan has ``val_data``,
+writes ``metrics.jsonl`` (and the plan's metrics sinks) and progress lines on rank 0, saves a DCP checkpoint every
 ``checkpoint.every`` steps and resumes from the newest complete one. Ctrl-C (SIGINT, or the
 SIGTERM torchrun forwards) finishes the step in flight on every rank, then stops cleanly;
 :func:`shutdown` destroys the process group.
@@ -21,7 +22,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from planc.runtime.data import build_data
 from planc.runtime.local_shards import dtensor_parameters
 from planc.runtime.step import train_step
 
@@ -33,18 +33,27 @@ def train(
     out_dir: str | Path | None = None,
     data_dir: str | Path | None = None,
     quiet: bool = False,
+    data: str | None = None,
+    val_data: str | None = None,
+    log: tuple[str, ...] | list[str] = (),
+    predicted: dict | None = None,
 ) -> list[dict]:
     """Train ``job`` to ``steps`` finished optimizer steps (default: the plan's); returns this run's step records.
 
     ``quiet`` silences the progress lines (metrics.jsonl is still written). ``out_dir`` (the run
-    directory) receives ``metrics.jsonl`` and, when the plan has a checkpoint block, the checkpoints
-    (``checkpoint.dir`` relative to it).
+    directory) receives ``metrics.jsonl``, ``data.json`` and, when the plan has a checkpoint block, the
+    checkpoints (``checkpoint.dir`` relative to it). ``data``/``val_data`` replace the plan's data paths,
+    ``data_dir`` the directory its relative paths resolve against; ``log`` adds metrics sinks to the
+    plan's; ``predicted`` (the program's ``PREDICTED``) is logged beside the measured step time.
     """
     from planc.runtime.metrics import MetricsLogger
+    from planc.runtime.run_data import open_run_data
+    from planc.runtime.utilisation import Utilisation
 
     plan = job.plan
-    total = steps if steps is not None else plan.train.steps
-    data = build_data(plan.train, plan.model, base_dir=data_dir)
+    total = _steps_to_train(plan, steps)
+    run_data = open_run_data(job, data=data, val_data=val_data, data_root=data_dir, out_dir=out_dir)
+    utilisation = Utilisation(plan, predicted)
     checkpoint_dir = None
     if plan.checkpoint is not None and out_dir is not None:
         checkpoint_dir = Path(out_dir) / plan.checkpoint.dir
@@ -65,17 +74,23 @@ def train(
         device=job.device,
         stream=io.StringIO() if quiet else None,
     )
+    sinks = _open_sinks(job, [*plan.train.log, *log], out_dir, start, predicted)
     records = []
     step = start
-    with logger, _stop_on_interrupt() as interrupted, _explained_failures(job, lambda: step + 1):
+    with logger, sinks, _stop_on_interrupt() as interrupted, _explained_failures(job, lambda: step + 1):
         for step in range(start, total):
             began = time.perf_counter()
-            result = train_step(job, data.batch_for_step(step))
+            result = train_step(job, run_data.train.batch_for_step(step))
             if job.device.type == "cuda":
                 torch.cuda.synchronize(job.device)
             elapsed = time.perf_counter() - began
-            logger.log(step + 1, loss=result["loss"], lr=result["lr"], step_s=elapsed, grad_norm=result["grad_norm"])
-            records.append({"step": step + 1, **result, "step_s": elapsed})
+            extra = _fields_after_step(job, run_data, utilisation, step + 1, total, elapsed)
+            record = logger.log(
+                step + 1, loss=result["loss"], lr=result["lr"], step_s=elapsed, grad_norm=result["grad_norm"], **extra
+            )
+            if record is not None:
+                sinks.log(record)
+            records.append({"step": step + 1, **result, "step_s": elapsed, **extra})
             if checkpoint_dir is not None and (step + 1) % plan.checkpoint.every == 0:
                 with dtensor_parameters(job):
                     save_checkpoint(
@@ -109,14 +124,60 @@ def train(
     return records
 
 
+def _steps_to_train(plan, steps: int | None) -> int:
+    """``steps`` (default: the plan's); past a schedule decayed to 0 refused, past one holding min_lr warned."""
+    from planc.spec.train import steps_beyond_schedule
+
+    total = steps if steps is not None else plan.train.steps
+    refusal, warning = steps_beyond_schedule(plan.train, total)
+    if refusal:
+        raise SystemExit(f"planc: {refusal}")
+    if warning and dist.get_rank() == 0:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    return total
+
+
+def _fields_after_step(job, run_data, utilisation, done: int, total: int, step_s: float) -> dict:
+    """The record's extra fields: MFU beside the prediction, and the validation loss on evaluation steps."""
+    from planc.runtime.evaluate import validation_loss
+
+    extra = utilisation.fields(step_s)
+    train = job.plan.train
+    if run_data.validation is not None and (done % train.eval_every == 0 or done == total):
+        began = time.perf_counter()
+        extra["val_loss"] = validation_loss(job, run_data.validation, train.eval_batches)
+        extra["eval_s"] = time.perf_counter() - began
+    return extra
+
+
+def _open_sinks(job, names: list[str], out_dir, start: int, predicted: dict | None):
+    """Rank 0's metrics sinks (TensorBoard, W&B, plugins); none elsewhere or without a run directory."""
+    from planc.runtime.sinks import SinkRun, Sinks
+
+    if dist.get_rank() != 0 or out_dir is None or not names:
+        return Sinks((), None)
+    out = Path(out_dir)
+    config = {
+        "plan": job.plan.model_dump(mode="json"),
+        "layout": job.layout.model_dump(mode="json"),
+        "predicted": predicted,
+    }
+    return Sinks(names, SinkRun(out_dir=out, name=out.resolve().name, start_step=start, config=config))
+
+
 @contextmanager
 def _explained_failures(job, current_step) -> Iterator[None]:
-    """A lost peer or an out-of-memory error ends this rank with one explaining line (exit 1)
+    """A lost peer, an out-of-memory error or bad data ends this rank with one explaining line (exit 1)
     instead of a traceback; other errors propagate unchanged."""
+    from planc.runtime.data import DataError
     from planc.runtime.failures import describe_failure
 
     try:
         yield
+    except DataError as exc:  # found mid-run (an id beyond the vocabulary); every rank read the same batch
+        if dist.get_rank() == 0:
+            print(f"planc: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     except Exception as exc:
         message = describe_failure(exc, rank=dist.get_rank(), step=current_step())
         if message is None:

@@ -3,7 +3,10 @@
 Each line is flushed as it is written, so a crash loses no finished step. A resumed run appends.
 Fields of every record: ``step`` (1-based count of finished optimizer steps), ``loss``, ``lr``,
 ``step_s``, ``tokens_per_s``, ``grad_norm``, ``memory_bytes`` (peak since the start: CUDA max
-allocated, or the process's peak resident set on CPU), plus whatever extra fields the caller adds.
+allocated, or the process's peak resident set on CPU), ``elapsed_s`` (wall time since this launch
+began), plus whatever extra fields the caller adds (the loop adds ``mfu``, ``predicted_step_s``,
+``predicted_mfu``, and ``val_loss``/``eval_s`` on evaluation steps). The progress line ends with the
+elapsed time and an estimate of the time left.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -61,6 +65,8 @@ class MetricsLogger:
         self.device = device
         self.stream = stream if stream is not None else sys.stdout
         self._file: TextIO | None = None
+        self._started = time.monotonic()
+        self._steps_before: int | None = None  # finished steps when this launch began (resume)
         if self.active and path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "a", encoding="utf-8")
@@ -89,12 +95,24 @@ class MetricsLogger:
             "memory_bytes": memory_bytes if memory_bytes is not None else peak_memory_bytes(self.device),
         }
         record.update({k: _number(v) for k, v in extra.items()})
+        elapsed = record["elapsed_s"] = time.monotonic() - self._started
         if self._file is not None:
             self._file.write(json.dumps(record) + "\n")
             self._file.flush()
         if step % self.print_every == 0 or step == self.total_steps:
-            print(format_progress(record, self.total_steps), file=self.stream, flush=True)
+            print(
+                format_progress(record, self.total_steps, eta_s=self._eta(step, elapsed)), file=self.stream, flush=True
+            )
         return record
+
+    def _eta(self, step: int, elapsed: float) -> float | None:
+        """Seconds left at this launch's mean pace (evaluations and checkpoints included)."""
+        if self._steps_before is None:
+            self._steps_before = step - 1
+        done = step - self._steps_before
+        if not self.total_steps or done <= 0:
+            return None
+        return elapsed / done * max(0, self.total_steps - step)
 
     def close(self) -> None:
         if self._file is not None:
@@ -108,16 +126,35 @@ class MetricsLogger:
         self.close()
 
 
-def format_progress(record: dict[str, Any], total_steps: int | None = None) -> str:
-    """``step   12/100 | loss 3.2145 | lr 3.00e-04 | 12.3 k tok/s | 0.412 s/step | grad 0.87 | mem 1.23 GiB``."""
+def format_progress(record: dict[str, Any], total_steps: int | None = None, *, eta_s: float | None = None) -> str:
+    """``step 12/100 | loss 3.2145 | val 3.3012 | lr 3.00e-04 | 12.3 k tok/s | 0.412 s/step (pred 0.380) |
+    mfu 31.0% (pred 33.6%) | grad 0.870 | mem 1.23 GiB | 0:05 elapsed, 0:36 left`` (parts shown when known)."""
     width = len(str(total_steps)) if total_steps else 1
     step = f"step {record['step']:>{width}}" + (f"/{total_steps}" if total_steps else "")
     loss = record["loss"]
-    parts = [step, f"loss {loss:.4f}" if isinstance(loss, float) else f"loss {loss}", f"lr {record['lr']:.2e}"]
+    parts = [step, f"loss {loss:.4f}" if isinstance(loss, float) else f"loss {loss}"]
+    if isinstance(record.get("val_loss"), float):
+        parts.append(f"val {record['val_loss']:.4f}")
+    parts.append(f"lr {record['lr']:.2e}")
     if record.get("tokens_per_s"):
         parts.append(f"{record['tokens_per_s'] / 1000:.1f} k tok/s")
-    parts.append(f"{record['step_s']:.3f} s/step")
+    predicted = record.get("predicted_step_s")
+    parts.append(f"{record['step_s']:.3f} s/step" + (f" (pred {predicted:.3f})" if predicted else ""))
+    if record.get("mfu") is not None:
+        pred_mfu = record.get("predicted_mfu")
+        parts.append(f"mfu {record['mfu']:.1%}" + (f" (pred {pred_mfu:.1%})" if pred_mfu is not None else ""))
     if isinstance(record.get("grad_norm"), float):
         parts.append(f"grad {record['grad_norm']:.3f}")
     parts.append(f"mem {record['memory_bytes'] / GIB:.2f} GiB")
+    if record.get("elapsed_s") is not None:
+        parts.append(
+            f"{_clock(record['elapsed_s'])} elapsed" + (f", {_clock(eta_s)} left" if eta_s is not None else "")
+        )
     return " | ".join(parts)
+
+
+def _clock(seconds: float) -> str:
+    """``65 -> 1:05``, ``3725 -> 1:02:05``."""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from planc.runtime.checkpoint import load_checkpoint, save_checkpoint
-from planc.runtime.data import build_data, inputs_and_targets, local_micro_batches
+from planc.runtime.data import build_data, build_validation, inputs_and_targets, local_micro_batches
 from planc.runtime.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_
 from planc.runtime.transformer import build_model, loss_fn
 from planc.spec import Plan
@@ -35,6 +35,8 @@ class ReferenceRun:
     losses: list[float] = field(default_factory=list)
     grad_norms: list[float] = field(default_factory=list)
     lrs: list[float] = field(default_factory=list)
+    val_losses: dict[int, float] = field(default_factory=dict)
+    """Validation loss by step (1-based count of finished steps), at the steps the program evaluates."""
 
 
 def _micro_batch(plan: Plan, micro_batch: int | None) -> int:
@@ -43,6 +45,13 @@ def _micro_batch(plan: Plan, micro_batch: int | None) -> int:
     if plan.train.global_batch % micro_batch:
         raise ValueError(f"micro_batch {micro_batch} does not divide global_batch {plan.train.global_batch}")
     return micro_batch
+
+
+def _autocast(precision: str, device: str) -> Callable[[], contextlib.AbstractContextManager]:
+    """bf16: autocast runs the matmuls in bf16 while parameters, gradients and Adam states stay fp32."""
+    if precision != "bf16":
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
 
 
 def train_reference(
@@ -71,19 +80,16 @@ def train_reference(
     initialise(model, spec, train.seed)  # seeded init, or init = pretrained's weights
     optimizer = build_optimizer(model.parameters(), train)
     scheduler = build_lr_scheduler(optimizer, train)
+    data_dir = data_dir if data_dir is not None else plan.data_root
     data = build_data(train, spec, base_dir=data_dir)
+    validation = build_validation(train, spec, base_dir=data_dir)
 
     start = 0
     if checkpoint_dir is not None:
         resumed = load_checkpoint(checkpoint_dir, [model], [optimizer], [scheduler])
         start = resumed["step"] if resumed else 0
 
-    # bf16: autocast runs the matmuls in bf16 while parameters, gradients and Adam states stay fp32.
-    autocast = (
-        (lambda: torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16))
-        if train.precision == "bf16"
-        else contextlib.nullcontext
-    )
+    autocast = _autocast(train.precision, device)
     run = ReferenceRun(first_step=start)
     model.train()
     for step in range(start, total_steps):
@@ -105,9 +111,25 @@ def train_reference(
         run.grad_norms.append(norm.item())
         if on_step is not None:
             on_step(step + 1, run.losses[-1])
+        if validation is not None and ((step + 1) % train.eval_every == 0 or step + 1 == total_steps):
+            run.val_losses[step + 1] = _validation_loss(
+                model, validation, train.eval_batches, device, autocast, spec.vocab
+            )
         if checkpoint_dir is not None and plan.checkpoint is not None and (step + 1) % plan.checkpoint.every == 0:
             save_checkpoint(checkpoint_dir, step + 1, [model], [optimizer], [scheduler], keep=plan.checkpoint.keep)
     return run
+
+
+@torch.no_grad()
+def _validation_loss(model, validation, batches: int, device: str, autocast, vocab: int) -> float:
+    """Mean next-token loss over validation batches 0..batches-1, each whole batch in one forward."""
+    total = 0.0
+    for index in range(batches):
+        inputs, targets = inputs_and_targets(validation.batch_for_step(index).to(device))
+        with autocast():
+            logits = model(inputs)
+        total += loss_fn(logits, targets, vocab).item()
+    return total / batches
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,6 +28,7 @@ from pydantic_core import ErrorDetails
 from planc.errors import did_you_mean, one_of
 from planc.spec.checkpoint import CheckpointSpec
 from planc.spec.checks import run_checks
+from planc.spec.data_paths import check_data_files, check_data_paths
 from planc.spec.fields import unit_kind_of
 from planc.spec.hardware import CUSTOM_DEVICE_REQUIRED, HardwareSpec
 from planc.spec.hf_config import HFConfigError, read_hf_config
@@ -81,6 +82,7 @@ def build_plan(
     notes: list[str] = []
     aliases: dict[tuple, tuple] = {}
     sections: dict[str, Any] = {}
+    data_root: str | None = None
     for block, model_cls in BLOCKS.items():
         if block not in raw:
             continue
@@ -88,7 +90,7 @@ def build_plan(
         if block == "model":
             values = _resolve_model_source(dict(raw[block]), base_dir, issues, notes, aliases)
         elif block == "train":
-            values = _resolve_data_path(dict(raw[block]), base_dir, issues)
+            data_root = check_data_paths(dict(raw[block]), base_dir, issues)
         section = _build_section(block, model_cls, values, issues) if values is not None else None
         if section is not None:
             sections[block] = section
@@ -97,11 +99,11 @@ def build_plan(
 
     if issues:
         raise SpecError(_apply_aliases(issues, aliases))
-    plan = Plan(**sections, uses=tuple(uses), source=source, notes=tuple(notes))
+    plan = Plan(**sections, uses=tuple(uses), source=source, notes=tuple(notes), data_root=data_root)
     check_issues = run_checks(plan)
     if check_issues:
         raise SpecError(_apply_aliases(check_issues, aliases))
-    return plan
+    return check_data_files(plan)
 
 
 def _block_names(raw: dict[str, Any]) -> list[SpecIssue]:
@@ -209,35 +211,6 @@ def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | No
         if key not in values:
             aliases[("model", key)] = origin
     return resolve_weights({**base, **values}, config_dir, base_dir, issues)
-
-
-def _resolve_data_path(values: dict, base_dir: FsPath, issues: list[SpecIssue]) -> dict:
-    data = values.get("data")
-    if not isinstance(data, str) or data == "synthetic":
-        return values
-    path = FsPath(data)
-    path = path if path.is_absolute() else (base_dir / path)
-    try:
-        is_file = path.is_file()
-    except (OSError, ValueError) as exc:  # a NUL byte, a name too long for the file system
-        issues.append(
-            SpecIssue(
-                ("train", "data"),
-                f"cannot use {data!r} as a data path: {exc}",
-                'give a text file (path relative to the .plan file) or data = "synthetic"',
-            )
-        )
-        return values
-    if not is_file:
-        issues.append(
-            SpecIssue(
-                ("train", "data"),
-                f"data file not found: {path}",
-                'give a text file (path relative to the .plan file) or data = "synthetic"',
-            )
-        )
-        return values
-    return {**values, "data": str(path.resolve())}
 
 
 def _check_keys_and_units(block: str, values: dict, model_cls: type[BaseModel]) -> list[SpecIssue]:

@@ -46,6 +46,9 @@ class Plan(SpecModel):
     """The file the plan was read from, if any."""
     notes: tuple[str, ...] = ()
     """Approximations made while reading the plan (e.g. an HF config feature planc does not model)."""
+    data_root: str | None = None
+    """The directory relative data paths resolve against: the .plan file's, recorded when the plan names
+    a data file by a relative path (the program's --data-root replaces it on another machine)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -44,6 +44,7 @@ def run_case(case: dict) -> dict:
     return {
         "losses": [r["loss"] for r in records],
         "grad_norms": [r["grad_norm"] for r in records],
+        "val_losses": {r["step"]: r["val_loss"] for r in records if "val_loss" in r},
         "seconds": time.perf_counter() - began,
         "facts": facts,
     }

@@ -83,8 +83,9 @@ def test_text_file_windows_cover_an_epoch_exactly_once(tmp_path):
 def test_text_file_needs_a_byte_vocabulary(tmp_path):
     path = tmp_path / "t.txt"
     path.write_text("hello world " * 10)
-    with pytest.raises(DataError, match="vocab >= 256"):
-        TextFileData(path, vocab=100, seq_len=8, global_batch=2, seed=0)
+    for vocab in (100, 300, 128_256):  # bytes are ids 0..255: fewer ids cannot hold them, more are never trained
+        with pytest.raises(DataError, match="needs model.vocab = 256, but vocab = "):
+            TextFileData(path, vocab=vocab, seq_len=8, global_batch=2, seed=0)
 
 
 def test_text_file_errors_for_missing_or_short_files(tmp_path):
@@ -97,7 +98,7 @@ def test_text_file_errors_for_missing_or_short_files(tmp_path):
 
 
 def test_build_data_chooses_the_source(tmp_path):
-    model = ModelSpec(layers=1, hidden=16, heads=2, vocab=300, seq_len=8)
+    model = ModelSpec(layers=1, hidden=16, heads=2, vocab=256, seq_len=8)
     assert isinstance(build_data(TrainSpec(global_batch=2), model), SyntheticData)
     (tmp_path / "c.txt").write_text("abc" * 20)
     data = build_data(TrainSpec(global_batch=2, data="c.txt"), model, base_dir=tmp_path)

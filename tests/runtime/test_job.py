@@ -70,7 +70,7 @@ from planc.strategies.registry import load_registry
 plan = build_plan(json.loads(sys.argv[1]))
 job = compose(plan, Layout(tp=1, pp=1, dp=1, zero=0, recompute="none", schedule=None, micro_batch=4), load_registry())
 try:
-    records = train(job, steps=100000, out_dir=sys.argv[2])
+    records = train(job, out_dir=sys.argv[2])
     print("finished", len(records), flush=True)
 finally:
     shutdown()
@@ -82,6 +82,7 @@ def interrupt_run(plan: dict, out_dir) -> tuple[int, str]:
     import signal
     import threading
 
+    plan = {**plan, "train": {**plan["train"], "steps": 100000}}  # long: it only ends by Ctrl-C
     process = subprocess.Popen(
         [sys.executable, "-c", INTERRUPTIBLE, json.dumps(plan), str(out_dir)],
         stdout=subprocess.PIPE,

@@ -70,8 +70,12 @@ PLAN = Plan.model_validate(
                'beta2': 0.95,
                'grad_clip': 1.0,
                'data': 'synthetic',
+               'val_data': None,
+               'eval_every': 100,
+               'eval_batches': 10,
                'seed': 0,
-               'log_every': 1},
+               'log_every': 1,
+               'log': []},
      'layout': {'tp': 1,
                 'pp': 1,
                 'dp': 2,
@@ -84,7 +88,8 @@ PLAN = Plan.model_validate(
      'checkpoint': None,
      'uses': [{'name': 'powersgd', 'options': {'rank': 2}}],
      'source': 'tests/codegen/data/powersgd.plan',
-     'notes': []}
+     'notes': [],
+     'data_root': None}
 )
 
 # The layout planc chose: every `auto` of the plan resolved.
@@ -101,6 +106,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Train the plan's model (run under torchrun).")
     parser.add_argument("--steps", type=int, default=PLAN.train.steps, help="optimizer steps to train")
     parser.add_argument("--out", default=".", help="run directory for metrics.jsonl and checkpoints")
+    parser.add_argument("--data", help="training data, replacing the plan's train.data")
+    parser.add_argument("--val-data", help="validation data, replacing the plan's train.val_data")
+    parser.add_argument("--data-root", help="where the plan's relative data paths are on this machine")
+    parser.add_argument("--log", action="append", default=[], help="also log to this metrics sink (repeatable)")
     args = parser.parse_args()
 
     # Process group, the ("pp", "dp", "tp") device mesh, and the full model on the meta device.
@@ -122,8 +131,10 @@ def main() -> None:
     # Same starting weights on every layout: each parameter depends only on (seed, its name).
     job.init_weights()
     job.build_optimizer()
+    # Every rank opens the data itself (relative paths under --data-root, else the plan's directory).
     try:
-        train(job, steps=args.steps, out_dir=args.out)
+        train(job, steps=args.steps, out_dir=args.out, data=args.data, val_data=args.val_data,
+              data_dir=args.data_root, log=args.log, predicted=PREDICTED)
     finally:
         shutdown()
 
