@@ -157,7 +157,7 @@ def main() -> None:
     parser.add_argument("--out", default=".", help="run directory for metrics.jsonl and checkpoints")
     parser.add_argument("--data", help="training data, replacing the plan's train.data")
     parser.add_argument("--val-data", help="validation data, replacing the plan's train.val_data")
-    parser.add_argument("--data-root", help="where the plan's relative data paths are on this machine")
+    parser.add_argument("--data-root", help="where the plan's relative data (and weights) paths are on this machine")
     parser.add_argument("--log", action="append", default=[], help="also log to this metrics sink (repeatable)")
     args = parser.parse_args()
 
@@ -169,8 +169,7 @@ def main() -> None:
 
 {composition}{chr(10).join(apply_lines)}
 
-    {_init_comment(plan)}
-    job.init_weights()
+    {_init_lines(plan)}
     job.build_optimizer()
     # Every rank opens the data itself (relative paths under --data-root, else the plan's directory).
     try:
@@ -185,11 +184,18 @@ if __name__ == "__main__":
 '''
 
 
-def _init_comment(plan: Plan) -> str:
-    """Where the starting weights come from, as a comment line of the program (no user text in it)."""
+def _init_lines(plan: Plan) -> str:
+    """Where the starting weights come from (a comment, no user text in it) and the call that sets them."""
     if plan.model.init == "pretrained":
-        return "# Start from the Hugging Face weights in PLAN.model.weights; each rank reads only its shards."
-    return "# Same starting weights on every layout: each parameter depends only on (seed, its name)."
+        return (
+            "# Start from the Hugging Face weights in PLAN.model.weights (relative: under --data-root, else\n"
+            "    # the plan's directory); each rank reads only its shards.\n"
+            "    job.init_weights(data_root=args.data_root)"
+        )
+    return (
+        "# Same starting weights on every layout: each parameter depends only on (seed, its name).\n"
+        "    job.init_weights()"
+    )
 
 
 def _docstring(plan: Plan, layout: Layout, strategies, prediction, program_name: str) -> str:

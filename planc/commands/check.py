@@ -69,5 +69,8 @@ def summary(plan: Plan) -> str:
     devices = f"{hardware.world_size} × {hardware.device}"
     if hardware.nodes > 1:
         devices += f" ({hardware.nodes} nodes × {hardware.per_node})"
-    weights = f", starting from the weights in {plan.model.weights}" if plan.model.init == "pretrained" else ""
+    from planc.weights.plan_checks import weights_directory
+
+    pretrained = plan.model.init == "pretrained"
+    weights = f", starting from the weights in {weights_directory(plan.model, plan.data_root)}" if pretrained else ""
     return visible(f"{plan.model.name or 'custom model'}, {format_count(plan.model.params)} params, {devices}{weights}")

@@ -84,7 +84,7 @@ def run(args) -> int:
             )
             if plan.data_root is not None:
                 print(
-                    f"Relative data paths resolve against {plan.data_root} on every node; "
+                    f"Relative data and weights paths resolve against {plan.data_root} on every node; "
                     "add --data-root DIR to a line where the data is elsewhere on that node."
                 )
         for command in commands:

@@ -255,8 +255,9 @@ class Job:
 
     # -- phase 3 ---------------------------------------------------------------------------------
 
-    def init_weights(self) -> None:
-        """Allocate every local shard on the device and give it its layout-independent initial value.
+    def init_weights(self, data_root: str | None = None) -> None:
+        """Allocate every local shard on the device and give it its layout-independent initial value
+        (or ``init = pretrained``'s weights: a relative path under ``data_root``, default the plan's).
 
         Then run the ``after_init`` callbacks (e.g. DDP wrapping), autocast the forward when
         ``bf16`` asked for it and no strategy took its policy, and build the pipeline schedule.
@@ -268,7 +269,7 @@ class Job:
         seed = self.plan.train.seed
         for part in self.unwrapped_parts():
             part.to_empty(device=self.device)
-            initialise(part, self.plan.model, seed)
+            initialise(part, self.plan.model, seed, root=data_root or self.plan.data_root)
         self._initialised = True
         callbacks, self._after_init = self._after_init, []
         for callback in callbacks:

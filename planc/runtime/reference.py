@@ -77,10 +77,10 @@ def train_reference(
     micro = _micro_batch(plan, micro_batch)
 
     model = build_model(spec, device=device)
-    initialise(model, spec, train.seed)  # seeded init, or init = pretrained's weights
+    data_dir = data_dir if data_dir is not None else plan.data_root
+    initialise(model, spec, train.seed, root=data_dir)  # seeded init, or init = pretrained's weights
     optimizer = build_optimizer(model.parameters(), train)
     scheduler = build_lr_scheduler(optimizer, train)
-    data_dir = data_dir if data_dir is not None else plan.data_root
     data = build_data(train, spec, base_dir=data_dir)
     validation = build_validation(train, spec, base_dir=data_dir)
 

@@ -28,7 +28,7 @@ from pydantic_core import ErrorDetails
 from planc.errors import did_you_mean, one_of
 from planc.spec.checkpoint import CheckpointSpec
 from planc.spec.checks import run_checks
-from planc.spec.data_paths import check_data_files, check_data_paths
+from planc.spec.data_paths import check_data_files, check_data_paths, weights_root
 from planc.spec.fields import unit_kind_of
 from planc.spec.hardware import CUSTOM_DEVICE_REQUIRED, HardwareSpec
 from planc.spec.hf_config import HFConfigError, read_hf_config
@@ -99,6 +99,7 @@ def build_plan(
 
     if issues:
         raise SpecError(_apply_aliases(issues, aliases))
+    data_root = data_root or weights_root(sections.get("model"), base_dir)
     plan = Plan(**sections, uses=tuple(uses), source=source, notes=tuple(notes), data_root=data_root)
     check_issues = run_checks(plan)
     if check_issues:
@@ -171,7 +172,7 @@ def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | No
             issues.append(SpecIssue(("model", key), f"{key} must be a quoted string, e.g. {key} = {example}"))
             return None
     base: dict[str, Any] = {}
-    config_dir = None
+    config_dir: str | None = None
     if "preset" in values:
         name = values.pop("preset")
         if name not in MODEL_PRESETS:
@@ -186,12 +187,12 @@ def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | No
         base = dict(MODEL_PRESETS[name], name=name)
         origin = ("model", "preset")
     elif "from" in values:
-        path_text = values.pop("from")
-        path = FsPath(path_text)
-        path = path if path.is_absolute() else base_dir / path
+        written = FsPath(values.pop("from"))
+        path = written if written.is_absolute() else base_dir / written
         if path.is_dir():  # a Hugging Face model directory
-            path = path / "config.json"
-        config_dir = path.parent
+            path, config_dir = path / "config.json", str(written)
+        else:
+            config_dir = str(written.parent)  # as written, like the data paths
         try:
             base, hf_notes = read_hf_config(path)
         except HFConfigError as exc:
@@ -206,11 +207,11 @@ def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | No
         notes.extend(hf_notes)
         origin = ("model", "from")
     else:
-        return resolve_weights(values, None, base_dir, issues)
+        return resolve_weights(values, None, issues)
     for key in base:
         if key not in values:
             aliases[("model", key)] = origin
-    return resolve_weights({**base, **values}, config_dir, base_dir, issues)
+    return resolve_weights({**base, **values}, config_dir, issues)
 
 
 def _check_keys_and_units(block: str, values: dict, model_cls: type[BaseModel]) -> list[SpecIssue]:

@@ -1,7 +1,8 @@
 """The plan's data paths (``train.data``, ``train.val_data``), checked when the plan is read.
 
 Paths stay as written (docs/data.md, "Paths on many nodes"); a relative one resolves against the
-.plan file's directory, which the plan records as its ``data_root``. The files' contents (token
+.plan file's directory, which the plan records as its ``data_root`` (so does a relative
+``model.weights``, docs/weights.md). The files' contents (token
 ids against the vocabulary, sizes) are checked by :mod:`planc.data.check` once the plan is valid.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path as FsPath
 
 from planc.spec.issues import SpecError, SpecIssue
+from planc.spec.model import ModelSpec
 from planc.spec.plan import Plan
 
 #: Keys that only mean something with validation data.
@@ -75,3 +77,11 @@ def check_data_files(plan: Plan) -> Plan:
     if issues:
         raise SpecError(issues)
     return plan.model_copy(update={"notes": plan.notes + tuple(notes)}) if notes else plan
+
+
+def weights_root(model: ModelSpec | None, base_dir: FsPath) -> str | None:
+    """The plan's directory (absolute) when ``init = pretrained`` names its weights by a relative
+    path: the data root they resolve against, as relative data paths do."""
+    if model is None or model.weights is None or FsPath(model.weights).is_absolute():
+        return None
+    return str(base_dir.resolve())

@@ -48,7 +48,8 @@ class Plan(SpecModel):
     """Approximations made while reading the plan (e.g. an HF config feature planc does not model)."""
     data_root: str | None = None
     """The directory relative data paths resolve against: the .plan file's, recorded when the plan names
-    a data file by a relative path (the program's --data-root replaces it on another machine)."""
+    a data file (or ``init = pretrained``'s weights) by a relative path (the program's --data-root
+    replaces it on another machine)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -27,14 +27,15 @@ from planc.runtime.transformer import canonical_name, init_weights
 from planc.spec import ModelSpec
 from planc.spec.hf_config import load_config_json
 from planc.weights.hf_names import MODEL_TYPE_FAMILY, TensorSource, tensor_sources
-from planc.weights.plan_checks import resolve_names, weight_problems
+from planc.weights.plan_checks import resolve_names, weight_problems, weights_directory
 from planc.weights.safetensors_index import WeightsError, read_directory
 
 
-def initialise(model: nn.Module, spec: ModelSpec, seed: int) -> None:
-    """The plan's starting weights: seeded init, or ``init = pretrained``'s Hugging Face weights."""
+def initialise(model: nn.Module, spec: ModelSpec, seed: int, root: str | Path | None = None) -> None:
+    """The plan's starting weights: seeded init, or ``init = pretrained``'s Hugging Face weights
+    (a relative ``weights`` path under ``root``: the plan's data root or the program's --data-root)."""
     if spec.init == "pretrained":
-        load_pretrained(model, spec)
+        load_pretrained(model, spec, weights_directory(spec, root))
     else:
         init_weights(model, seed, spec)
 

@@ -31,8 +31,10 @@ WHERE = ("model", "init")
 WEIGHTS_HINT = "point model from (or weights = ...) at a Hugging Face model directory: config.json + model.safetensors"
 
 
-def resolve_weights(values: dict[str, Any], config_dir: Path | None, base_dir: Path, issues: list[SpecIssue]) -> dict:
-    """Fill ``weights`` (absolute) for ``init = pretrained``: the key as written, else the ``from`` directory."""
+def resolve_weights(values: dict[str, Any], config_dir: str | None, issues: list[SpecIssue]) -> dict:
+    """Fill ``weights`` for ``init = pretrained``: the key, else the ``from`` directory -- as written,
+    like the data paths: a relative one resolves against the plan's ``data_root`` (the .plan file's
+    directory) or, at run time, the program's ``--data-root`` (:func:`weights_directory`)."""
     init, weights = values.get("init"), values.get("weights")
     if weights is not None and not isinstance(weights, str):
         issues.append(SpecIssue(("model", "weights"), 'weights must be a quoted path, e.g. weights = "hf/my-llama"'))
@@ -48,14 +50,18 @@ def resolve_weights(values: dict[str, Any], config_dir: Path | None, base_dir: P
             )
         return values
     if weights is not None:
-        path = Path(weights)
-        directory = path if path.is_absolute() else base_dir / path
-    elif config_dir is not None:
-        directory = config_dir
-    else:
+        return values
+    if config_dir is None:
         issues.append(SpecIssue(WHERE, "init = pretrained needs the weights' directory", WEIGHTS_HINT))
         return values
-    return {**values, "weights": str(directory.resolve())}
+    return {**values, "weights": config_dir}
+
+
+def weights_directory(spec: ModelSpec, root: str | Path | None) -> Path:
+    """Where ``spec.weights`` is on this machine: an absolute path as written, a relative one under
+    ``root`` (the plan's ``data_root``, or the program's ``--data-root``)."""
+    path = Path(spec.weights or "")
+    return path if path.is_absolute() or root is None else Path(root) / path
 
 
 def check_pretrained_weights(plan: Plan) -> Iterable[SpecIssue]:
@@ -64,7 +70,8 @@ def check_pretrained_weights(plan: Plan) -> Iterable[SpecIssue]:
     if spec.init != "pretrained" or spec.weights is None:
         return []
     try:
-        return [SpecIssue(WHERE, problem, hint) for problem, hint in weight_problems(spec, Path(spec.weights))]
+        directory = weights_directory(spec, plan.data_root)
+        return [SpecIssue(WHERE, problem, hint) for problem, hint in weight_problems(spec, directory)]
     except WeightsError as exc:
         return [SpecIssue(WHERE, str(exc), WEIGHTS_HINT)]
 

@@ -59,7 +59,36 @@ def test_matching_weights_pass(tmp_path, capsys):
         }
         | {"train": {"global_batch": 1}}
     )
-    assert plan.model.weights == str((tmp_path / "hf").resolve())
+    assert plan.model.weights == str(tmp_path / "hf") and plan.data_root is None  # absolute: as written
+
+
+def test_a_relative_weights_path_is_carried_as_written_and_found_under_the_data_root(tmp_path):
+    """As the data paths (docs/data.md): the plan keeps "hf" and records its directory; at run time
+    the weights are read under --data-root when the program is given one."""
+    from planc.dsl import load_plan
+    from planc.runtime.transformer import build_model
+    from planc.strategies.registry import load_registry
+    from planc.weights.import_hf import initialise
+    from planc.weights.plan_checks import weights_directory
+
+    (tmp_path / "plans").mkdir()
+    _weights_dir(tmp_path / "plans" / "hf", _spec())
+    plan_file = tmp_path / "plans" / "p.plan"
+    plan_file.write_text('model from "hf" {\n  init = pretrained\n}\n' + HARDWARE_TRAIN)
+    plan = load_plan(plan_file, strategies=load_registry())
+    assert plan.model.weights == "hf" and plan.data_root == str((tmp_path / "plans").resolve())
+    assert weights_directory(plan.model, plan.data_root) == (tmp_path / "plans" / "hf").resolve()
+
+    # Another machine: the same weights under another root; random values, so a match is no accident.
+    elsewhere = tmp_path / "copy"
+    elsewhere.mkdir()
+    (elsewhere / "hf").mkdir()
+    (elsewhere / "hf" / "config.json").write_text((tmp_path / "plans" / "hf" / "config.json").read_text())
+    values = {name: torch.randn(shape) for name, shape in hf_shapes(plan.model, "llama").items()}
+    save_file(values, str(elsewhere / "hf" / "model.safetensors"), metadata={"format": "pt"})
+    model = build_model(plan.model)
+    initialise(model, plan.model, seed=0, root=elsewhere)
+    assert torch.equal(model.tok_embeddings.weight[:90], values["model.embed_tokens.weight"])
 
 
 def test_pretrained_without_a_directory(tmp_path, capsys):

@@ -105,7 +105,7 @@ def _round_trip(tmp_path: Path, model: str, train_layout: str, import_layout: st
     plan = load_plan(second, strategies=load_registry())
     assert plan.model.init == "pretrained" and plan.model.padded_vocab == 96
 
-    def from_torch_export(model, spec, seed):  # the weights that never left planc (padding rows trained)
+    def from_torch_export(model, spec, seed, root=None):  # the weights that never left planc (padding rows trained)
         model.load_state_dict(state)
 
     patch = pytest.MonkeyPatch()

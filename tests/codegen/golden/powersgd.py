@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--out", default=".", help="run directory for metrics.jsonl and checkpoints")
     parser.add_argument("--data", help="training data, replacing the plan's train.data")
     parser.add_argument("--val-data", help="validation data, replacing the plan's train.val_data")
-    parser.add_argument("--data-root", help="where the plan's relative data paths are on this machine")
+    parser.add_argument("--data-root", help="where the plan's relative data (and weights) paths are on this machine")
     parser.add_argument("--log", action="append", default=[], help="also log to this metrics sink (repeatable)")
     args = parser.parse_args()
 
