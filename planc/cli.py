@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "explain": "planc.commands.explain",
     "compile": "planc.commands.compile",
     "run": "planc.commands.run",
+    "doctor": "planc.commands.doctor",
     "plugins": "planc.commands.plugins",
 }
 
