@@ -156,7 +156,8 @@ def _report(args, compiled, run_dir: Path, outcome) -> int:
     since = [e for e in events if launched is None or e["time"] >= launched["time"]]
     restarts = max(0, sum(e["event"] == "attempt" for e in since) - 1)
     again = f"planc run {args.file} --out {run_dir}"
-    stopped = last_event(since, "stopped")
+    last = last_event(since, "stopped", "finished")  # a torchrun relaunch may stop a run, then finish it
+    stopped = last if last is not None and last["event"] == "stopped" else None
     if outcome.stop_signal is not None or stopped is not None:
         status = _report_stop(outcome, stopped, again)
     elif outcome.status != 0:
