@@ -141,6 +141,7 @@ class Attempt:
     def stop(self, request: StopRequest) -> None:
         """Every rank agreed to stop after the step just finished: save there (unless just saved), record it."""
         step = self.step
+        self._finish_background_save()
         needs_save = self.checkpoint_dir is not None and self.saved_step != step
         if self.rank == 0:
             how = "interrupted" if request.signal == "SIGINT" else f"{request.signal or 'stop'} received"
@@ -151,7 +152,6 @@ class Attempt:
         self._event("stop_requested", signal=request.signal, step=step)
         if needs_save:
             self.save(step, blocking=True)
-        self._finish_background_save()
         saved = self.saved_step == step
         self._event("stopped", step=step, signal=request.signal, checkpoint=self._path(step) if saved else None)
         self._beat("stopped")
@@ -159,9 +159,9 @@ class Attempt:
     def finish(self) -> None:
         """Every step is trained: save the final state (unless saved at this step) and record it."""
         step = self.step
+        self._finish_background_save()
         if self.checkpoint_dir is not None and self.saved_step != step:
             self.save(step, blocking=True)
-        self._finish_background_save()
         self._event("finished", step=step, checkpoint=self._path(step) if self.saved_step == step else None)
         self._beat("finished")
 

@@ -1,8 +1,8 @@
 """SIGTERM to `planc run` (what Slurm and Kubernetes send) saves a checkpoint and exits 0; a full disk loses nothing.
 
-The run (2 processes, a checkpoint every 3 steps) meets a full disk first: rank 1's files of the
-step-6 checkpoint fail with ENOSPC part-way (the test-only PLANC_FAULT hook in DCP's writer). Every
-rank must learn of it, the partial checkpoint must vanish, the step-3 checkpoint must stay intact,
+The run (2 processes, a checkpoint every 3 steps, written in the background with dcp.async_save)
+meets a full disk first: rank 1's files of the step-6 checkpoint fail with ENOSPC part-way (the
+test-only PLANC_FAULT hook in DCP's writer). Every rank must learn of it, the partial checkpoint must vanish, the step-3 checkpoint must stay intact,
 and training must go on. Then SIGTERM goes to `planc run`: every rank finishes its step, the
 checkpoint of that step is saved, planc says how to resume and exits 0, and no process is left.
 Running again resumes there and matches the single-process losses; once finished, running again
@@ -33,7 +33,7 @@ def test_full_disk_then_sigterm_then_resume(tmp_path):
         per_node=2,
         layout="tp = 1  pp = 1  dp = 2  zero = 0",
         steps=400,
-        checkpoint="every = 3  keep = 2  stop_deadline = 30 s",
+        checkpoint="every = 3  keep = 2  stop_deadline = 30 s  async_save = true",
     )
     out = tmp_path / "run"
     process = subprocess.Popen(
