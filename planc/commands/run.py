@@ -203,8 +203,9 @@ def _report_stop(outcome, stopped: dict | None, again: str) -> int:
         )
     elif stopped is not None:
         print(
-            f"planc: stopped by {name} after step {stopped['step']} without a checkpoint (the plan has no checkpoint "
-            "block, or the save failed: see above); a new run starts over",
+            f"planc: stopped by {name} after step {stopped['step']} without a checkpoint there (the plan has no "
+            f"checkpoint block, or the save failed: see above); `{again}` resumes from the newest complete "
+            "checkpoint, if any, and repeats the steps since",
             file=sys.stderr,
         )
     else:

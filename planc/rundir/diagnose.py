@@ -159,7 +159,7 @@ def _restarts(state: RunState) -> list[str]:
             causes = "; ".join(event.get("causes") or []) or "cause unknown"
             lines.append(
                 f"restart {event['attempt']} at {clock}, from step {event.get('start_step', 0)}: {causes}"
-                + (f" [torchrun: {observed}]" if observed else "")
+                + (f" [observed: {observed}]" if observed else "")
             )
     return lines
 

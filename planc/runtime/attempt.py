@@ -271,8 +271,11 @@ def restart_causes(previous: dict[int, dict[str, Any]]) -> list[str]:
             causes.append(f"rank {rank} missed its stop deadline {where}")
     if not causes:
         failed = [b for b in beats if b.get("state") == "failed"]
-        causes = [f"rank {b['rank']}: {b.get('message', 'failed')}" for b in failed[:2]] or ["unknown"]
-    return causes[:4]
+        causes = [f"rank {b['rank']}: {b.get('message', 'failed')}" for b in failed[:2]]
+    if not causes and beats and all(b.get("state") == "stopped" for b in beats):
+        step = max(b.get("step", 0) for b in beats)
+        causes = [f"every rank stopped on a signal after step {step} and saved: its torchrun agent was lost"]
+    return causes[:4] or ["unknown (no rank recorded an error)"]
 
 
 def _one_line(exc: BaseException) -> str:

@@ -119,7 +119,7 @@ def test_doctor_tells_the_story_of_a_failed_night(tmp_path, capsys):
         "step-00000006.tmp: partial (a save was interrupted)",
         "save of step 6 failed: rank 1: [Errno 28] No space left on device",
         "restart 1 at ",
-        "from step 2: rank 1 stopped without a word in step 3 [torchrun: local rank 1 (pid 42) killed by SIGKILL]",
+        "from step 2: rank 1 stopped without a word in step 3 [observed: local rank 1 (pid 42) killed by SIGKILL]",
         "step 6: all_reduce #9 (mesh_dp) timed out",
         "did not arrive: rank(s) 1; waiting: rank(s) 0",
         f"then resume with `planc run {plan} --out {out}` (from step 4)",
