@@ -85,28 +85,8 @@ def run(args) -> int:
         file=sys.stderr,
     )
 
-    if args.slurm:
-        script = run_dir / "launch.slurm"
-        launch.write_text_atomically(
-            script, launch.slurm_script(compiled, run_dir, steps=args.steps, max_restarts=max_restarts)
-        )
-        print(f"wrote {script}; submit it with: sbatch {script}")
-        return 0
-    if hw.nodes > 1 or args.print_only:
-        commands = (
-            launch.multi_node_commands(compiled, run_dir, steps=args.steps, max_restarts=max_restarts)
-            if hw.nodes > 1
-            else [launch.local_command(compiled, run_dir, steps=args.steps, max_restarts=max_restarts)]
-        )
-        if hw.nodes > 1:
-            print(
-                f"This plan spans {hw.nodes} nodes. Copy {run_dir} to every node (or use a shared "
-                f"filesystem), set MASTER_ADDR to node 0's address, and run on node i the i-th line:"
-            )
-        for command in commands:
-            print(command)
-        return 0
-
+    if args.slurm or hw.nodes > 1 or args.print_only:
+        return _print_launch(args, compiled, run_dir, max_restarts)
     launch.check_local_devices(compiled)
     from planc.rundir.events import record_event
 
@@ -120,6 +100,33 @@ def run(args) -> int:
     )
     outcome = launch.launch_local(compiled, run_dir, steps=args.steps, max_restarts=max_restarts)
     return _report(args, compiled, run_dir, outcome)
+
+
+def _print_launch(args, compiled, run_dir: Path, max_restarts: int) -> int:
+    """--slurm writes an sbatch script; a multi-node plan or --print prints the command(s) instead of running."""
+    from planc import launch
+
+    hw = compiled.plan.hardware
+    if args.slurm:
+        script = run_dir / "launch.slurm"
+        launch.write_text_atomically(
+            script, launch.slurm_script(compiled, run_dir, steps=args.steps, max_restarts=max_restarts)
+        )
+        print(f"wrote {script}; submit it with: sbatch {script}")
+        return 0
+    commands = (
+        launch.multi_node_commands(compiled, run_dir, steps=args.steps, max_restarts=max_restarts)
+        if hw.nodes > 1
+        else [launch.local_command(compiled, run_dir, steps=args.steps, max_restarts=max_restarts)]
+    )
+    if hw.nodes > 1:
+        print(
+            f"This plan spans {hw.nodes} nodes. Copy {run_dir} to every node (or use a shared "
+            f"filesystem), set MASTER_ADDR to node 0's address, and run on node i the i-th line:"
+        )
+    for command in commands:
+        print(command)
+    return 0
 
 
 def plan_json(compiled) -> dict:

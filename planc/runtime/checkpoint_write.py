@@ -108,16 +108,8 @@ def start_save(
     for _, optimizer in pairs:
         # ZeRO updates its local optimizer's lr only inside step(); the scheduler has moved on since.
         _copy_hyperparameters(optimizer, _inner_optimizer(optimizer))
-    final = step_dir(directory, step)
-    tmp = final.with_name(final.name + ".tmp")
-    errors: dict[int, str] = {}
-    if _is_writer():
-        try:
-            if tmp.exists():
-                shutil.rmtree(tmp)  # left by a crashed attempt at this step
-            tmp.mkdir(parents=True)
-        except OSError as err:
-            errors[_rank()] = f"cannot create {tmp}: {err}"
+    tmp = step_dir(directory, step).with_name(STEP_DIR.format(step=step) + ".tmp")
+    errors = _fresh_directory(tmp)
     _barrier()
     state, optim_values, _ = _state(pairs)
     writer = _Writer(str(tmp), sync_files=True)  # fsync every file before it counts as written
@@ -142,20 +134,39 @@ def start_save(
             "optimizer_values": optim_values,
             "extra": extra or {},
         }
-        try:
-            text = json.dumps(metadata, indent=2)
-        except TypeError as err:
-            raise CheckpointError(f"checkpoint metadata must be JSON (scheduler state or extra): {err}") from None
-        try:
-            with open(tmp / METADATA_FILE, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as err:
-            errors[_rank()] = f"writing {METADATA_FILE}: {err}"
+        errors.update(_write_metadata(tmp, metadata))
     pending = PendingSave(Path(directory), step, tmp, future, errors, keep)
     pending.writer = writer
     return pending
+
+
+def _fresh_directory(tmp: Path) -> dict[int, str]:
+    """Rank 0 empties or creates ``tmp`` (a crashed attempt at this step may have left one); its error, if any."""
+    if not _is_writer():
+        return {}
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+    except OSError as err:
+        return {_rank(): f"cannot create {tmp}: {err}"}
+    return {}
+
+
+def _write_metadata(tmp: Path, metadata: dict[str, Any]) -> dict[int, str]:
+    """Rank 0 writes ``planc.json`` and flushes it; its error, if any."""
+    try:
+        text = json.dumps(metadata, indent=2)
+    except TypeError as err:  # a bug in the caller, not a disk problem
+        raise CheckpointError(f"checkpoint metadata must be JSON (scheduler state or extra): {err}") from None
+    try:
+        with open(tmp / METADATA_FILE, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        return {_rank(): f"writing {METADATA_FILE}: {err}"}
+    return {}
 
 
 class PendingSave:
