@@ -136,7 +136,7 @@ def _ranks_text(ranks: list[int]) -> str:
 
 def _last_seen(beat: dict[str, Any] | None, attempt: int | None) -> str:
     if beat is None or beat.get("attempt") != attempt:
-        return "(no heartbeat in this attempt: it never started)"
+        return "(no heartbeat in this attempt: it never started, or the run directory is not shared by its node)"
     ago = time.time() - float(beat.get("time", 0))
     return (
         f"(last heartbeat {ago:.1f} s ago: {beat.get('state')}, {beat.get('step')} step(s) done, "
