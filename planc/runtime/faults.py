@@ -6,7 +6,8 @@ reliably. It holds faults separated by ``;``, each ``KIND@key=value,...``:
 
 ``kill@rank=R,step=S``           rank R kills itself with SIGKILL as step S begins
 ``hang@rank=R,step=S``           rank R stops taking part as step S begins (sleeps until it is killed)
-``kill-agent@rank=R,step=S``     rank R kills its parent, the torchrun agent, with SIGKILL as step S begins
+``kill-agent@rank=R,step=S``     rank R kills its parent, the torchrun agent, with SIGKILL as step S begins,
+                                 and goes on once the kernel has told the workers (PR_SET_PDEATHSIG)
 ``save-error@rank=R,step=S``     rank R's files of the checkpoint of step S fail with OSError(ENOSPC)
                                  ("No space left on device") after ``bytes=N`` bytes (default 0)
 ``kill-in-save@rank=R,step=S``   rank R kills itself with SIGKILL after ``bytes=N`` bytes of its files
@@ -86,7 +87,13 @@ def at_step_start(step: int) -> None:
     if _faults("kill", step):
         os.kill(os.getpid(), signal.SIGKILL)
     if _faults("kill-agent", step):
-        os.kill(os.getppid(), signal.SIGKILL)
+        parent = os.getppid()
+        os.kill(parent, signal.SIGKILL)
+        # Until the kernel has reparented us, which is when it sends the workers their PR_SET_PDEATHSIG
+        # signal: so the stop that follows happens after this very step, on every rank.
+        deadline = time.monotonic() + 10
+        while os.getppid() == parent and time.monotonic() < deadline:
+            time.sleep(0.01)
     if _faults("hang", step):
         while True:  # a rank that stopped taking part; signal handlers still run between sleeps
             time.sleep(0.1)

@@ -59,9 +59,13 @@ def test_three_kills_then_two_damaged_checkpoints(tmp_path, capsys):
     # 0 from scratch; 1 from step 2 (the half-written step-4 checkpoint is never loaded); 2 from step 5,
     # saved when the dying agent's SIGTERM stopped the workers; 3 from step 5 again.
     assert [e["start_step"] for e in attempts] == [0, 2, 5, 5]
-    assert [e["signal"] for e in events if e["event"] == "worker_failed" and e["signal"]] == ["SIGKILL", "SIGKILL"]
+    # torchrun reports the first failure of attempts 0 and 2 (which of the two ranks it names is a race: the
+    # survivor exits right after its peer); the heartbeats name the rank that went silent, and where.
+    assert len([e for e in events if e["event"] == "worker_failed"]) == 2
     assert [e["signal"] for e in events if e["event"] == "agent_lost"] == ["SIGKILL"]
-    assert "while saving the checkpoint of step 4" in attempts[1]["causes"][0]
+    assert attempts[1]["causes"][0].startswith("rank 1 stopped without a word while saving the checkpoint of step 4")
+    assert attempts[2]["causes"][0].startswith("every rank stopped on a signal after step 5 and saved")
+    assert attempts[3]["causes"][0].startswith("rank 0 stopped without a word in step 6")
     # Steps 3 and 4 ran twice (before the kill and after the restart): bit-identical both times.
     again = {r["step"]: r["loss"] for r in read_metrics(out, DISCARDED_FILE)}
     assert sorted(again) == [3, 4] and all(again[step] == got[step] for step in again)

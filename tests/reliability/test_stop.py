@@ -2,11 +2,11 @@
 
 The run (2 processes, a checkpoint every 3 steps, written in the background with dcp.async_save)
 meets a full disk first: rank 1's files of the step-6 checkpoint fail with ENOSPC part-way (the
-test-only PLANC_FAULT hook in DCP's writer). Every rank must learn of it, the partial checkpoint must vanish, the step-3 checkpoint must stay intact,
-and training must go on. Then SIGTERM goes to `planc run`: every rank finishes its step, the
-checkpoint of that step is saved, planc says how to resume and exits 0, and no process is left.
-Running again resumes there and matches the single-process losses; once finished, running again
-says so instead of launching.
+test-only PLANC_FAULT hook in DCP's writer). Every rank must learn of it, the partial checkpoint
+must vanish, the step-3 checkpoint must stay intact, and training must go on. Then SIGTERM goes to
+`planc run`: every rank finishes its step, the checkpoint of that step is saved, planc says how to
+resume and exits 0, and no process is left. Running again resumes there and matches the
+single-process losses; once finished, running again says so instead of launching.
 """
 
 from __future__ import annotations
