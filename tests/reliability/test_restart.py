@@ -107,9 +107,11 @@ from planc.codegen import compile_plan
 from planc.dsl.load import load_plan
 from planc.runtime.compose import compose
 from planc.runtime.loop import shutdown, train
-compiled = compile_plan(load_plan(sys.argv[1]))
+from planc.strategies.registry import load_registry
+registry = load_registry()
+compiled = compile_plan(load_plan(sys.argv[1], strategies=registry), registry)
 try:
-    train(compose(compiled.plan, compiled.layout), steps=7, out_dir=sys.argv[2])
+    train(compose(compiled.plan, compiled.layout, registry), steps=7, out_dir=sys.argv[2])
 finally:
     shutdown()
 """
