@@ -53,7 +53,10 @@ def check_tensor_parallel(plan: Plan) -> Iterable[SpecIssue]:
         return []
     return _issues(
         rules.first(
-            [rules.tensor_parallel_split(plan.model, tp), rules.tensor_parallel_in_node(plan.hardware.per_node, tp)]
+            [
+                rules.tensor_parallel_split(plan.model, tp, plan.hardware.per_node),
+                rules.tensor_parallel_in_node(plan.hardware.per_node, tp, plan.model),
+            ]
         )
     )
 
