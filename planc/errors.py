@@ -50,6 +50,21 @@ class PlanError(Exception):
         return render_error(self.message, self.location, self.hint, self.source)
 
 
+def error_dict(error: PlanError) -> dict[str, object]:
+    """An error as ``--json`` prints it: ``{"message", "location", "hint"}`` (location None or
+    ``{"file", "line", "col"}``), with ``"errors"`` listing each one when there are several."""
+
+    def one(e: PlanError) -> dict[str, object]:
+        loc = e.location
+        where = None if loc is None else {"file": loc.file, "line": loc.line, "col": loc.col}
+        return {"message": e.message, "location": where, "hint": e.hint}
+
+    out = one(error)
+    if isinstance(error, PlanErrors):
+        out["errors"] = [one(e) for e in error.errors]
+    return out
+
+
 class PlanErrors(PlanError):
     """Several independent errors found in one pass, reported together."""
 
