@@ -163,6 +163,12 @@ def _comm_dict(c: CommCost, links: dict[str, GroupLink]) -> dict[str, Any]:
         "medium": c.medium,
         "detail": c.detail,
         "bandwidth": links[c.group].bandwidth if c.group in links else None,
+        # A group across nodes crosses each node through its members' NICs: an aggregate per node.
+        "bandwidth_per": (
+            ("node" if links[c.group].crosses_nodes and links[c.group].per_node > 1 else "device")
+            if c.group in links
+            else None
+        ),
     }
 
 

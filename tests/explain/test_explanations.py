@@ -150,6 +150,8 @@ def test_link_columns_say_what_is_per_device_and_what_is_aggregate():
     assert "network 50 GB/s per device" in text.splitlines()[2]
     dp = next(line for line in text.splitlines() if line.strip().startswith("DP "))
     assert dp.endswith("network 400 GB/s per node (8 NICs × 50 GB/s each)")
+    (comm,) = [c for c in to_dict(p, choose(p, load_registry()))["comm"] if c["group"] == "dp"]
+    assert comm["bandwidth"] == pytest.approx(8 * 50e9) and comm["bandwidth_per"] == "node"
 
 
 def test_the_svg_legend_stays_inside_the_picture(long_context):

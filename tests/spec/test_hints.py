@@ -119,3 +119,16 @@ def test_a_plugin_that_refuses_every_layout_is_an_error_at_its_use_line():
     assert "powersgd" in error.message and "zero = 3 uses FSDP" in error.message
     # The same plan with zero left to the planner is fine (DDP or ZeRO-1 take the hook).
     load_plan_text(POWERSGD_WITH_FSDP.replace("zero = 3", "zero = auto"), "x.plan", strategies=load_registry())
+
+
+def test_a_heads_hint_keeps_grouped_query_attention_legal():
+    # hidden = 1000 has divisors ... 8, 10, 20 ...; kv_heads = 4 divides 8 and 20 but not 10 (the
+    # divisor nearest 12 a hint blind to kv_heads would give), so the nearest legal heads is 8.
+    model = {"layers": 2, "hidden": 1000, "heads": 12, "kv_heads": 4, "vocab": 256, "seq_len": 64}
+    raw = {"model": model, "hardware": {"device": "cpu"}, "train": {"global_batch": 4}}
+    with pytest.raises(SpecError) as caught:
+        build_plan(raw)
+    (issue,) = [i for i in caught.value.issues if i.path == ("model", "heads")]
+    suggested = int(re.search(r"e\.g\. (\d+)", issue.hint).group(1))
+    assert suggested == 8
+    build_plan({**raw, "model": {**model, "heads": suggested}})  # no issue left
