@@ -215,3 +215,9 @@ def test_json_output_is_one_object_with_an_error_on_failure(command, case, tmp_p
         assert document["error"]["location"]["line"] == 4
     if case == "cannot fit":
         assert "fits" in document["error"]["message"] and document["fits"] is False
+
+
+def test_doctor_json_prints_an_error_object_for_a_missing_run(tmp_path, capsys):
+    assert main(["doctor", "--json", str(tmp_path / "no-run")]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert "is not a directory" in document["error"]["message"] and document["error"]["hint"]
