@@ -87,6 +87,20 @@ def test_when_nothing_fits_the_fewest_fixed_keys_change(llama405_fixed):
     assert text.count(" = ") == len(changed) and "set " in text and "True" not in text
 
 
+def test_405b_with_recompute_none_is_told_to_set_recompute_full_under_megatron():
+    """The issue's case, predicted for Megatron-Core (receive buffers only for the micro-batches in
+    flight): freeing recompute alone fits, so that is the whole suggestion, and tp, pp stay.
+    Under planc's own program torch.distributed.pipelining holds one receive buffer per
+    chunk-micro-batch (512 x 64 MiB = 32 GiB at m = 256), so there pp must change too."""
+    from planc.cost import PROFILES
+
+    p = plan({"preset": "llama3-405b"}, nodes=16, gb=256, layout={"tp": 8, "pp": 16, "recompute": "none"})
+    choice = choose(p, load_registry(), profile=PROFILES["megatron-core-2024"])
+    assert choice.suggestion.changed == (("recompute", "full"),)
+    assert (choice.suggestion.layout.tp, choice.suggestion.layout.pp) == (8, 16)
+    assert "set recompute = full (not none) and it fits" in suggestion_text(choice.suggestion)
+
+
 def test_suggestions_print_values_as_the_plan_language_writes_them():
     from planc.explain.words import plan_value
     from planc.spec import Layout
