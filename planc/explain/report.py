@@ -312,13 +312,15 @@ def _memory_table(est: Estimate) -> list[str]:
     names = [name for _, _, rows in groups for name, _ in rows]
     width = max(44, *(len(n) + 4 for n in names))
     s = est.memory
+    # MiB for a small model (a CPU run), where every row would read 0.00 GiB.
+    unit, size = ("GiB", GiB) if s.total >= GiB else ("MiB", 2**20)
     title = f"  memory per device (worst: pipeline rank {s.rank})"
-    lines = [title + "GiB".rjust(4 + width + 8 - len(title))]
+    lines = [title + unit.rjust(4 + width + 8 - len(title))]
     for group, total, rows in groups:
-        lines.append(f"    {group:<{width}}{total / GiB:>8.2f}")
-        lines += [f"      {name:<{width - 2}}{value / GiB:>8.2f}" for name, value in rows if value]
+        lines.append(f"    {group:<{width}}{total / size:>8.2f}")
+        lines += [f"      {name:<{width - 2}}{value / size:>8.2f}" for name, value in rows if value]
     share = s.total / est.capacity
-    lines.append(f"    {'total':<{width}}{s.total / GiB:>8.2f}  of {est.capacity / GiB:.1f}  ({share:.0%})")
+    lines.append(f"    {'total':<{width}}{s.total / size:>8.2f}  of {format_bytes(est.capacity)}  ({share:.0%})")
     return lines
 
 
