@@ -152,7 +152,8 @@ def suggestion_text(s: Suggestion) -> str:
         return f"{short}; micro_batch = {s.micro_batch} (or smaller) would fit"
     if s.layout is not None:
         was = dict(s.freed)
-        keys = " and ".join(f"{k} = {plan_value(v)} (not {plan_value(was[k])})" for k, v in s.changed)
+        each = [f"{k} = {plan_value(v)} (not {plan_value(was[k])})" for k, v in s.changed]
+        keys = " and ".join([", ".join(each[:-1]), each[-1]] if len(each) > 2 else each)
         return f"{short}; set {keys} and it fits: {s.layout.describe()}"
     if s.nodes is not None:
         devices = s.nodes * (s.per_node or 1)

@@ -68,18 +68,25 @@ def suggest_fix(plan: Plan, est: Estimate, registry: Registry, profile: RuntimeP
     change = fewest_keys_to_change(plan, registry, profile)
     if change is not None:
         keys, simplest = change
+        # Name every freed key whose value changes: dp too, when it followed tp or pp.
+        freed = [*keys, "dp"] if "dp" not in keys and fixed(plan.layout.dp) else list(keys)
+        named = [k for k in freed if getattr(simplest.layout, k) != _written(plan, k)]
         return Suggestion(
             short,
-            freed=tuple((k, _written(plan, k)) for k in keys),
-            changed=tuple((k, getattr(simplest.layout, k)) for k in keys),
+            freed=tuple((k, _written(plan, k)) for k in named),
+            changed=tuple((k, getattr(simplest.layout, k)) for k in named),
             layout=simplest.layout,
         )
     return _more_devices(plan, registry, profile, short)
 
 
 def fixed_keys(plan: Plan) -> list[str]:
-    """The layout keys (and micro_batch) the plan fixes."""
+    """The layout keys (and micro_batch) the plan fixes, as a user would change them: with tp, pp
+    and dp all fixed their product is the device count, so dp is not a key of its own -- it
+    follows tp and pp (:func:`_freed` frees it with either)."""
     keys = [k for k, v in plan.layout.model_dump().items() if v != AUTO and k != "tolerance"]
+    if {"tp", "pp", "dp"} <= set(keys):
+        keys.remove("dp")
     return keys + (["micro_batch"] if fixed(plan.train.micro_batch) else [])
 
 
@@ -106,6 +113,8 @@ def fewest_keys_to_change(
 def _freed(plan: Plan, keys: tuple[str, ...]) -> Plan:
     """``plan`` with ``keys`` set to auto."""
     layout_keys = [k for k in keys if k != "micro_batch"]
+    if {"tp", "pp"} & set(keys) and all(fixed(getattr(plan.layout, d)) for d in ("tp", "pp", "dp")):
+        layout_keys.append("dp")  # the product of the three is the device count
     update: dict[str, object] = {"layout": plan.layout.model_copy(update=dict.fromkeys(layout_keys, AUTO))}
     if "micro_batch" in keys:
         update["train"] = plan.train.model_copy(update={"micro_batch": AUTO})

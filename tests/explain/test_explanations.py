@@ -235,3 +235,16 @@ def test_doctor_json_prints_an_error_object_for_a_missing_run(tmp_path, capsys):
     assert main(["doctor", "--json", str(tmp_path / "no-run")]) == 1
     document = json.loads(capsys.readouterr().out)
     assert "is not a directory" in document["error"]["message"] and document["error"]["hint"]
+
+
+def test_with_tp_pp_and_dp_fixed_dp_follows_tp_and_pp():
+    # tp x pp x dp = 128 devices are all fixed: changing pp alone must change dp too, so dp is not
+    # a key of its own in the search for the fewest changes, and is named when it changes.
+    p = plan({"preset": "llama3-405b"}, nodes=16, gb=256, layout={"tp": 8, "pp": 16, "dp": 1, "recompute": "none"})
+    assert fixed_keys(p) == ["tp", "pp", "recompute"]
+    freed = _freed(p, ("pp",))
+    assert (freed.layout.pp, freed.layout.dp, freed.layout.tp) == ("auto", "auto", 8)
+    s = choose(p, load_registry()).suggestion
+    assert s.layout is not None and all(getattr(s.layout, k) != dict(s.freed)[k] for k, _ in s.changed)
+    if s.layout.pp != 16:
+        assert ("dp", s.layout.dp) in s.changed
