@@ -48,6 +48,8 @@ def _family(layout: Layout) -> str:
     text = f"TP {layout.tp} × PP {layout.pp} × DP {layout.dp}"
     if layout.dp > 1:
         text += " · " + {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3/FSDP"}[layout.zero]
+    if layout.recompute != "none":  # the family on a recompute rung: say so, as the row is about it
+        text += f" · {layout.recompute} recompute"
     return text
 
 
