@@ -23,7 +23,7 @@ from planc.cost.estimate import Estimate
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.legality.rules import AUTO, MULTI_STAGE_SCHEDULES, fixed
 from planc.legality.space import why_no_layout
-from planc.planner.explore import Candidate, SearchResult, evaluate_layout, search
+from planc.planner.explore import Candidate, SearchResult, evaluate_layout, hunger, search
 from planc.planner.ladder import Rung, complexity, rung_of
 from planc.planner.rejections import Rejection, why_not_simpler
 from planc.planner.suggest import Suggestion, suggest_fix
@@ -143,7 +143,8 @@ def _nothing_fits(plan: Plan, registry: Registry, result: SearchResult, tol: flo
         least = min(misfits, key=lambda c: c.estimate.memory_bytes)
         layout, est = least.layout, least.estimate
     elif result.states_bound:  # every family was ruled out by its model states: score the least-hungry one
-        _, layout = min(result.states_bound.values(), key=lambda bl: bl[0])
+        # Equal bounds (one family on several rungs): its least memory-hungry member.
+        _, layout = min(result.states_bound.values(), key=lambda bl: (bl[0], hunger(bl[1])))
         est = evaluate_layout(plan, layout, registry, ContextCache(plan, profile))
     else:
         raise NoLegalLayout(plan, next(iter(result.refused.values()), None))

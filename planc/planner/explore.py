@@ -147,7 +147,7 @@ class Family:
             self.layout(r, s, sp, micro_batch) for r in self.recomputes for s in self.schedules for sp in self.sps
         ]
         on_rung = [m for m in members if rung_of(m) == rung]
-        return min(on_rung, key=_hunger, default=None)
+        return min(on_rung, key=hunger, default=None)
 
     def rungs(self) -> set[Rung]:
         return {
@@ -158,7 +158,7 @@ class Family:
         }
 
 
-def _hunger(layout: Layout) -> tuple[int, bool, bool, int]:
+def hunger(layout: Layout) -> tuple[int, bool, bool, int]:
     """Orders a family's members from the least memory-hungry (see :meth:`Family.leanest`)."""
     lean_schedule = layout.schedule in (None, "1f1b", "zero-bubble")
     return (

@@ -117,6 +117,8 @@ def test_a_one_device_box_grows_inside_its_node_first():
     # A100 servers hold 8 devices: 2, 4, 8 in one node, then nodes of 8.
     assert growth(p)[:4] == [(1, 2), (1, 4), (1, 8), (2, 8)]
     choice = choose(p, load_registry())
+    # Nothing fits: the least memory-hungry layout is shown (full recomputation keeps the least).
+    assert choice.layout.recompute == "full"
     assert not choice.fits and choice.suggestion.nodes == 1 and "nodes ×" not in suggestion_text(choice.suggestion)
 
 
