@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from planc.errors import PlanError
+from planc.errors import PlanError, error_dict
 
 if TYPE_CHECKING:
     from planc.spec.plan import Plan
@@ -103,8 +103,22 @@ def run(args) -> int:
     registry.require(plan, choice.layout)  # what `planc compile` would refuse, explain refuses too
     for warning in registry.unused_uses(plan, choice.layout):
         print(f"warning: {warning}", file=sys.stderr)
+    misfit = None
+    if not choice.fits:
+        what = "the plan's fixed layout does not fit" if choice.fixed else "no layout fits"
+        misfit = PlanError(
+            f"{what} in {choice.estimate.capacity / 2**30:.1f} GiB per device",
+            hint=suggestion_text(choice.suggestion) if choice.suggestion else None,
+        )
+    if args.svg:  # before any output: a failure here must not follow a printed JSON object
+        from planc.explain.svg import render_svg
+        from planc.fileio import write_output
+
+        write_output(Path(args.svg), render_svg(plan, choice), option="--svg", inputs=(Path(args.file),))
     if args.json:
-        json.dump({**to_dict(plan, choice), "runtime": args.runtime}, sys.stdout, indent=2, default=str)
+        # One object: the explanation, and with "error" when nothing fits (exit status 1).
+        error = {"error": error_dict(misfit)} if misfit else {}
+        json.dump({**error, **to_dict(plan, choice), "runtime": args.runtime}, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
         text = render_text(plan, choice, top_k=args.top)
@@ -112,14 +126,8 @@ def run(args) -> int:
             first, rest = text.split("\n", 1)
             text = f"{first}\n  runtime   {profile.name} (a prediction only: planc runs its own program)\n{rest}"
         sys.stdout.write(text)
-    if args.svg:
-        from planc.explain.svg import render_svg
-        from planc.fileio import write_output
-
-        write_output(Path(args.svg), render_svg(plan, choice), option="--svg", inputs=(Path(args.file),))
-    if not choice.fits:
-        what = "the plan's fixed layout does not fit" if choice.fixed else "no layout fits"
-        hint = f"; {suggestion_text(choice.suggestion)}" if choice.suggestion else ""
-        print(f"planc: {what} in {choice.estimate.capacity / 2**30:.1f} GiB per device{hint}", file=sys.stderr)
+    if misfit is not None:
+        hint = f"; {misfit.hint}" if misfit.hint else ""
+        print(f"planc: {misfit.message}{hint}", file=sys.stderr)
         return 1
     return 0

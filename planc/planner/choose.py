@@ -23,36 +23,15 @@ from planc.cost.estimate import Estimate
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.legality.rules import AUTO, MULTI_STAGE_SCHEDULES, fixed
 from planc.legality.space import why_no_layout
-from planc.planner.explore import Candidate, SearchResult, evaluate_layout, search
+from planc.planner.explore import Candidate, SearchResult, evaluate_layout, hunger, search
 from planc.planner.ladder import Rung, complexity, rung_of
 from planc.planner.rejections import Rejection, why_not_simpler
-from planc.spec.checks import MAX_DEVICES
+from planc.planner.suggest import Suggestion, suggest_fix
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
 
 if TYPE_CHECKING:
     from planc.strategies.registry import Registry
-
-#: Cluster sizes tried (as multiples of the plan's nodes) when nothing fits.
-GROWTH_FACTORS = (2, 4, 8, 16, 32, 64, 128)
-
-
-@dataclass(frozen=True)
-class Suggestion:
-    """What would fit when nothing does, tried in this order (the first that applies is set)."""
-
-    short_by_bytes: float
-    """How much memory per device the layout lacks."""
-    micro_batch: int | None = None
-    """The largest micro-batch that fits when the plan's own (fixed) one is freed."""
-    freed: tuple[tuple[str, object], ...] = ()
-    """The fixed layout keys whose release lets ``layout`` fit."""
-    layout: Layout | None = None
-    nodes: int | None = None
-    """The fewest nodes (of ``per_node`` devices) found to fit."""
-    per_node: int | None = None
-    tried_devices: int | None = None
-    """The most devices tried without a fit (None: no larger cluster was tried)."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +143,8 @@ def _nothing_fits(plan: Plan, registry: Registry, result: SearchResult, tol: flo
         least = min(misfits, key=lambda c: c.estimate.memory_bytes)
         layout, est = least.layout, least.estimate
     elif result.states_bound:  # every family was ruled out by its model states: score the least-hungry one
-        _, layout = min(result.states_bound.values(), key=lambda bl: bl[0])
+        # Equal bounds (one family on several rungs): its least memory-hungry member.
+        _, layout = min(result.states_bound.values(), key=lambda bl: (bl[0], hunger(bl[1])))
         est = evaluate_layout(plan, layout, registry, ContextCache(plan, profile))
     else:
         raise NoLegalLayout(plan, next(iter(result.refused.values()), None))
@@ -197,37 +177,3 @@ class NoLegalLayout(Exception):
         what = issue.message if issue else f"no legal layout for {plan.world_size} devices"
         super().__init__(f"{what} ({'.'.join(map(str, issue.path))})" if issue and issue.path else what)
         self.hint = issue.hint if issue else "set some layout keys to auto, or change the device count"
-
-
-def suggest_fix(plan: Plan, est: Estimate, registry: Registry, profile: RuntimeProfile = PLANC_RUNTIME) -> Suggestion:
-    """What would fit: a smaller micro-batch, freeing fixed keys, or more devices."""
-    short = est.memory_bytes - est.capacity
-    if fixed(plan.train.micro_batch) and plan.train.micro_batch > 1:
-        freed = plan.model_copy(update={"train": plan.train.model_copy(update={"micro_batch": AUTO})})
-        found = search(freed, registry, profile)
-        if found.fitting:
-            return Suggestion(short, micro_batch=max(c.layout.micro_batch for c in found.fitting))
-    fixed_keys = {k: v for k, v in plan.layout.model_dump().items() if v != AUTO and k != "tolerance"}
-    if fixed_keys:
-        freed = plan.model_copy(update={"layout": plan.layout.model_copy(update=dict.fromkeys(fixed_keys, AUTO))})
-        found = search(freed, registry, profile)
-        if found.fitting:
-            simplest = min(found.fitting, key=lambda c: (c.complexity, -c.tokens_per_s))
-            return Suggestion(short, freed=tuple(fixed_keys.items()), layout=simplest.layout)
-    return _more_devices(plan, registry, profile, short)
-
-
-def _more_devices(plan: Plan, registry: Registry, profile: RuntimeProfile, short: float) -> Suggestion:
-    """The smallest multiple of the plan's nodes (up to 128x) on which some layout fits."""
-    tried = None
-    for factor in GROWTH_FACTORS:
-        hw = plan.hardware.model_copy(update={"nodes": plan.hardware.nodes * factor})
-        if hw.world_size > min(plan.train.global_batch * 64, MAX_DEVICES):
-            break
-        tried = hw.world_size
-        bigger = plan.model_copy(
-            update={"hardware": hw, "layout": plan.layout.model_copy(update=dict.fromkeys(("tp", "pp", "dp"), AUTO))}
-        )
-        if search(bigger, registry, profile).fitting:
-            return Suggestion(short, nodes=hw.nodes, per_node=hw.per_node)
-    return Suggestion(short, tried_devices=tried)
