@@ -101,6 +101,11 @@ def run(args) -> int:
     except NoLegalLayout as exc:
         raise PlanError(str(exc), hint=exc.hint) from None
     registry.require(plan, choice.layout)  # what `planc compile` would refuse, explain refuses too
+    from dataclasses import replace
+
+    from planc.planner.advice import advise
+
+    choice = replace(choice, advice=advise(plan, choice, registry, profile))
     for warning in registry.unused_uses(plan, choice.layout):
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:

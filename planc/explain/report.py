@@ -11,6 +11,7 @@ from typing import Any
 from planc.cost.context import ContextCache
 from planc.cost.estimate import CommCost, Estimate
 from planc.cost.flops import model_flops_per_token
+from planc.explain.advice_words import advice_text
 from planc.explain.timeline import ascii_timeline
 from planc.explain.visible import visible
 from planc.explain.words import layout_dict, rejection_dict, rejection_reason, suggestion_text
@@ -90,8 +91,16 @@ def to_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
         "rejected": [rejection_dict(r) for r in choice.rejected],
         "alternatives": [_alternative_dict(a) for a in choice.alternatives],
         "search": {"scored": choice.scored, "seconds": choice.search_seconds, "tolerance": choice.tolerance},
-        "notes": list(est.notes) + list(plan.notes),
+        "margin": _margin_dict(choice),
+        "notes": list(est.notes) + list(plan.notes) + [advice_text(a) for a in choice.advice],
     }
+
+
+def _margin_dict(choice: Choice) -> dict[str, Any] | None:
+    m = choice.margin
+    if m is None:
+        return None
+    return {"relative": m.relative, "floor_s": m.floor_s, "from_uncertainty": m.from_uncertainty}
 
 
 def _plan_dict(plan: Plan, est: Estimate) -> dict[str, Any]:
@@ -166,7 +175,7 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
     cpu = plan.hardware.is_cpu
     sections = [
         _header(plan, choice),
-        _memory_table(est),
+        _memory_table(est, plan),
         _time_lines(est, links, cpu=cpu),
         [
             f"  throughput {format_count(est.tokens_per_s)} tokens/s · "
@@ -177,7 +186,7 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
         ["  why not simpler", *_rejection_lines(choice)] if choice.rejected else [],
         _alternatives(choice, top_k),
         _timeline(choice),
-        _notes(plan, est),
+        _notes(plan, est, choice),
     ]
     return "\n\n".join("\n".join(lines) for lines in sections if lines) + "\n"
 
@@ -204,7 +213,7 @@ def _header(plan: Plan, choice: Choice) -> list[str]:
     else:
         lines.append(
             f"            rung: {choice.rung.label} · {choice.scored} layouts scored in "
-            f"{choice.search_seconds:.2f} s · tolerance {choice.tolerance:.0%}"
+            f"{choice.search_seconds:.2f} s · margin {choice.margin.describe() if choice.margin else choice.tolerance}"
         )
     if not choice.fits:
         lines += [
@@ -241,13 +250,15 @@ def _timeline(choice: Choice) -> list[str]:
     ]
 
 
-def _notes(plan: Plan, est: Estimate) -> list[str]:
-    notes = list(est.notes) + list(plan.notes)
+def _notes(plan: Plan, est: Estimate, choice: Choice) -> list[str]:
+    notes = list(est.notes) + list(plan.notes) + [advice_text(a) for a in choice.advice]
     return ["  notes", *(f"    - {n}" for n in notes)] if notes else []
 
 
-def _memory_table(est: Estimate) -> list[str]:
+def _memory_table(est: Estimate, plan: Plan) -> list[str]:
     s = est.memory
+    hw = plan.hardware
+    headroom = f" = {format_bytes(hw.memory)} less {hw.headroom:.0%} headroom" if hw.headroom else ""
     rows = [
         ("parameters (working copy)", s.params),
         ("master weights (fp32)", s.master),
@@ -263,7 +274,7 @@ def _memory_table(est: Estimate) -> list[str]:
         if value or not name.startswith("  "):
             lines.append(f"    {name:<56}{value / GiB:>8.2f}")
     share = s.total / est.capacity
-    lines.append(f"    {'total':<56}{s.total / GiB:>8.2f}  of {est.capacity / GiB:.1f}  ({share:.0%})")
+    lines.append(f"    {'total':<56}{s.total / GiB:>8.2f}  of {est.capacity / GiB:.1f}  ({share:.0%}){headroom}")
     return lines
 
 
