@@ -23,6 +23,10 @@ from pathlib import Path
 DATA = Path(__file__).resolve().parents[1] / "data" / "published_runs.json"
 POINT_1 = "needs issue-12 point 1 (branch ddp-hsdp): DDP without the bf16 compute penalty"
 POINT_4 = "needs issue-12 point 4 (branch ddp-hsdp): sharded data parallelism degrading at hundreds of ranks"
+OPEN_TP = (
+    "open (not fixed on this branch): the planner prefers TP 4 with a pipeline or ZeRO-3 to the TP 8 that "
+    "torchtitan uses; see the judgment branch's report"
+)
 
 
 @dataclass(frozen=True)
@@ -178,11 +182,13 @@ SCENARIOS: list[Scenario] = [
         "torchtitan-a100/llama2-70b-sac-op",
         "no pipeline; FSDP alone or with TP 8 (torchtitan llama3_70b: TP 8 + FSDP; the A100 runs: FSDP 64)",
         lambda lay: lay.pp == 1 and (lay.tp == 1 and lay.zero == 3 or lay.tp == 8),
+        needs=OPEN_TP,
     ),
     published(
         "torchtitan-h100/llama3.1-405b-fsdp16-tp8",
         "tp == 8 (torchtitan llama3_405b: TP 8 x FSDP 16)",
         lambda lay: lay.tp == 8,
+        needs=OPEN_TP,
     ),
     # -- Megatron-LM (Narayanan et al. 2021, Table 1; Megatron-Core H100 table) --------------------
     published(
@@ -216,7 +222,6 @@ SCENARIOS: list[Scenario] = [
         "narayanan2021-table1/310.1B",
         "tp == 8 and pp >= 8 (published TP 8 x PP 16)",
         lambda lay: lay.tp == 8 and lay.pp >= 8,
-        needs=POINT_4,
     ),
     published(
         "narayanan2021-table1/1008.0B",
@@ -234,12 +239,12 @@ SCENARIOS: list[Scenario] = [
         "korthikanti2022/175B-sp-selective",
         "tp == 8 and pp >= 4 (published TP 8 x PP 8 on 64 GPUs)",
         lambda lay: lay.tp == 8 and lay.pp >= 4,
+        needs=POINT_4,
     ),
     published(
         "mt-nlg-2022/530B-280nodes",
         "tp == 8 and pp >= 16 (published TP 8 x PP 35)",
         lambda lay: lay.tp == 8 and lay.pp >= 16,
-        needs=POINT_4,
     ),
     published(
         "megatron-core-h100/1.7B",
@@ -257,7 +262,6 @@ SCENARIOS: list[Scenario] = [
         "llama3-paper/405b-16384gpu",
         "tp == 8 and pp >= 8 (Llama 3 paper Table 4: TP 8 x PP 16)",
         lambda lay: lay.tp == 8 and lay.pp >= 8,
-        needs=POINT_4,
     ),
     Scenario(
         "bloom-176b-384xa100",
@@ -273,7 +277,6 @@ SCENARIOS: list[Scenario] = [
             "hardware": {"device": "A100-80GB", "nodes": 48, "per_node": 8},
             "train": {"global_batch": 2048},
         },
-        needs=POINT_4,
     ),
     # -- judgment without a published layout ---------------------------------------------------------
     Scenario(
