@@ -36,7 +36,7 @@ def add_arguments(parser) -> None:
         type=tolerance,
         default=None,
         help="pick the simplest layout within this fraction of the best throughput "
-        "(default: the plan's layout.tolerance, 0.05)",
+        "(default: the plan's layout.tolerance; auto = the cost model's measured uncertainty and a 5 ms floor)",
     )
     parser.add_argument("--top", type=int, default=5, metavar="K", help="how many alternatives to list (default 5)")
     parser.add_argument(
