@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from planc.planner.advice import Advice
+from planc.planner.margin import TIE_BAND
 from planc.units import format_bandwidth, format_bytes, format_seconds
 
 
@@ -18,6 +19,12 @@ def advice_text(a: Advice) -> str:
 def _within_margin(a: Advice) -> str:
     assert a.layout is not None and a.gain is not None and a.seconds is not None and a.margin is not None
     m = a.margin
+    if a.rung == a.chosen_rung and a.memory_bytes is not None and a.other_memory_bytes is not None:
+        return (
+            f"{a.layout.describe()} would be {format_seconds(a.seconds)} ({a.gain - 1:.0%}) faster per step but "
+            f"needs {format_bytes(a.other_memory_bytes)} against {format_bytes(a.memory_bytes)}: a tie (under "
+            f"{TIE_BAND:.0%}), which goes to the headroom"
+        )
     why = (
         f"below the {m.floor_s * 1e3:g} ms floor"
         if a.gain - 1 > m.relative / (1 - m.relative)
@@ -27,7 +34,7 @@ def _within_margin(a: Advice) -> str:
     )
     return (
         f"{a.rung} would be {format_seconds(a.seconds)} ({a.gain - 1:.0%}) faster per step "
-        f"({a.layout.describe()}), {why}: the simpler layout is chosen (--tolerance 0 picks the fastest)"
+        f"({a.layout.describe()}), {why}: {a.chosen_rung} is kept (--tolerance 0 picks the fastest)"
     )
 
 

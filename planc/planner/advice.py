@@ -50,6 +50,7 @@ class Advice:
     layout: Layout | None = None
     """The layout the advice points at (the faster one, the roomier one, the freed one)."""
     rung: str | None = None
+    chosen_rung: str | None = None
     gain: float | None = None
     """Throughput ratio of the pointed-at layout over the chosen one (1.41 = 41% faster)."""
     seconds: float | None = None
@@ -91,9 +92,12 @@ def within_margin(choice: Choice) -> Advice | None:
         "within_margin",
         layout=best.layout,
         rung=best.rung.label,
+        chosen_rung=choice.rung.label,
         gain=best.tokens_per_s / est.tokens_per_s,
         seconds=saved,
         margin=margin,
+        memory_bytes=est.memory_bytes,
+        other_memory_bytes=best.estimate.memory_bytes,
     )
 
 

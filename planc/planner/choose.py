@@ -7,7 +7,7 @@
    model's measured uncertainty and a floor in seconds, or the plan's ``tolerance``).
 4. Pick the one with the smallest complexity rank (:mod:`planc.planner.ladder`); among equally
    complex layouts within :data:`~planc.planner.margin.TIE_BAND` of each other, the one that
-   leaves the most memory free.
+   leaves the most memory free, when it frees at least ``MEMORY_WORTH`` of the capacity.
 
 For every rung below the chosen one, :class:`Rejection` records the number that ruled it out:
 the memory its least-hungry layout needs, or how much slower its fastest fitting layout is and
@@ -28,7 +28,7 @@ from planc.legality.rules import AUTO, MULTI_STAGE_SCHEDULES, fixed
 from planc.legality.space import why_no_layout
 from planc.planner.explore import Candidate, SearchResult, evaluate_layout, search
 from planc.planner.ladder import Rung, complexity, rung_of
-from planc.planner.margin import TIE_BAND, Margin, planner_margin
+from planc.planner.margin import MEMORY_WORTH, TIE_BAND, Margin, planner_margin
 from planc.planner.rejections import Rejection, why_not_simpler
 from planc.spec.checks import MAX_DEVICES
 from planc.spec.layout import Layout
@@ -168,13 +168,16 @@ def choose(
 
 def pick(fitting: list[Candidate], best: Candidate, margin: Margin) -> Candidate:
     """The rule: the simplest layout the best does not beat by more than ``margin``; among the
-    equally simple, speed within :data:`TIE_BAND` is a tie and goes to the least memory."""
+    equally simple, speed within :data:`TIE_BAND` is a tie and goes to the least memory when that
+    frees at least :data:`MEMORY_WORTH` of the capacity."""
     eligible = [c for c in fitting if margin.within(c.estimate.step_s, best.estimate.step_s)]
     simplest = min(c.complexity for c in eligible)
     tier = [c for c in eligible if c.complexity == simplest]
-    fastest = max(c.tokens_per_s for c in tier)
-    tied = [c for c in tier if c.tokens_per_s >= fastest * (1.0 - TIE_BAND)]
-    return min(tied, key=lambda c: (c.estimate.memory_bytes, -c.tokens_per_s))
+    quickest = max(tier, key=lambda c: c.tokens_per_s)
+    tied = [c for c in tier if c.tokens_per_s >= quickest.tokens_per_s * (1.0 - TIE_BAND)]
+    roomiest = min(tied, key=lambda c: (c.estimate.memory_bytes, -c.tokens_per_s))
+    saved = quickest.estimate.memory_bytes - roomiest.estimate.memory_bytes
+    return roomiest if saved >= MEMORY_WORTH * quickest.estimate.capacity else quickest
 
 
 # -- nothing fits ------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ A plan's ``layout.tolerance`` (or ``--tolerance``) replaces the relative band an
 a number the user writes is taken literally (``--tolerance 0`` picks the fastest layout).
 
 Among layouts of equal complexity, speed differences below :data:`TIE_BAND` are a tie, and a tie
-goes to the layout that leaves the most memory free (docs/planner.md, "Headroom").
+goes to the layout that leaves the most memory free when that is worth having (at least
+:data:`MEMORY_WORTH` of the capacity); otherwise to the faster (docs/planner.md, "Headroom").
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ FLOOR_S = 0.005
 #: at two micro-batches: their errors are correlated, so the band is narrower than across
 #: strategies); a tie goes to the one with the least memory.
 TIE_BAND = 0.02
+
+#: A tie goes to the roomier layout only when it frees at least this fraction of the capacity (8 GiB
+#: of an 80 GB part): a few MiB saved on a tiny model is no reason to take a slower micro-batch.
+MEMORY_WORTH = 0.1
 
 
 @dataclass(frozen=True)
