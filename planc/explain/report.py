@@ -92,6 +92,7 @@ def to_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
         "alternatives": [_alternative_dict(a) for a in choice.alternatives],
         "search": {"scored": choice.scored, "seconds": choice.search_seconds, "tolerance": choice.tolerance},
         "margin": _margin_dict(choice),
+        "advice": [{"kind": a.kind, "text": advice_text(a)} for a in choice.advice],
         "notes": list(est.notes) + list(plan.notes) + [advice_text(a) for a in choice.advice],
     }
 

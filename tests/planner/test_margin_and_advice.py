@@ -64,6 +64,26 @@ def test_tiny_model_on_4_cpu_processes_gets_ddp_and_explain_says_why():
     assert choose(p, REGISTRY, tolerance=0.0).layout.zero > 0  # --tolerance 0: the fastest
 
 
+def test_explain_prints_the_advice_and_json_carries_it(tmp_path, capsys):
+    import json
+
+    from planc.cli import main
+
+    path = tmp_path / "tiny.plan"
+    path.write_text(
+        "model { layers = 4  hidden = 64  heads = 4  vocab = 256  seq_len = 64 }\n"
+        'hardware { device = "cpu"  per_node = 4 }\ntrain { global_batch = 16  precision = fp32 }\n'
+    )
+    assert main(["explain", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "margin ±8% or 5 ms per step" in text and "within the model's uncertainty (±8%): DDP is kept" in text
+    assert main(["explain", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["margin"]["from_uncertainty"] and out["margin"]["floor_s"] == FLOOR_S
+    assert [a["kind"] for a in out["advice"]] == ["within_margin"]
+    assert out["advice"][0]["text"] in out["notes"]
+
+
 def _cand(step_s, memory, rank=(1,)):
     est = SimpleNamespace(step_s=step_s, tokens_per_s=1.0 / step_s, memory_bytes=memory, capacity=76e9)
     return Candidate(layout=None, estimate=est, complexity=rank)  # type: ignore[arg-type]
