@@ -67,7 +67,12 @@ def compile_plan(
         what = suggestion_text(choice.suggestion) if choice.suggestion else "run `planc explain` to see what would fit"
         raise PlanError(
             f"the layout {choice.layout.describe()} needs {format_bytes(prediction.memory_bytes)} per device, "
-            f"but {plan.hardware.device} has {format_bytes(prediction.capacity_bytes)}",
+            f"but {plan.hardware.device} has {format_bytes(prediction.capacity_bytes)}"
+            + (
+                f" ({format_bytes(plan.hardware.memory)} less {plan.hardware.headroom:.0%} headroom)"
+                if plan.hardware.headroom
+                else ""
+            ),
             hint=what + "; pass --force to emit the program anyway",
         )
     registry.require(plan, choice.layout)

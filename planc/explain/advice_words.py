@@ -53,6 +53,16 @@ def _close_to_limit(a: Advice) -> str:
     return text
 
 
+def _headroom(a: Advice) -> str:
+    assert a.layout is not None and a.memory_bytes is not None and a.capacity_bytes is not None
+    return (
+        f"hint: {a.layout.describe()} needs {format_bytes(a.memory_bytes)}, within the device's "
+        f"{format_bytes(a.capacity_bytes)} but not within the headroom the planner keeps; hardware.headroom = 0 "
+        f"would accept it at {a.memory_bytes / a.capacity_bytes:.0%} of the device (no margin for what the "
+        f"model leaves out)"
+    )
+
+
 def _batch(a: Advice) -> str:
     assert a.layout is not None and a.gain is not None and a.value is not None
     return (
@@ -90,6 +100,7 @@ def _per_node_network(a: Advice) -> str:
 _WORDS = {
     "within_margin": _within_margin,
     "close_to_limit": _close_to_limit,
+    "headroom": _headroom,
     "batch": _batch,
     "devices": _devices,
     "fixed_key": _fixed_key,

@@ -2,7 +2,7 @@
 as data (:mod:`planc.explain.advice_words` words them; ``planc explain`` prints them as notes).
 
 - a faster, more complex layout left out because its gain is within the model's margin;
-- memory close to the limit;
+- memory close to the limit, or a misfit only because of the headroom;
 - a global batch that no good layout divides, and the nearby batch that one would;
 - far more devices than the model and batch can use;
 - a fixed layout key that costs much, and what freeing it would gain;
@@ -46,7 +46,7 @@ class Advice:
     """One warning or hint. ``kind`` says which; the other fields carry its numbers."""
 
     kind: str
-    """within_margin | close_to_limit | batch | devices | fixed_key | per_node_network"""
+    """within_margin | close_to_limit | headroom | batch | devices | fixed_key | per_node_network"""
     layout: Layout | None = None
     """The layout the advice points at (the faster one, the roomier one, the freed one)."""
     rung: str | None = None
@@ -72,7 +72,12 @@ def advise(
     plan: Plan, choice: Choice, registry: Registry, profile: RuntimeProfile = PLANC_RUNTIME
 ) -> tuple[Advice, ...]:
     """Every piece of advice for ``plan`` and its ``choice``, most important first."""
-    found: list[Advice | None] = [within_margin(choice), close_to_limit(choice), per_node_network(plan)]
+    found: list[Advice | None] = [
+        within_margin(choice),
+        close_to_limit(choice),
+        fits_without_headroom(plan, choice),
+        per_node_network(plan),
+    ]
     if choice.fits:
         found += [nearby_batch(plan, choice, registry, profile), too_many_devices(plan, choice, registry, profile)]
         found += fixed_keys(plan, choice, registry, profile)
@@ -116,6 +121,14 @@ def close_to_limit(choice: Choice) -> Advice | None:
         capacity_bytes=est.capacity,
         other_memory_bytes=other.estimate.memory_bytes if other else None,
     )
+
+
+def fits_without_headroom(plan: Plan, choice: Choice) -> Advice | None:
+    """Nothing fits the capacity, but the returned layout fits the device's whole memory."""
+    est, hw = choice.estimate, plan.hardware
+    if choice.fits or not hw.headroom or est.memory_bytes > hw.memory:
+        return None
+    return Advice("headroom", layout=choice.layout, memory_bytes=est.memory_bytes, capacity_bytes=hw.memory)
 
 
 def per_node_network(plan: Plan) -> Advice | None:

@@ -136,6 +136,28 @@ def test_memory_close_to_the_limit_is_a_warning():
         assert "warning: memory close to the limit" in advice_text(near[0])
 
 
+def test_a_misfit_only_because_of_the_headroom_says_so():
+    # llama3-8b on 8 H100 with tp = 1, pp = 1, ZeRO-3, micro-batch 1 fixed: find the headroom at which
+    # it stops fitting, then check the hint names headroom = 0.
+    fixed = {"tp": 1, "pp": 1, "dp": 8, "zero": 3, "recompute": "full"}
+    base = build_plan(
+        {
+            "model": {"preset": "llama3-8b"},
+            "hardware": {"device": "H100-SXM", "headroom": 0},
+            "train": {"global_batch": 8, "micro_batch": 1},
+            "layout": fixed,
+        }
+    )
+    need = choose(base, REGISTRY).estimate.memory_bytes
+    share = need / base.hardware.memory
+    assert 0.1 < share < 0.99, share  # room for a headroom that makes it a misfit
+    tight = base.model_copy(update={"hardware": base.hardware.model_copy(update={"headroom": 1 - share / 1.01})})
+    choice = choose(tight, REGISTRY)
+    assert not choice.fits
+    (hint,) = [a for a in advise(tight, choice, REGISTRY) if a.kind == "headroom"]
+    assert "hardware.headroom = 0 would accept it" in advice_text(hint)
+
+
 def test_a_batch_without_a_good_divisor_gets_the_nearby_batch():
     # Issue 12 point 5: 127 sequences on 8 GPUs cannot use data parallelism over all 8; 128 can.
     gpt_xl = {"layers": 24, "hidden": 2048, "heads": 16, "vocab": 50257, "seq_len": 2048}
