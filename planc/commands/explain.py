@@ -36,7 +36,7 @@ def add_arguments(parser) -> None:
         type=tolerance,
         default=None,
         help="pick the simplest layout within this fraction of the best throughput "
-        "(default: the plan's layout.tolerance, 0.05)",
+        "(default: the plan's layout.tolerance; auto = the cost model's measured uncertainty and a 5 ms floor)",
     )
     parser.add_argument("--top", type=int, default=5, metavar="K", help="how many alternatives to list (default 5)")
     parser.add_argument(
@@ -101,6 +101,11 @@ def run(args) -> int:
     except NoLegalLayout as exc:
         raise PlanError(str(exc), hint=exc.hint) from None
     registry.require(plan, choice.layout)  # what `planc compile` would refuse, explain refuses too
+    from dataclasses import replace
+
+    from planc.planner.advice import advise
+
+    choice = replace(choice, advice=advise(plan, choice, registry, profile))
     for warning in registry.unused_uses(plan, choice.layout):
         print(f"warning: {warning}", file=sys.stderr)
     misfit = None

@@ -225,5 +225,5 @@ def build_context(
         layer_act=layer_act,
         logits=logits,
         links=cache.links(lay),
-        capacity=plan.hardware.memory,
+        capacity=plan.hardware.capacity,
     )

@@ -12,6 +12,7 @@ from planc.cost.context import ContextCache
 from planc.cost.estimate import CommCost, Estimate
 from planc.cost.flops import model_flops_per_token
 from planc.cost.uncertainty import step_time_uncertainty
+from planc.explain.advice_words import advice_text
 from planc.explain.timeline import ascii_timeline
 from planc.explain.totals import band_text, mfu_text, totals_dict, totals_line
 from planc.explain.visible import visible
@@ -96,7 +97,9 @@ def to_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
         "rejected": [rejection_dict(r) for r in choice.rejected],
         "alternatives": [_alternative_dict(a) for a in choice.alternatives],
         "search": {"scored": choice.scored, "seconds": choice.search_seconds, "tolerance": choice.tolerance},
-        "notes": list(est.notes) + list(plan.notes),
+        "margin": _margin_dict(choice),
+        "advice": [{"kind": a.kind, "text": advice_text(a)} for a in choice.advice],
+        "notes": list(est.notes) + list(plan.notes) + [advice_text(a) for a in choice.advice],
     }
 
 
@@ -111,6 +114,13 @@ def _throughput_dict(est: Estimate) -> dict[str, Any] | None:
         "mfu": est.mfu,
         "hfu": est.hfu,
     }
+
+
+def _margin_dict(choice: Choice) -> dict[str, Any] | None:
+    m = choice.margin
+    if m is None:
+        return None
+    return {"relative": m.relative, "floor_s": m.floor_s, "from_uncertainty": m.from_uncertainty}
 
 
 def _plan_dict(plan: Plan, est: Estimate) -> dict[str, Any]:
@@ -191,7 +201,7 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
     cpu = plan.hardware.is_cpu
     sections = [
         _header(plan, choice),
-        _memory_table(est),
+        _memory_table(est, plan),
         _time_lines(est, links, cpu=cpu, inter_node_bw=plan.hardware.inter_node_bw),
         [
             *_throughput_lines(plan, est),
@@ -200,7 +210,7 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
         ["  why not simpler", *_rejection_lines(choice)] if choice.rejected else [],
         _alternatives(choice, top_k),
         _timeline(choice),
-        _notes(plan, est),
+        _notes(plan, est, choice),
     ]
     return "\n\n".join("\n".join(lines) for lines in sections if lines) + "\n"
 
@@ -244,7 +254,7 @@ def _header(plan: Plan, choice: Choice) -> list[str]:
     else:
         lines.append(
             f"            rung: {choice.rung.label} · {choice.scored} layouts scored in "
-            f"{choice.search_seconds:.2f} s · tolerance {choice.tolerance:.0%}"
+            f"{choice.search_seconds:.2f} s · margin {choice.margin.describe() if choice.margin else choice.tolerance}"
         )
     if not choice.fits:
         lines += [
@@ -281,8 +291,8 @@ def _timeline(choice: Choice) -> list[str]:
     ]
 
 
-def _notes(plan: Plan, est: Estimate) -> list[str]:
-    notes = list(est.notes) + list(plan.notes)
+def _notes(plan: Plan, est: Estimate, choice: Choice) -> list[str]:
+    notes = list(est.notes) + list(plan.notes) + [advice_text(a) for a in choice.advice]
     return ["  notes", *(f"    - {n}" for n in notes)] if notes else []
 
 
@@ -307,8 +317,9 @@ def memory_rows(est: Estimate) -> list[tuple[str, float, list[tuple[str, float]]
     ]
 
 
-def _memory_table(est: Estimate) -> list[str]:
+def _memory_table(est: Estimate, plan: Plan) -> list[str]:
     groups = memory_rows(est)
+    hw = plan.hardware
     names = [name for _, _, rows in groups for name, _ in rows]
     width = max(44, *(len(n) + 4 for n in names))
     s = est.memory
@@ -320,7 +331,10 @@ def _memory_table(est: Estimate) -> list[str]:
         lines.append(f"    {group:<{width}}{total / size:>8.2f}")
         lines += [f"      {name:<{width - 2}}{value / size:>8.2f}" for name, value in rows if value]
     share = s.total / est.capacity
-    lines.append(f"    {'total':<{width}}{s.total / size:>8.2f}  of {format_bytes(est.capacity)}  ({share:.0%})")
+    headroom = f" = {format_bytes(hw.memory)} less {hw.headroom:.0%} headroom" if hw.headroom else ""
+    lines.append(
+        f"    {'total':<{width}}{s.total / size:>8.2f}  of {format_bytes(est.capacity)}  ({share:.0%}){headroom}"
+    )
     return lines
 
 

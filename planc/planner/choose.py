@@ -1,10 +1,13 @@
 """The rule: the simplest layout that fits, within a tolerance of the fastest.
 
-1. Score every legal layout (:mod:`planc.planner.explore`).
+1. Score every legal layout (:mod:`planc.planner.explore`); a layout fits when its memory is
+   within the device's memory less the plan's headroom (``hardware.headroom``).
 2. Among those that fit, find the best throughput (tokens/s).
-3. Keep those within ``tolerance`` of it (default ``plan.layout.tolerance``, 5%).
-4. Pick the one with the smallest complexity rank (:mod:`planc.planner.ladder`); ties go to
-   the faster.
+3. Keep those the best does not beat by more than the margin (:mod:`planc.planner.margin`: the
+   model's measured uncertainty and a floor in seconds, or the plan's ``tolerance``).
+4. Pick the one with the smallest complexity rank (:mod:`planc.planner.ladder`); among equally
+   complex layouts within :data:`~planc.planner.margin.TIE_BAND` of each other, the one that
+   leaves the most memory free, when it frees at least ``MEMORY_WORTH`` of the capacity.
 
 For every rung below the chosen one, :class:`Rejection` records the number that ruled it out:
 the memory its least-hungry layout needs, or how much slower its fastest fitting layout is and
@@ -15,7 +18,7 @@ written, fitting or not. When nothing fits, the least-hungry layout is returned 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from planc.cost.context import ContextCache
@@ -25,6 +28,7 @@ from planc.legality.rules import AUTO, MULTI_STAGE_SCHEDULES, fixed
 from planc.legality.space import why_no_layout
 from planc.planner.explore import Candidate, SearchResult, evaluate_layout, hunger, search
 from planc.planner.ladder import Rung, complexity, rung_of
+from planc.planner.margin import MEMORY_WORTH, TIE_BAND, Margin, planner_margin
 from planc.planner.rejections import Rejection, why_not_simpler
 from planc.planner.suggest import Suggestion, suggest_fix
 from planc.spec.layout import Layout
@@ -44,6 +48,7 @@ class Choice:
     rejected: tuple[Rejection, ...]
     alternatives: tuple[Candidate, ...]
     tolerance: float
+    """The relative band the choice was made with (``margin.relative``)."""
     rung: Rung
     """The chosen layout's rung on the ladder."""
     fixed: bool = False
@@ -54,6 +59,10 @@ class Choice:
     """The fastest fitting layout (may equal the chosen one)."""
     scored: int = 1
     search_seconds: float = 0.0
+    margin: Margin | None = None
+    """What a more complex layout had to buy (None only for Choices built by hand)."""
+    advice: tuple = ()
+    """Warnings and hints about the plan (:func:`planc.planner.advice.advise`; set by explain)."""
 
 
 def is_fully_fixed(plan: Plan) -> bool:
@@ -103,22 +112,23 @@ def choose(
 ) -> Choice:
     """Pick the layout for ``plan``: the simplest that fits, within ``tolerance`` of the best, under
     the strategies of ``registry``."""
-    tol = plan.layout.tolerance if tolerance is None else tolerance
+    margin = planner_margin(plan.layout.tolerance if tolerance is None else tolerance)
+    tol = margin.relative
     cache = ContextCache(plan, profile)
     layout = fixed_layout(plan)
     if layout is not None:
         est = evaluate_layout(plan, layout, registry, cache)
         suggestion = None if est.fits else suggest_fix(plan, est, registry, profile)
-        return Choice(layout, est, est.fits, (), (), tol, rung_of(layout), fixed=True, suggestion=suggestion)
+        return Choice(
+            layout, est, est.fits, (), (), tol, rung_of(layout), fixed=True, suggestion=suggestion, margin=margin
+        )
 
     result = search(plan, registry, profile, cache)
     if not result.fitting:
-        return _nothing_fits(plan, registry, result, tol, profile)
+        return replace(_nothing_fits(plan, registry, result, tol, profile), margin=margin)
 
     best = max(result.fitting, key=lambda c: c.tokens_per_s)
-    floor = best.tokens_per_s * (1.0 - tol)
-    eligible = [c for c in result.fitting if c.tokens_per_s >= floor]
-    chosen = min(eligible, key=lambda c: (c.complexity, -c.tokens_per_s))
+    chosen = pick(result.fitting, best, margin)
     others = sorted((c for c in result.fitting if c is not chosen), key=lambda c: -c.tokens_per_s)
     return Choice(
         layout=chosen.layout,
@@ -131,7 +141,22 @@ def choose(
         best=best,
         scored=result.scored,
         search_seconds=result.seconds,
+        margin=margin,
     )
+
+
+def pick(fitting: list[Candidate], best: Candidate, margin: Margin) -> Candidate:
+    """The rule: the simplest layout the best does not beat by more than ``margin``; among the
+    equally simple, speed within :data:`TIE_BAND` is a tie and goes to the least memory when that
+    frees at least :data:`MEMORY_WORTH` of the capacity."""
+    eligible = [c for c in fitting if margin.within(c.estimate.step_s, best.estimate.step_s)]
+    simplest = min(c.complexity for c in eligible)
+    tier = [c for c in eligible if c.complexity == simplest]
+    quickest = max(tier, key=lambda c: c.tokens_per_s)
+    tied = [c for c in tier if c.tokens_per_s >= quickest.tokens_per_s * (1.0 - TIE_BAND)]
+    roomiest = min(tied, key=lambda c: (c.estimate.memory_bytes, -c.tokens_per_s))
+    saved = quickest.estimate.memory_bytes - roomiest.estimate.memory_bytes
+    return roomiest if saved >= MEMORY_WORTH * quickest.estimate.capacity else quickest
 
 
 # -- nothing fits ------------------------------------------------------------------------------
