@@ -23,9 +23,12 @@ stale. ARGS are shell words; ``key=value`` words are options of the block, ``--f
     ranks 0, k, 2k, ... (k = 1: the first p ranks, filling a node first).
 ``<!-- planc:num PLAN json.path[:unit] [set=...] -->VALUE<!-- /planc -->``
     one number of ``planc explain --json`` inside a sentence, so the prose stays current too.
-``run ARGV``
-    a stored ``planc`` run, refreshed only by ``refresh_docs.py --runs`` (slow, and its timings
-    vary): the staleness test checks only that its plan still parses.
+``run [fresh=runs/DIR] [drop=REGEX] -- COMMAND``
+    the output of a real command line (``planc run``, ``planc doctor``), run by bash at the
+    repository root after removing the ``fresh`` run directories; refreshed only by
+    ``refresh_docs.py --runs`` (slow, and nondeterministic), stored with timings, pids, ports,
+    clock times and host names masked as ``_`` and torch's own timestamped log lines left out.
+    The staleness test checks only that the plans it names still parse.
 
 Timings of the search itself ("scored in 0.2 s") are dropped from every output: they vary run to run.
 """
@@ -36,8 +39,10 @@ import contextlib
 import difflib
 import io
 import json
+import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -182,9 +187,9 @@ def table(plan: str, options: dict[str, list[str]], flags: tuple[str, ...]) -> s
 
 
 def collectives(plan: str, options: dict[str, list[str]]) -> str:
-    """The faster of ring and tree all-reduce (planc.cost.comm), on the plan's hardware with
-    ``set=`` changes applied, for groups of the first p ranks (nodes filled first)."""
-    from planc.cost.comm import all_reduce_seconds
+    """The faster of ring and tree all-reduce (planc.cost.comm; "(tree)" where the tree won), on
+    the plan's hardware with ``set=`` changes applied, for groups of ranks 0, k, 2k, ..."""
+    from planc.cost.comm import all_reduce_seconds, reduce_scatter_seconds
     from planc.dsl.load import load_plan
     from planc.hardware.topology import topology_for
     from planc.strategies.registry import load_registry
@@ -203,10 +208,13 @@ def collectives(plan: str, options: dict[str, list[str]]) -> str:
     for group in (int(g) for g in options["groups"][0].split(",")):
         link = topology.link_of(list(range(0, group * stride, stride)))
         times = [all_reduce_seconds(size * 2**20, link) * 1e3 for size in sizes]
+        # A ring all-reduce is a reduce-scatter then an all-gather; faster than that: the tree won.
+        rings = [2 * reduce_scatter_seconds(size * 2**20, link) * 1e3 for size in sizes]
         medium = f"{link.medium} {link.bandwidth / 1e9:g} GB/s, α {link.latency * 1e6:g} µs"
         if link.crosses_nodes:
             medium += f" ({link.nodes} nodes × {link.per_node})"
-        rows.append(f"| {group} | {medium} | " + " | ".join(f"{t:.3g} ms" for t in times) + " |\n")
+        cells = [f"{t:.3g} ms" + (" (tree)" if t < r * 0.999 else "") for t, r in zip(times, rings, strict=True)]
+        rows.append(f"| {group} | {medium} | " + " | ".join(cells) + " |\n")
     return "".join(rows)
 
 
@@ -229,6 +237,8 @@ def parse_args(args: str) -> tuple[str, list[str], dict[str, list[str]], tuple[s
 
 def render(args: str, old: str) -> str:
     """The new body of one block (a fenced code block, or a table)."""
+    if args.split()[0] == "run":
+        return old  # refreshed by run_block only, on request
     kind, positional, options, flags = parse_args(args)
     plan = positional[0] if positional else ""
     settings = tuple(options.get("set", []))
@@ -244,8 +254,6 @@ def render(args: str, old: str) -> str:
         return table(plan, options, flags)
     if kind == "collectives":
         return collectives(plan, options)
-    if kind == "run":
-        return old  # refreshed by run_block only, on request
     raise ValueError(f"unknown block kind {kind!r} in <!-- planc:begin {args} -->")
 
 
@@ -264,28 +272,66 @@ def refresh(text: str) -> str:
     return NUMBER.sub(lambda m: m.group(1) + number(m.group(2)) + m.group(4), text)
 
 
-RUN_TIMINGS = (
-    (re.compile(r"\b\d+(\.\d+)? (k )?tok/s"), "_ tok/s"),
-    (re.compile(r"\b\d+\.\d+ s/step \(pred [0-9.]+\)"), "_ s/step"),
-    (re.compile(r"mfu [0-9.]+% \(pred [0-9.]+%\)"), "mfu _"),
+RUN_NOISE = (  # what varies from run to run: timings, pids, ports, clock times, host names
+    (re.compile(r"\b\d+(\.\d+)? (k |M )?tok/s"), "_ tok/s"),
+    (re.compile(r"\b\d+\.\d+ s/step( \(pred [0-9.]+\))?"), "_ s/step"),
+    (re.compile(r"mfu [0-9.]+%( \(pred [0-9.]+%\))?"), "mfu _"),
     (re.compile(r"\b\d+:\d\d elapsed, \d+:\d\d left"), "_ elapsed"),
-    (re.compile(r"\bmem [0-9.]+ GiB"), "mem _"),
-    (re.compile(r"runs/[\w.-]+"), "runs/RUN"),
-    (re.compile(r"\b(after|in) [0-9.]+ ?s\b"), r"\1 _ s"),
+    (re.compile(r"\bmem [0-9.]+ GiB"), "mem _ GiB"),
+    (re.compile(r"saved \([0-9.]+ s\)"), "saved (_ s)"),
+    (re.compile(r"\bpid \d+"), "pid _"),
+    (re.compile(r"\]:\d+"), "]:_"),
+    (re.compile(r"\bat \d\d:\d\d:\d\d"), "at _"),
+    (re.compile(r"\b[0-9.]+ s ago"), "_ s ago"),
+    (re.compile(r" on [\w.-]+\)"), " on HOST)"),
+    (re.compile(r"measured peak [0-9.]+ \w+ on rank (\d+) \([0-9.]+×\)"), r"measured peak _ on rank \1 (_×)"),
+    (
+        re.compile(r"measured median [0-9.]+ s per step over (\d+) step\(s\) (\(.*?\)); [0-9.]+× the"),
+        r"measured median _ s per step over \1 step(s) \2; _× the",
+    ),
 )
+TORCH_LOG_LINE = re.compile(r"^[WIE]\d{4} \d\d:\d\d:\d\d")  # torch's own logger, timestamped
 
 
-def masked(text: str) -> str:
-    for pattern, replacement in RUN_TIMINGS:
-        text = pattern.sub(replacement, text)
-    return text
+def masked(text: str, drop: list[str]) -> str:
+    lines = []
+    for line in text.splitlines():
+        if TORCH_LOG_LINE.match(line) or any(re.search(pattern, line) for pattern in drop):
+            continue
+        for pattern, replacement in RUN_NOISE:
+            line = pattern.sub(replacement, line)
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def run_command(args: str) -> tuple[dict[str, list[str]], str]:
+    """``run [fresh=DIR] [drop=REGEX] -- COMMAND``: the options and the command line as written."""
+    head, _, command = args.partition(" -- ")
+    _kind, _positional, options, _flags = parse_args(head)
+    return options, command.strip()
 
 
 def run_block(args: str) -> str:
-    """Run ``planc ARGV`` (a shell command line starting with planc or env settings) for real."""
-    command = args.split(" ", 1)[1]
-    done = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
-    return fenced(masked(f"$ {command}\n" + done.stdout + done.stderr))
+    """Run COMMAND in bash at the repository root for real (``fresh`` directories removed first)
+    and return its output, run-to-run noise masked and ``drop`` lines left out."""
+    options, command = run_command(args)
+    for directory in options.get("fresh", []):
+        target = (ROOT / directory).resolve()
+        if ROOT / "runs" not in target.parents:
+            raise ValueError(f"fresh={directory}: only directories under runs/ are removed")
+        shutil.rmtree(target, ignore_errors=True)
+    done = subprocess.run(  # one stream, in the order the terminal would show it
+        ["bash", "-c", command],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    output = masked(done.stdout, options.get("drop", []))
+    return fenced(f"$ {command}\n{output}" + (f"(exit status {done.returncode})\n" if done.returncode else ""))
 
 
 def refresh_runs(text: str) -> str:
@@ -299,13 +345,8 @@ def refresh_runs(text: str) -> str:
 
 def run_plans(text: str) -> list[str]:
     """The .plan files that the page's run blocks use."""
-    return [
-        w
-        for m in BLOCK.finditer(text)
-        if m.group(2).startswith("run ")
-        for w in shlex.split(m.group(2))
-        if w.endswith(".plan")
-    ]
+    commands = [run_command(m.group(2))[1] for m in BLOCK.finditer(text) if m.group(2).startswith("run ")]
+    return [word for command in commands for word in shlex.split(command) if word.endswith(".plan")]
 
 
 if __name__ == "__main__":
