@@ -125,6 +125,8 @@ def abridged(text: str, options: dict[str, list[str]]) -> str:
     if "keep" in options:
         wanted = [name for spec in options["keep"] for name in spec.split(",")]
         parts = sections(text)
+        if not any(name in parts for name in wanted):  # explain's output changed shape
+            raise ValueError(f"keep={','.join(wanted)}: none of these sections in the output ({', '.join(parts)})")
         text = "\n\n".join(parts[name] for name in wanted if name in parts)
     for pattern in options.get("grep", []):
         text = "\n".join(line for line in text.splitlines() if re.search(pattern, line))
@@ -183,6 +185,9 @@ def table(plan: str, options: dict[str, list[str]], flags: tuple[str, ...]) -> s
         settings = tuple(f"{key}={value}" for (key, _), value in zip(varied, values, strict=True))
         data = explain_json(plan, settings, flags)
         rows.append([*values, *(cell(data, spec) for _, spec in columns)])
+    for index, (label, spec) in enumerate(columns, start=len(varied)):
+        if all(row[index] == "–" for row in rows[2:]):  # a JSON field renamed or gone
+            raise ValueError(f"col={label}:{spec}: no row of planc explain --json has {spec.split(':')[0]}")
     return "".join("| " + " | ".join(row) + " |\n" for row in rows)
 
 
@@ -264,7 +269,10 @@ def fenced(text: str, lang: str = "text") -> str:
 def number(args: str) -> str:
     kind, positional, options, flags = parse_args("num " + args)
     data = explain_json(positional[0], tuple(options.get("set", [])), flags)
-    return cell(data, positional[1])
+    value = cell(data, positional[1])
+    if value == "–":
+        raise ValueError(f"planc:num {args}: planc explain --json has no {positional[1].split(':')[0]}")
+    return value
 
 
 def refresh(text: str) -> str:
