@@ -255,10 +255,10 @@ def render(args: str, old: str) -> str:
         before = abridged(explain(plan, settings, flags), options)
         after = abridged(explain(plan, settings + tuple(options["change"]), flags), options)
         return fenced(changed_lines(before, after), lang="diff")
-    if kind == "table":
-        return table(plan, options, flags)
+    if kind == "table":  # blank lines around a table: Markdown must not read the markers as rows
+        return "\n" + table(plan, options, flags) + "\n"
     if kind == "collectives":
-        return collectives(plan, options)
+        return "\n" + collectives(plan, options) + "\n"
     raise ValueError(f"unknown block kind {kind!r} in <!-- planc:begin {args} -->")
 
 
