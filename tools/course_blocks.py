@@ -15,6 +15,9 @@ stale. ARGS are shell words; ``key=value`` words are options of the block, ``--f
 ``try PLAN [set=...] change=block.key=value [keep=...] [grep=...] [--explain-flags]``
     the lines of ``planc explain`` that the change alters: ``-`` the plan (with its ``set``s),
     ``+`` with the ``change``s as well.
+``source PATH from=REGEX to=REGEX``
+    the lines of a file of planc (its code, say) from the first line matching ``from`` to the
+    next matching ``to``.
 ``table PLAN vary=block.key:v1,v2,... col=LABEL:json.path[:unit] ...``
     one row per value (several ``vary`` zip together), one column per ``col`` from
     ``planc explain --json`` (``comm.dp.volume_bytes``: the ``comm`` list is keyed by group).
@@ -249,6 +252,8 @@ def render(args: str, old: str) -> str:
     settings = tuple(options.get("set", []))
     if kind == "plan":
         return fenced((ROOT / plan).read_text(encoding="utf-8"))
+    if kind == "source":
+        return fenced(source_lines(plan, options["from"][0], options["to"][0]), lang="python")
     if kind == "explain":
         return fenced(abridged(explain(plan, settings, flags), options))
     if kind == "try":
@@ -260,6 +265,18 @@ def render(args: str, old: str) -> str:
     if kind == "collectives":
         return "\n" + collectives(plan, options) + "\n"
     raise ValueError(f"unknown block kind {kind!r} in <!-- planc:begin {args} -->")
+
+
+def source_lines(path: str, start: str, end: str) -> str:
+    """The lines of ``path`` from the first matching ``start`` to the next matching ``end``."""
+    lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
+    first = next((i for i, line in enumerate(lines) if re.search(start, line)), None)
+    if first is None:
+        raise ValueError(f"source {path}: no line matches from={start!r}")
+    last = next((i for i in range(first, len(lines)) if re.search(end, lines[i])), None)
+    if last is None:
+        raise ValueError(f"source {path}: no line after {first + 1} matches to={end!r}")
+    return "\n".join(lines[first : last + 1]) + "\n"
 
 
 def fenced(text: str, lang: str = "text") -> str:
