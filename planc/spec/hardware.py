@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field, computed_field, model_validator
 
-from planc.spec.fields import Bandwidth, Bytes, Compute, PositiveInt, Seconds, SpecModel
+from planc.spec.fields import Bandwidth, Bytes, Compute, Flag, PositiveInt, Seconds, SpecModel
 from planc.spec.presets.hardware import (
     DEFAULT_INTER_NODE_LATENCY,
     DEFAULT_INTRA_NODE_LATENCY,
@@ -44,6 +44,8 @@ class HardwareSpec(SpecModel):
     """Start-up cost (alpha) of one message across nodes."""
     efficiency: float = Field(gt=0, le=1)
     """Fraction of peak the transformer's large GEMMs sustain (kernel efficiency, not MFU)."""
+    bf16: Flag = True
+    """Whether the device computes bf16 in hardware (false for V100: fp16 tensor cores only)."""
 
     @model_validator(mode="before")
     @classmethod
