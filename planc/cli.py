@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "run": "planc.commands.run",
     "export": "planc.commands.export",
     "prepare": "planc.commands.prepare",
+    "doctor": "planc.commands.doctor",
     "plugins": "planc.commands.plugins",
     "presets": "planc.commands.presets",
     "docs": "planc.commands.docs",
