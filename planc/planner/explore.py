@@ -38,7 +38,7 @@ from planc import stages
 from planc.cost.context import ContextCache
 from planc.cost.driver import evaluate
 from planc.cost.estimate import Estimate
-from planc.cost.memory import DEVICE_RUNTIME_OVERHEAD, model_state_bytes, runtime_state_bytes
+from planc.cost.memory import DEVICE_RUNTIME_OVERHEAD, ddp_replicates, model_state_bytes, runtime_state_bytes
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.legality import space
 from planc.legality.rules import RECOMPUTE_ORDER
@@ -216,7 +216,9 @@ def evaluate_layout(plan: Plan, layout: Layout, registry: Registry, cache: Conte
 def states_lower_bound(plan: Plan, cache: ContextCache, family: Family) -> float:
     """Model states of the fullest pipeline rank (v = 1), plus the runtime's fixed memory."""
     train = plan.train
-    per_param = cache.profile.state_bytes or runtime_state_bytes(train.precision, train.optimizer, family.zero)
+    per_param = cache.profile.state_bytes or runtime_state_bytes(
+        train.precision, train.optimizer, family.zero, family.dp, ddp_replicates(plan)
+    )
     worst = max(
         model_state_bytes(st.params, family.dp, family.zero, per_param).total
         for st in cache.stages(family.tp, family.pp, 1)

@@ -24,7 +24,7 @@ field                 set by                  read by
 model_parts           pipeline (split), ddp   every later strategy, the step, checkpoints
 stage_indices         pipeline                pipeline (schedule), the step
 schedule_builder      pipeline                init_weights (builds ``schedule``)
-mixed_precision       bf16 (offer)            fsdp (take), else init_weights (autocast)
+mixed_precision       bf16 (offer)            fsdp, ddp (take), else init_weights (autocast)
 loss_parallel         tensor_parallel         the step (loss under ``loss_parallel()``)
 sync_controls         ddp, zero1, fsdp        the step (gradient accumulation)
 tied_weights          pipeline                the step (gradient sum, clipping)

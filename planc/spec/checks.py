@@ -144,6 +144,20 @@ def check_checkpoint(plan: Plan) -> Iterable[SpecIssue]:
 
 
 #: The passes, in order. A new rule is a new function appended here.
+def check_precision_on_device(plan: Plan) -> Iterable[SpecIssue]:
+    """bf16 on a device without bf16 arithmetic (V100) would be emulated in fp32 -- many times slower
+    than the peak the plan is costed at -- so it is refused rather than planned silently."""
+    hardware = plan.hardware
+    if plan.train.precision == "bf16" and not hardware.bf16:
+        yield SpecIssue(
+            ("train", "precision"),
+            f"{hardware.device} has no bf16 arithmetic (its tensor cores take fp16 only), "
+            "so bf16 matmuls would run without tensor cores, far below the peak planc would cost them at",
+            "set `precision = fp32` (planc has no fp16 with loss scaling yet), or use a device with bf16 "
+            "(A100, H100, ...); if your device does compute bf16, say so with `hardware { bf16 = true }`",
+        )
+
+
 CHECKS: tuple[Check, ...] = (
     check_attention_shape,
     check_tensor_parallel,
@@ -152,6 +166,7 @@ CHECKS: tuple[Check, ...] = (
     check_batch,
     check_sequence_parallel,
     check_learning_rate,
+    check_precision_on_device,
     check_checkpoint,
     check_pretrained_weights,
 )

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field, computed_field, model_validator
 
-from planc.spec.fields import Bandwidth, Bytes, Compute, PositiveInt, Seconds, SpecModel
+from planc.spec.fields import Bandwidth, Bytes, Compute, Flag, PositiveInt, Seconds, SpecModel
 from planc.spec.presets.hardware import (
     DEFAULT_HEADROOM,
     DEFAULT_INTER_NODE_LATENCY,
@@ -50,6 +50,8 @@ class HardwareSpec(SpecModel):
     """Fraction of peak the transformer's large GEMMs sustain (kernel efficiency, not MFU)."""
     headroom: float = Field(default=DEFAULT_HEADROOM, ge=0, lt=1)
     """Fraction of memory the planner keeps free: a layout must fit memory x (1 - headroom)."""
+    bf16: Flag = True
+    """Whether the device computes bf16 in hardware (false for V100: fp16 tensor cores only)."""
 
     @model_validator(mode="before")
     @classmethod

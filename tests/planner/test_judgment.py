@@ -5,7 +5,7 @@ every example plan getting what its comment promises."""
 from pathlib import Path
 
 import pytest
-from judgment_scenarios import SCENARIOS
+from judgment_scenarios import POINT_4, SCENARIOS
 
 from planc.dsl.load import load_plan
 from planc.planner import choose
@@ -49,7 +49,6 @@ def _example(name):
 # -- every example plan gets what its comment promises -------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="needs issue-12 point 1 (branch ddp-hsdp): DDP without the bf16 penalty")
 def test_gpt2_small_example_gets_ddp():
     # "124 M parameters fit any one GPU many times over, so it should pick plain data parallelism (DDP)"
     _, choice = _example("gpt2-small-8xa100.plan")
@@ -73,7 +72,7 @@ def test_llama3_8b_example_shards_or_splits_the_model():
     assert all(r.fits is not True for r in choice.rejected if r.strategy == "DDP")
 
 
-@pytest.mark.xfail(strict=False, reason="needs issue-12 point 4 (branch ddp-hsdp): ZeRO-3 at 384 ranks")
+@pytest.mark.xfail(strict=False, reason=POINT_4)
 def test_gpt_1t_example_finds_a_pipeline():
     # "the planner is left to find the pipeline depth (the paper used 64)"
     _, choice = _example("gpt-1t-3072xa100.plan")

@@ -77,6 +77,7 @@ HARDWARE_PRESETS: dict[str, dict] = {
         inter_node_bw=6.25 * GB,
         per_node=8,
         efficiency=0.73,
+        bf16=False,  # Volta tensor cores take fp16 only (bf16 came with Ampere: A100 whitepaper, 2020)
     ),
     # NVIDIA A100 Tensor Core GPU data sheet (2021): 312 TFLOPS bf16 dense, 19.5 TFLOPS fp32,
     # 40GB: 1,555 GB/s; 80GB: 2,039 GB/s; NVLink3 600 GB/s total. DGX A100: 8 x 200 Gb/s HDR IB.
