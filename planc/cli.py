@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "explain": "planc.commands.explain",
     "compile": "planc.commands.compile",
     "run": "planc.commands.run",
+    "calibrate": "planc.commands.calibrate",
     "export": "planc.commands.export",
     "prepare": "planc.commands.prepare",
     "plugins": "planc.commands.plugins",

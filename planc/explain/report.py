@@ -108,6 +108,8 @@ def _plan_dict(plan: Plan, est: Estimate) -> dict[str, Any]:
             "nodes": plan.hardware.nodes,
             "per_node": plan.hardware.per_node,
             "world_size": plan.world_size,
+            "profile": plan.hardware.profile,
+            "profile_measured_on": plan.hardware.measured.measured_on if plan.hardware.measured else None,
         },
         "batch": {
             "global_batch": plan.train.global_batch,
@@ -182,6 +184,13 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
     return "\n\n".join("\n".join(lines) for lines in sections if lines) + "\n"
 
 
+def _profile_line(hw) -> list[str]:
+    """Which hardware profile priced the plan (``planc calibrate``), or that data-sheet numbers did."""
+    if hw.profile is None or hw.measured is None:
+        return []
+    return [f"  profile   {visible(hw.profile)}: measured rates ({visible(hw.measured.measured_on)})"]
+
+
 def _header(plan: Plan, choice: Choice) -> list[str]:
     m, hw, tr = plan.model, plan.hardware, plan.train
     est, lay = choice.estimate, choice.layout
@@ -194,6 +203,7 @@ def _header(plan: Plan, choice: Choice) -> list[str]:
         f"  hardware  {hw.world_size} × {visible(hw.device)} ({nodes} × {hw.per_node}) · "
         f"{local_link} {format_bandwidth(hw.intra_node_bw)} · "
         f"network {format_bandwidth(hw.inter_node_bw)} per device · {format_bytes(hw.memory)} each",
+        *_profile_line(hw),
         f"  batch     {tr.global_batch} sequences × {m.seq_len} = {format_count(plan.tokens_per_step)} tokens "
         f"per step · {est.micro_batches} micro-batch(es) of {lay.micro_batch} per DP rank",
         "",

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import Field, computed_field, model_validator
 
 from planc.spec.fields import Bandwidth, Bytes, Compute, PositiveInt, Seconds, SpecModel
+from planc.spec.hardware_profile import MeasuredRates
 from planc.spec.presets.hardware import (
     DEFAULT_INTER_NODE_LATENCY,
     DEFAULT_INTRA_NODE_LATENCY,
@@ -44,6 +45,11 @@ class HardwareSpec(SpecModel):
     """Start-up cost (alpha) of one message across nodes."""
     efficiency: float = Field(gt=0, le=1)
     """Fraction of peak the transformer's large GEMMs sustain (kernel efficiency, not MFU)."""
+    profile: str | None = None
+    """A hardware profile written by `planc calibrate` (JSON, relative to the .plan file): the cost
+    model uses its measured rates instead of the data-sheet defaults; keys written here still win."""
+    measured: MeasuredRates | None = None
+    """What the profile measured (GEMM, attention, memory, dispatch rates); filled from ``profile``."""
 
     @model_validator(mode="before")
     @classmethod
