@@ -50,7 +50,8 @@ def plan_workload(plan: Plan, quick: bool) -> Workload:
     """The shapes ``plan`` is priced at, for every TP degree and micro-batch it may use."""
     model, layout = plan.model, plan.layout
     tps = [layout.tp] if isinstance(layout.tp, int) else tp_candidates(model.heads, plan.hardware.per_node)
-    batches = [layout_micro_batch(plan)] if layout_micro_batch(plan) else micro_batch_candidates(plan)
+    fixed = layout_micro_batch(plan)
+    batches = [fixed] if fixed is not None else micro_batch_candidates(plan)
     if quick:
         tps, batches = tps[:1], batches[:1]
     gemms: set[tuple[int, int, int]] = set()

@@ -106,7 +106,7 @@ def describe(device: torch.device, world: int, per_node: int, measured, collecti
         schema_version=SCHEMA_VERSION,
         planc_version=__version__,
         torch_version=torch.__version__,
-        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         host=socket.gethostname(),
         backend="nccl" if cuda else "gloo",
         device_kind="cuda" if cuda else "cpu",
