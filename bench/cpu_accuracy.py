@@ -2,13 +2,16 @@
 
     python bench/cpu_accuracy.py [--steps N] [--world 2 --world 4] [--case NAME] [--profile-dir DIR]
 
-For each world size of ``tests/distributed/cases.py`` it (1) runs ``planc calibrate --nproc W`` on
-this machine (one process per rank, as a user calibrates a node; skipped when ``--profile-dir``
-already holds ``cpu-W.json``), (2) trains every case of that size for ``--steps`` optimizer steps
-in one torchrun launch (the runtime the emitted program runs: compose + train) and takes the
-median step time after the first :data:`WARMUP` steps, and (3) prints planc's predicted step for
-the case's layout with the ``cpu`` preset's data-sheet numbers and with the profile, and both
-errors (predicted / measured - 1; + means planc predicted too fast).
+For each world size of ``tests/distributed/cases.py`` it
+(1) runs ``planc calibrate --nproc W`` on this machine (one process per rank, as a user calibrates
+a node); skipped when ``--profile-dir`` already holds ``cpu-W.json``; by default a fresh temporary
+folder, so every run calibrates;
+(2) trains every case of that size for ``--steps`` optimizer steps in one torchrun launch (the
+runtime the emitted program runs: compose + train) and takes the median step time after the
+first :data:`WARMUP` steps;
+(3) prints planc's predicted step for the case's layout with the ``cpu`` preset's data-sheet
+numbers and with the profile, and both errors (measured step / predicted step - 1,
+docs/accuracy.md's convention: + means planc predicted the case faster than it ran).
 
 The machine is shared and timings are noisy: the load average is printed with the table; compare
 ratios, and re-run on a quiet machine before drawing conclusions. ``bench/accuracy.py --cpu`` calls
@@ -22,6 +25,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,8 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--world", type=int, action="append", help="only cases of this many processes")
     parser.add_argument("--case", action="append", help="only this case (repeatable)")
-    parser.add_argument("--profile-dir", type=Path, default=ROOT / "bench" / "profiles")
+    parser.add_argument(
+        "--profile-dir",
+        type=Path,
+        help="keep (and reuse) the profiles here; default: calibrate afresh in a temporary folder",
+    )
     args = parser.parse_args(argv)
+    if args.profile_dir is None:
+        args.profile_dir = Path(tempfile.mkdtemp(prefix="planc-cpu-profiles-"))
     args.profile_dir.mkdir(parents=True, exist_ok=True)
     registry = load_registry()
     selected = [
