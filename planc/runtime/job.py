@@ -334,11 +334,11 @@ def init_process_group(device: torch.device, timeout: float | None = None) -> No
 
     enable_flight_recorder()
     backend = "nccl" if device.type == "cuda" else "gloo"
-    kwargs = {"timeout": timedelta(seconds=timeout)} if timeout is not None else {}
+    limit = timedelta(seconds=timeout) if timeout is not None else None  # None: torch's default
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        dist.init_process_group(backend, **kwargs)
+        dist.init_process_group(backend, timeout=limit)
     else:  # not under torchrun: a single process with an in-memory store
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **kwargs)
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=limit)
 
 
 def _is_ddp(module: nn.Module) -> bool:
