@@ -4,6 +4,7 @@
     python bench/accuracy.py --summary       # the per-family table only
     python bench/accuracy.py --family torchtitan-h100 --family llm-foundry-h100
     python bench/accuracy.py --write-stats   # also rewrite planc/cost/accuracy.json and docs/accuracy.md's tables
+    python bench/accuracy.py --cpu [ARGS]    # the CPU equivalence matrix, measured here (bench/cpu_accuracy.py ARGS)
 
 For every run the published layout is fixed in a plan (hardware, batch, micro-batch, TP/PP/DP,
 ZeRO stage, recomputation, schedule); keys the source does not give are searched with tolerance
@@ -295,6 +296,12 @@ def refreshed_doc(text: str, blocks: dict[str, str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--cpu"]:  # predicted vs measured on this machine, before and after calibration
+        sys.path.insert(0, str(ROOT / "bench"))
+        import cpu_accuracy
+
+        return cpu_accuracy.main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", action="append", help="only this family (repeatable)")
     parser.add_argument("--summary", action="store_true", help="print the per-family table only")

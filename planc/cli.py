@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "explain": "planc.commands.explain",
     "compile": "planc.commands.compile",
     "run": "planc.commands.run",
+    "calibrate": "planc.commands.calibrate",
     "export": "planc.commands.export",
     "prepare": "planc.commands.prepare",
     "doctor": "planc.commands.doctor",

@@ -32,9 +32,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from planc.cost.dispatch import MICRO_BATCH_OPS, block_ops, combine
 from planc.cost.memory import gemm_input_copies
 from planc.cost.profile import RuntimeProfile
 from planc.spec.hardware import HardwareSpec
+from planc.spec.hardware_profile import MeasuredRates, nearest_attention_rates, nearest_gemm_rate
 from planc.spec.model import ModelSpec
 
 #: Streaming kernels reach about this fraction of peak HBM bandwidth (copy/triad benchmarks such
@@ -122,13 +124,25 @@ class Device:
     """Compute units, for wave quantization (None: CPU, no waves)."""
     generation: str = "ampere"
     """Architecture generation, for the fused-attention rates (:data:`GENERATION`)."""
+    measured: MeasuredRates | None = None
+    """Rates `planc calibrate` measured on this hardware (``hardware.profile``): they replace the
+    data-sheet rates above where they cover a kernel."""
+    dtype: str = "bf16"
+    """The compute precision, to look the measured GEMM and attention rates up."""
 
     @property
     def gemm_rate(self) -> float:
         return self.peak * self.efficiency
 
     @property
+    def seconds_per_op(self) -> float:
+        """Measured host overhead per eager op (0 without a profile: :mod:`planc.cost.dispatch`)."""
+        return self.measured.seconds_per_op if self.measured is not None else 0.0
+
+    @property
     def memory_rate(self) -> float:
+        if self.measured is not None and self.measured.memory_bandwidth:
+            return self.measured.memory_bandwidth  # already a sustained rate
         return self.hbm_bw * MEMORY_EFFICIENCY
 
 
@@ -136,7 +150,15 @@ def device_for(hardware: HardwareSpec, precision: str) -> Device:
     peak = hardware.peak if precision == "bf16" else hardware.peak_fp32
     sms = None if hardware.is_cpu else SM_COUNT.get(hardware.device, DEFAULT_SM_COUNT)
     generation = "cpu" if hardware.is_cpu else GENERATION.get(hardware.device, "ampere")
-    return Device(peak=peak, efficiency=hardware.efficiency, hbm_bw=hardware.hbm_bw, sms=sms, generation=generation)
+    return Device(
+        peak=peak,
+        efficiency=hardware.efficiency,
+        hbm_bw=hardware.hbm_bw,
+        sms=sms,
+        generation=generation,
+        measured=hardware.measured,
+        dtype=precision,
+    )
 
 
 def attention_length_factor(seq_len: int) -> float:
@@ -151,8 +173,14 @@ def attention_length_factor(seq_len: int) -> float:
     return points[-1][1]
 
 
-def fused_attention_rates(device: Device, kernel: str, seq_len: int) -> tuple[float, float]:
-    """(forward, backward) FLOP/s of a fused attention kernel on ``device`` at ``seq_len``."""
+def fused_attention_rates(device: Device, kernel: str, seq_len: int, head_dim: int = 128) -> tuple[float, float]:
+    """(forward, backward) FLOP/s of a fused attention kernel on ``device`` at ``seq_len``.
+
+    A calibrated device's measured SDPA rates at the nearest measured shape win."""
+    if device.measured is not None:
+        rates = nearest_attention_rates(device.measured.attention, seq_len, head_dim, device.dtype)
+        if rates is not None:
+            return rates
     fwd, bwd = FUSED_ATTENTION_EFFICIENCY.get(
         (kernel, device.generation), FUSED_ATTENTION_EFFICIENCY[(kernel, "ampere")]
     )
@@ -176,8 +204,13 @@ def wave_efficiency(m: int, n: int, sms: int | None, batch: int = 1) -> float:
 
 
 def gemm_seconds(m: int, k: int, n: int, device: Device, elem_bytes: int, batch: int = 1) -> float:
-    """Roofline time of ``batch`` (m x k) @ (k x n) GEMMs."""
+    """Roofline time of ``batch`` (m x k) @ (k x n) GEMMs (a calibrated device: its measured rate
+    at the nearest measured shape, which already holds waves and operand traffic)."""
     flops = 2.0 * m * n * k * batch
+    if device.measured is not None:
+        rate = nearest_gemm_rate(device.measured.gemm, m, k, n, device.dtype)
+        if rate is not None:
+            return flops / rate
     compute = flops / (device.gemm_rate * wave_efficiency(m, n, device.sms, batch))
     traffic = batch * elem_bytes * (m * k + k * n + m * n) / device.memory_rate
     return max(compute, traffic)
@@ -283,7 +316,7 @@ def block_times(
     if profile.attention == "flash":
         # Causal fused attention computes about half of the s x s blocks.
         flops = 4.0 * T * s * model.heads * model.head_dim / tp * 0.5
-        fwd_rate, bwd_rate = fused_attention_rates(device, profile.flash_kernel, s)
+        fwd_rate, bwd_rate = fused_attention_rates(device, profile.flash_kernel, s, model.head_dim)
         attn_fwd = flops / fwd_rate
         attn_bwd = 2.5 * flops / bwd_rate
     else:
@@ -302,9 +335,11 @@ def block_times(
         e = compute_bytes
         scores = (2 * e + ((2 * e + 1) if profile.dropout else 0)) * model.heads * s * T / tp
         selective = attn_fwd + scores / device.memory_rate
+    host_fwd, host_bwd = (ops * device.seconds_per_op for ops in block_ops(model))
+    cpu = device.sms is None
     return LayerTimes(
-        forward=gemm + attn_fwd + elementwise,
-        backward=2.0 * gemm + attn_bwd + 2.0 * elementwise,
+        forward=combine(gemm + attn_fwd + elementwise, host_fwd, cpu),
+        backward=combine(2.0 * gemm + attn_bwd + 2.0 * elementwise, host_bwd, cpu),
         backward_weight=gemm,
         selective_recompute=selective,
     )
@@ -342,7 +377,10 @@ def head_times(
     norm = 2 * r * T * h_s + ((r + e) * T * h_s if r != e else 0.0)
     fwd = gemm + (loss + norm) / device.memory_rate
     bwd = 2.0 * gemm + (loss + 2 * norm) / device.memory_rate
-    return fwd, bwd
+    # The host ops of embedding, head and loss, a third forward and two thirds backward.
+    host = MICRO_BATCH_OPS * device.seconds_per_op
+    cpu = device.sms is None
+    return combine(fwd, host / 3, cpu), combine(bwd, 2 * host / 3, cpu)
 
 
 #: Bytes per parameter the optimizer step reads and writes (fp32): AdamW reads param, grad,
@@ -351,9 +389,11 @@ def head_times(
 OPTIMIZER_STEP_BYTES = {"adam": 32, "adamw": 32, "sgd": 24}
 
 
-def optimizer_step_seconds(params: float, optimizer: str, device: Device) -> float:
-    """Memory-bound optimizer step over ``params`` parameters held by this device."""
-    return OPTIMIZER_STEP_BYTES[optimizer] * params / device.memory_rate
+def optimizer_step_seconds(params: float, optimizer: str, device: Device, host_ops: float = 0.0) -> float:
+    """Memory-bound optimizer step over ``params`` parameters held by this device, and the host
+    overhead of ``host_ops`` eager ops (:func:`planc.cost.dispatch.step_host_ops`)."""
+    traffic = OPTIMIZER_STEP_BYTES[optimizer] * params / device.memory_rate
+    return combine(traffic, host_ops * device.seconds_per_op, device.sms is None)
 
 
 #: Thread blocks (hence SMs) NCCL occupies while a collective runs: one per channel, and rings

@@ -18,6 +18,7 @@ from functools import lru_cache
 
 from planc.cost.compute import optimizer_step_seconds
 from planc.cost.context import ContextCache, CostContext, build_context
+from planc.cost.dispatch import step_host_ops
 from planc.cost.estimate import CostPass, Estimate, Passes, StageMemory, Term
 from planc.cost.flops import hardware_flops_per_step, model_flops_per_step
 from planc.cost.memory import ALLOCATOR_MARGIN, DEVICE_RUNTIME_OVERHEAD, model_state_bytes
@@ -58,7 +59,12 @@ def base_estimate(ctx: CostContext) -> Estimate:
     return Estimate(
         stages=tuple(stages),
         compute=m * (slow.forward + slow.backward),
-        optimizer=optimizer_step_seconds(max(st.params for st in ctx.stages), plan.train.optimizer, ctx.device),
+        optimizer=optimizer_step_seconds(
+            max(st.params for st in ctx.stages),
+            plan.train.optimizer,
+            ctx.device,
+            step_host_ops(model, max(st.layers for st in ctx.stages)),
+        ),
         micro_batches=m,
         capacity=ctx.capacity,
         world_size=plan.world_size,

@@ -137,6 +137,8 @@ def _plan_dict(plan: Plan, est: Estimate) -> dict[str, Any]:
             "nodes": plan.hardware.nodes,
             "per_node": plan.hardware.per_node,
             "world_size": plan.world_size,
+            "profile": plan.hardware.profile,
+            "profile_measured_on": plan.hardware.measured.measured_on if plan.hardware.measured else None,
         },
         "batch": {
             "global_batch": plan.train.global_batch,
@@ -229,6 +231,13 @@ def _throughput_lines(plan: Plan, est: Estimate) -> list[str]:
     ]
 
 
+def _profile_line(hw) -> list[str]:
+    """Which hardware profile priced the plan (``planc calibrate``), or that data-sheet numbers did."""
+    if hw.profile is None or hw.measured is None:
+        return []
+    return [f"  profile   {visible(hw.profile)}: measured rates ({visible(hw.measured.measured_on)})"]
+
+
 def _header(plan: Plan, choice: Choice) -> list[str]:
     m, hw, tr = plan.model, plan.hardware, plan.train
     est, lay = choice.estimate, choice.layout
@@ -244,6 +253,7 @@ def _header(plan: Plan, choice: Choice) -> list[str]:
         f"  hardware  {hw.world_size} × {visible(hw.device)} ({nodes} × {hw.per_node}) · "
         + "".join(f"{link} · " for link in links)
         + f"{format_bytes(hw.memory)} each",
+        *_profile_line(hw),
         f"  batch     {tr.global_batch} sequences × {m.seq_len} = {format_count(plan.tokens_per_step)} tokens "
         f"per step · {est.micro_batches} micro-batch(es) of {lay.micro_batch} per DP rank",
         "",

@@ -12,7 +12,10 @@ same number of tokens, so
 * with pipelining, the schedule runs the micro-batches and divides the gradients by their number
   (``scale_grads``), and the stage's DDP/FSDP averages over data parallelism.
 
-The logged loss is the same mean, made known to every rank with one all-reduce.
+The logged loss is the same mean, made known to every rank with one all-reduce. It is started
+before clipping and read (with the gradient norm) after the optimizer step, so the step has no
+host-device synchronisation in its middle: on a GPU the host keeps queueing the optimizer's
+kernels while backward finishes, as a hand-written loop that logs nothing would.
 """
 
 from __future__ import annotations
@@ -44,13 +47,14 @@ def train_step(job, batch: torch.Tensor) -> dict[str, float]:
     else:
         local_loss = _accumulate(job, micro_batches)
     _sum_tied_gradients(job)
-    loss = _global_mean_loss(job, local_loss)
+    loss, reduction = _start_global_mean_loss(job, local_loss)
     lr = job.lr_schedulers[0].get_last_lr()[0]
-    grad_norm = clip_grad_norm(job, job.plan.train.grad_clip)
+    total_norm = clip_grad_norm(job, job.plan.train.grad_clip)
     for optimizer, scheduler in zip(job.optimizers, job.lr_schedulers):
         optimizer.step()
         scheduler.step()
-    return {"loss": loss, "grad_norm": grad_norm, "lr": lr}
+    reduction.wait()
+    return {"loss": float(loss.item()), "grad_norm": float(total_norm.item()), "lr": lr}
 
 
 def _accumulate(job, micro_batches: list) -> torch.Tensor:
@@ -87,7 +91,14 @@ def _plain(value: torch.Tensor) -> torch.Tensor:
 
 
 def _global_mean_loss(job, local_loss: torch.Tensor | None) -> float:
-    """The global-batch mean loss on every rank: one all-reduce of each dp rank's mean, counted once.
+    """The global-batch mean loss on every rank, now (the validation loss uses it)."""
+    value, reduction = _start_global_mean_loss(job, local_loss)
+    reduction.wait()
+    return float(value.item())
+
+
+def _start_global_mean_loss(job, local_loss: torch.Tensor | None):
+    """Start the all-reduce of the global-batch mean loss; returns (its tensor, the work to wait on).
 
     The loss is replicated over tensor parallelism and only the last pipeline stage has it, so
     exactly one rank per data-parallel rank contributes (tp rank 0 of the last stage).
@@ -97,8 +108,7 @@ def _global_mean_loss(job, local_loss: torch.Tensor | None) -> float:
     else:
         value = torch.zeros((), device=job.device)
     value = value.reshape(1).clone()
-    dist.all_reduce(value)
-    return float(value.item())
+    return value, dist.all_reduce(value, async_op=True)
 
 
 def _sum_tied_gradients(job) -> None:
@@ -112,13 +122,14 @@ def _sum_tied_gradients(job) -> None:
 
 
 @torch.no_grad()
-def clip_grad_norm(job, max_norm: float) -> float:
+def clip_grad_norm(job, max_norm: float) -> torch.Tensor:
     """Clip the global gradient norm (every parameter of every rank, each counted once) to ``max_norm``.
 
     The norm is :func:`planc.runtime.optim.grad_norm` (DTensor shards reduced over their mesh,
     stages summed over the pipeline group) of the gradients as the DTensors they are: a
     tensor-parallel shard that DDP holds as a plain tensor is viewed through its DTensor spec, and
-    the last stage's copy of a tied embedding is left out. Returns the norm before clipping.
+    the last stage's copy of a tied embedding is left out. Returns the norm before clipping, as a
+    tensor (read it after the optimizer step: reading it here would stall the step on a GPU).
     """
     uncounted = {id(t.param) for t in job.tied_weights if not t.counted}
     views = []  # objects with a .grad, as grad_norm and clip_grads_with_norm_ expect
@@ -136,7 +147,7 @@ def clip_grad_norm(job, max_norm: float) -> float:
     if max_norm > 0:
         for group in _by_mesh(views):
             torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
-    return float(total.item())
+    return total
 
 
 def _by_mesh(views: list) -> list[list]:

@@ -31,6 +31,7 @@ from planc.spec.checks import run_checks
 from planc.spec.data_paths import check_data_files, check_data_paths, weights_root
 from planc.spec.fields import unit_kind_of
 from planc.spec.hardware import CUSTOM_DEVICE_REQUIRED, HardwareSpec
+from planc.spec.hardware_profile import profile_defaults
 from planc.spec.hf_config import HFConfigError, read_hf_config
 from planc.spec.issues import SpecError, SpecIssue
 from planc.spec.layout import LayoutSpec
@@ -55,13 +56,13 @@ MODEL_SOURCE_KEYS = ("from", "preset")
 #: Computed fields: reported, never written.
 DERIVED_KEYS = {
     "model": {"head_dim", "padded_vocab", "params", "params_per_layer", "params_embedding"},
-    "hardware": {"world_size"},
+    "hardware": {"world_size", "measured"},
 }
 
 
 def block_keys(block: str) -> list[str]:
     """Every key a block accepts (what the language reference documents)."""
-    keys = list(BLOCKS[block].model_fields)
+    keys = [k for k in BLOCKS[block].model_fields if k not in DERIVED_KEYS.get(block, ())]
     return keys + list(MODEL_SOURCE_KEYS) if block == "model" else keys
 
 
@@ -91,7 +92,8 @@ def build_plan(
             values = _resolve_model_source(dict(raw[block]), base_dir, issues, notes, aliases)
         elif block == "train":
             data_root = check_data_paths(dict(raw[block]), base_dir, issues)
-        section = _build_section(block, model_cls, values, issues) if values is not None else None
+        defaults = profile_defaults(values, base_dir, issues) if block == "hardware" and values else {}
+        section = _build_section(block, model_cls, values, issues, defaults) if values is not None else None
         if section is not None:
             sections[block] = section
 
@@ -125,10 +127,12 @@ def _block_names(raw: dict[str, Any]) -> list[SpecIssue]:
 
 
 def _build_section(
-    block: str, model_cls: type[BaseModel], values: dict[str, Any], issues: list[SpecIssue]
+    block: str, model_cls: type[BaseModel], values: dict[str, Any], issues: list[SpecIssue], defaults: dict
 ) -> BaseModel | None:
-    """Validate one block; its problems are added to ``issues`` (None when it has any)."""
+    """Validate one block; its problems are added to ``issues`` (None when it has any). ``defaults``
+    (a hardware profile's values) fill keys the block leaves out, after its written keys are checked."""
     block_issues = _check_keys_and_units(block, values, model_cls)
+    values = {**defaults, **values}
     if block == "hardware":
         block_issues += _check_device(values)
     issues += block_issues

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import Field, computed_field, model_validator
 
 from planc.spec.fields import Bandwidth, Bytes, Compute, Flag, PositiveInt, Seconds, SpecModel
+from planc.spec.hardware_profile import MeasuredRates
 from planc.spec.presets.hardware import (
     DEFAULT_HEADROOM,
     DEFAULT_INTER_NODE_LATENCY,
@@ -52,6 +53,11 @@ class HardwareSpec(SpecModel):
     """Fraction of memory the planner keeps free: a layout must fit memory x (1 - headroom)."""
     bf16: Flag = True
     """Whether the device computes bf16 in hardware (false for V100: fp16 tensor cores only)."""
+    profile: str | None = None
+    """A hardware profile written by `planc calibrate` (JSON, relative to the .plan file): the cost
+    model uses its measured rates instead of the data-sheet defaults; keys written here still win."""
+    measured: MeasuredRates | None = None
+    """What the profile measured (GEMM, attention, memory, dispatch rates); filled from ``profile``."""
 
     @model_validator(mode="before")
     @classmethod

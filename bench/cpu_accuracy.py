@@ -1,0 +1,148 @@
+"""Predicted vs measured step time for every case of the CPU equivalence matrix, before and after calibration.
+
+    python bench/cpu_accuracy.py [--steps N] [--world 2 --world 4] [--case NAME] [--profile-dir DIR]
+
+For each world size of ``tests/distributed/cases.py`` it
+(1) runs ``planc calibrate --nproc W`` on this machine (one process per rank, as a user calibrates
+a node); skipped when ``--profile-dir`` already holds ``cpu-W.json``; by default a fresh temporary
+folder, so every run calibrates;
+(2) trains every case of that size for ``--steps`` optimizer steps in one torchrun launch (the
+runtime the emitted program runs: compose + train) and takes the median step time after the
+first :data:`WARMUP` steps;
+(3) prints planc's predicted step for the case's layout with the ``cpu`` preset's data-sheet
+numbers and with the profile, and both errors (measured step / predicted step - 1,
+docs/accuracy.md's convention: + means planc predicted the case faster than it ran).
+
+The machine is shared and timings are noisy: the load average is printed with the table; compare
+ratios, and re-run on a quiet machine before drawing conclusions. ``bench/accuracy.py --cpu`` calls
+this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from planc.cost.driver import evaluate  # noqa: E402
+from planc.spec import Layout, Plan  # noqa: E402
+from planc.spec.hardware import HardwareSpec  # noqa: E402
+from planc.spec.hardware_profile import hardware_values, load_profile  # noqa: E402
+from planc.strategies.registry import load_registry  # noqa: E402
+from tests.distributed.cases import CASES  # noqa: E402
+from tests.ranks import run_ranks  # noqa: E402
+
+WARMUP = 2
+
+
+def time_cases(cases: list[dict]) -> dict:
+    """On every rank: train each case and return rank 0's per-step seconds (run by tests/ranks.py)."""
+    from planc.runtime.compose import compose
+    from planc.runtime.loop import train
+
+    registry = load_registry()
+    out = {}
+    for case in cases:
+        job = compose(Plan.model_validate(case["plan"]), Layout(**case["layout"]), registry)
+        records = train(job, steps=case["steps"], quiet=True)
+        out[case["name"]] = [r["step_s"] for r in records]
+        del job
+    return out
+
+
+def calibrated(plan: Plan, profile_path: Path) -> Plan:
+    """``plan`` with ``hardware { profile = ... }`` applied, as build_plan applies it."""
+    values = plan.hardware.model_dump(exclude={"world_size"})
+    values.update(hardware_values(load_profile(profile_path)))
+    values["profile"] = str(profile_path)
+    return plan.model_copy(update={"hardware": HardwareSpec.model_validate(values)})
+
+
+def with_steps(plan: Plan, steps: int) -> dict:
+    """The plan as JSON, its learning-rate schedule laid over ``steps`` (step time does not depend on it)."""
+    data = plan.model_dump(mode="json")
+    data["train"]["steps"] = steps
+    return data
+
+
+def predicted_step(plan: Plan, layout: Layout, registry) -> float:
+    return evaluate(plan, layout, registry.passes(plan, layout)).step_s
+
+
+def ensure_profile(world: int, directory: Path) -> Path:
+    path = directory / f"cpu-{world}.json"
+    if not path.exists():
+        command = [sys.executable, "-m", "planc", "calibrate", "--cpu", "--nproc", str(world), "--out", str(path)]
+        subprocess.run(command, check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--world", type=int, action="append", help="only cases of this many processes")
+    parser.add_argument("--case", action="append", help="only this case (repeatable)")
+    parser.add_argument(
+        "--profile-dir",
+        type=Path,
+        help="keep (and reuse) the profiles here; default: calibrate afresh in a temporary folder",
+    )
+    args = parser.parse_args(argv)
+    if args.profile_dir is None:
+        args.profile_dir = Path(tempfile.mkdtemp(prefix="planc-cpu-profiles-"))
+    args.profile_dir.mkdir(parents=True, exist_ok=True)
+    registry = load_registry()
+    selected = [
+        c for c in CASES if (not args.world or c["world"] in args.world) and (not args.case or c["name"] in args.case)
+    ]
+    rows = []
+    for world in sorted({c["world"] for c in selected}):
+        cases = [c for c in selected if c["world"] == world]
+        profile = ensure_profile(world, args.profile_dir)
+        payload = [
+            {
+                "name": c["name"],
+                "plan": with_steps(c["plan"], args.steps),
+                "layout": c["layout"].model_dump(),
+                "steps": args.steps,
+            }
+            for c in cases
+        ]
+        measured = run_ranks("bench/cpu_accuracy.py:time_cases", world, payload, timeout=1800)
+        for c in cases:
+            step = statistics.median(measured[c["name"]][WARMUP:])
+            before = predicted_step(c["plan"], c["layout"], registry)
+            after = predicted_step(calibrated(c["plan"], profile), c["layout"], registry)
+            rows.append((c["name"], world, step, before, after))
+    print_table(rows)
+    return 0
+
+
+def print_table(rows) -> None:
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores\n")
+    print("| case | procs | measured step | predicted (cpu preset) | error | predicted (calibrated) | error |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, world, step, before, after in rows:
+        print(
+            f"| {name} | {world} | {step * 1e3:.1f} ms | {before * 1e3:.1f} ms | {step / before - 1:+.0%} "
+            f"| {after * 1e3:.1f} ms | {step / after - 1:+.0%} |"
+        )
+    if rows:
+        abs_before = statistics.median(abs(r[2] / r[3] - 1) for r in rows)
+        abs_after = statistics.median(abs(r[2] / r[4] - 1) for r in rows)
+        within = sum(abs(r[2] / r[4] - 1) <= 0.15 for r in rows)
+        print(
+            f"\nmedian |error|: {abs_before:.0%} with the cpu preset, {abs_after:.0%} calibrated; "
+            f"{within} of {len(rows)} cases within 15% after calibration"
+        )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

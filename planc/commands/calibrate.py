@@ -1,0 +1,119 @@
+"""``planc calibrate``: measure this machine and write a hardware profile a plan can name.
+
+    planc calibrate [--out FILE] [--plan FILE] [--nproc N] [--quick] [--cpu]
+
+Starts ``--nproc`` processes under torchrun (one per device; default: the GPUs here, or 2 CPU
+processes) running :mod:`planc.calibrate.worker`, so the collectives run over a real process group.
+Already under torchrun (``planc calibrate`` as the program of a multi-node torchrun), it measures
+in place, across nodes too. docs/calibrate.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from planc.errors import PlanError
+
+HELP = "measure this machine (GEMM, attention, memory, collectives) into a hardware profile"
+DESCRIPTION = (
+    "Run micro-benchmarks on this machine — GEMM throughput at the shapes a plan uses, causal "
+    "attention, streaming memory bandwidth, eager dispatch overhead, and all-reduce / all-gather / "
+    "reduce-scatter / send-recv bandwidth and latency over a real process group — and write them as "
+    'a JSON hardware profile. A plan uses it with hardware { profile = "FILE" }.'
+)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "--out", default="hardware-profile.json", help="profile to write (default hardware-profile.json)"
+    )
+    parser.add_argument("--plan", metavar="FILE", help="measure the shapes and message sizes this plan needs")
+    parser.add_argument("--nproc", type=int, default=None, help="processes to start (default: GPUs here, or 2 on CPU)")
+    parser.add_argument("--quick", action="store_true", help="fewer shapes and sizes, shorter timing (a few seconds)")
+    parser.add_argument("--cpu", action="store_true", help="measure CPU processes (gloo) even when GPUs are present")
+
+
+def run(args) -> int:
+    from planc.calibrate.shapes import default_workload, plan_workload
+
+    out = Path(args.out)
+    if out.exists() and out.is_dir():
+        raise PlanError(f"--out {args.out} is a directory", hint="give a file name, e.g. --out cluster.json")
+    cpu = args.cpu or not _has_gpu()
+    if args.plan:
+        from planc.commands.explain import read_plan
+        from planc.strategies.registry import load_registry
+
+        workload = plan_workload(read_plan(args.plan, load_registry()), args.quick)
+    else:
+        workload = default_workload(args.quick, cpu)
+    budget = "0.1" if args.quick else "0.3"
+    with tempfile.TemporaryDirectory(prefix="planc-calibrate-") as tmp:
+        spec = Path(tmp) / "workload.json"
+        spec.write_text(json.dumps(asdict(workload)))
+        worker = ["-m", "planc.calibrate.worker", "--workload", str(spec), "--out", str(out), "--budget", budget]
+        worker += ["--cpu"] if cpu else []
+        if "LOCAL_WORLD_SIZE" in os.environ:  # already one of torchrun's processes
+            from planc.calibrate.worker import main
+
+            return main(worker[2:])
+        nproc = args.nproc or (_gpu_count() if not cpu else 2)
+        if nproc < 1:
+            raise PlanError("--nproc must be at least 1", hint="e.g. --nproc 4")
+        command = [sys.executable, *worker]
+        if nproc > 1:
+            command = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={nproc}",
+                *worker,
+            ]
+        print(f"planc calibrate: measuring with {nproc} process(es) on {'CPU (gloo)' if cpu else 'GPU (NCCL)'} ...")
+        status = subprocess.run(command).returncode
+    if status != 0 or not out.exists():
+        raise PlanError(
+            f"calibration failed (exit status {status})", hint="see the messages above; try --quick or --nproc 1"
+        )
+    _summarise(out)
+    return 0
+
+
+def _has_gpu() -> bool:
+    return _gpu_count() > 0
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def _summarise(out: Path) -> None:
+    from planc.spec.hardware_profile import load_profile
+    from planc.units import format_bandwidth, format_seconds, format_tflops
+
+    def rate(flops: float) -> str:
+        return f"{format_tflops(flops / 1e12)} TFLOP/s"
+
+    profile = load_profile(out)
+    m = profile.measured
+    best = max((g.flops for g in m.gemm), default=0.0)
+    print(f"wrote {out}: {profile.device_name}, {profile.world_size} process(es), torch {profile.torch_version}")
+    print(f"  GEMM: best {rate(best)} over {len(m.gemm)} shapes")
+    for a in m.attention:
+        print(f"  attention s={a.seq_len} d={a.head_dim}: {rate(a.forward_flops)} fwd, {rate(a.backward_flops)} bwd")
+    if m.memory_bandwidth:
+        print(f"  memory: {format_bandwidth(m.memory_bandwidth)} (triad)")
+    print(f"  eager dispatch: {format_seconds(m.seconds_per_op)} per aten op")
+    for c in profile.collectives:
+        speed = f"{format_bandwidth(c.bandwidth)}, latency {format_seconds(c.latency)}"
+        print(f"  {c.kind} x{c.group_size} ({c.medium}): {speed}")
+    print(f'use it: hardware {{ profile = "{out.name}" }} (a path relative to the .plan file)')

@@ -1,0 +1,64 @@
+"""Host overhead of eager PyTorch: ops per block, per micro-batch and per step, times a measured cost per op.
+
+Eager PyTorch pays a host cost for every aten op (dispatch, autograd recording, launch) whatever
+the tensor's size. It matters when kernels are small: on a CPU it adds to the compute, on a GPU
+it bounds it from below (the device idles when the host cannot queue kernels fast enough). The
+cost per op is what ``planc calibrate`` measured (``MeasuredRates.seconds_per_op``); without a
+profile it is 0 and this term vanishes (the data-sheet model of large GPU runs is unchanged).
+
+The op counts are planc's own program, counted with a ``TorchDispatchMode`` on one process by
+``tools/count_eager_ops.py`` (torch 2.13; ``tests/cost/test_dispatch_counts.py`` recounts the
+block table): a block's forward and backward by (norm, mlp, position); the optimizer's ops per
+parameter tensor (torch's single-tensor AdamW, which CPU tensors run; CUDA runs the foreach
+path, fewer ops: an overestimate there, bounded by the ``max`` below); the embedding, head and
+loss per micro-batch; and what a step runs once (zeroing, clipping, the schedule, logging).
+Strategy wrappers (DDP hooks, FSDP2 hooks, DTensor dispatch, the pipeline schedule) add Python
+overhead per op that these counts do not hold.
+"""
+
+from __future__ import annotations
+
+from planc.spec.model import ModelSpec
+
+#: (forward, backward) aten ops of one block by (norm, mlp, position), GQA (kv_heads < heads)
+#: included (its repeat of K and V: 8 forward ops); recount with tools/count_eager_ops.py.
+BLOCK_OPS = {
+    ("layernorm", "gelu", "learned"): (47, 101),
+    ("layernorm", "gelu", "rope"): (81, 128),
+    ("layernorm", "swiglu", "learned"): (52, 93),
+    ("layernorm", "swiglu", "rope"): (86, 120),
+    ("rmsnorm", "gelu", "learned"): (59, 131),
+    ("rmsnorm", "gelu", "rope"): (93, 158),
+    ("rmsnorm", "swiglu", "learned"): (64, 125),
+    ("rmsnorm", "swiglu", "rope"): (98, 152),
+}
+#: Optimizer step and gradient clipping per parameter tensor: 326 ops over the 16 tensors of a
+#: GPT block (4 attention + 2 MLP linears with biases, 2 LayerNorms with biases).
+OPS_PER_PARAMETER_TENSOR = 326 / 16
+#: Embedding, final norm, head and loss of one micro-batch, forward and backward.
+MICRO_BATCH_OPS = 200
+#: Once per step: zeroing gradients, clipping's total norm, the learning-rate schedule, metrics.
+STEP_OPS = 141
+
+
+def block_ops(model: ModelSpec) -> tuple[int, int]:
+    """(forward, backward) eager ops of one block of ``model``."""
+    return BLOCK_OPS[(model.norm, model.mlp, model.position)]
+
+
+def tensors_per_block(model: ModelSpec) -> int:
+    """Parameter tensors of one block: linears (with their biases) and norms (LayerNorm has a bias)."""
+    linears = 4 + (3 if model.mlp == "swiglu" else 2)
+    biases = linears if model.bias else (3 if model.qkv_bias else 0)
+    norms = 2 * (2 if model.norm == "layernorm" else 1)
+    return linears + biases + norms
+
+
+def combine(device_seconds: float, host_seconds: float, cpu: bool) -> float:
+    """A CPU runs host and kernels one after the other; a GPU overlaps them, the slower one sets the pace."""
+    return device_seconds + host_seconds if cpu else max(device_seconds, host_seconds)
+
+
+def step_host_ops(model: ModelSpec, layers: int) -> float:
+    """Ops a step runs outside the blocks' forward and backward for ``layers`` blocks on a rank."""
+    return STEP_OPS + OPS_PER_PARAMETER_TENSOR * tensors_per_block(model) * layers

@@ -1,0 +1,227 @@
+"""A hardware profile: what ``planc calibrate`` measured on a machine, as a versioned JSON file.
+
+A plan names one with ``hardware { profile = "cluster.json" }`` (relative to the .plan file, like
+data paths); the cost model then prices GEMMs, attention, memory-bound kernels, eager dispatch
+and collectives at the measured rates instead of the data-sheet defaults (docs/calibrate.md).
+
+This module is the schema (one source of truth for the writer, ``planc.calibrate``, and the
+reader, :func:`load_profile`) and the mapping from a profile to the ``hardware`` keys it sets.
+It imports no torch: ``planc explain`` reads profiles.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+#: Bump when a field changes meaning; readers refuse other versions with a clear message.
+SCHEMA_VERSION = 1
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class GemmRate(BaseModel):
+    """One GEMM shape, (m x k) @ (k x n), and the FLOP/s it sustained."""
+
+    model_config = _FROZEN
+    m: int = Field(gt=0)
+    k: int = Field(gt=0)
+    n: int = Field(gt=0)
+    dtype: Literal["fp32", "bf16"]
+    flops: float = Field(gt=0)
+    """2 m k n / median seconds."""
+
+
+class AttentionRate(BaseModel):
+    """Causal ``scaled_dot_product_attention`` at one shape: forward and backward FLOP/s."""
+
+    model_config = _FROZEN
+    batch: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    seq_len: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    dtype: Literal["fp32", "bf16"]
+    forward_flops: float = Field(gt=0)
+    """The cost model's causal count, 4 b s^2 a d / 2, over the median forward seconds."""
+    backward_flops: float = Field(gt=0)
+    """2.5 x the forward count (Dao 2023) over the median backward seconds."""
+
+
+class CollectiveFit(BaseModel):
+    """Alpha-beta fit of one collective kind over one process group, in the cost model's terms."""
+
+    model_config = _FROZEN
+    kind: Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all"]
+    group_size: int = Field(gt=1)
+    medium: Literal["intra_node", "inter_node"]
+    latency: float = Field(ge=0)
+    """alpha, seconds per message step."""
+    bandwidth: float = Field(gt=0)
+    """beta, bytes/s per rank, one direction (the ring formulas of planc.cost.comm)."""
+    points: list[tuple[float, float]]
+    """(buffer bytes, median seconds) measured."""
+
+
+class MeasuredRates(BaseModel):
+    """Everything measured that has no data-sheet key of its own in ``hardware``."""
+
+    model_config = _FROZEN
+    gemm: tuple[GemmRate, ...] = ()
+    attention: tuple[AttentionRate, ...] = ()
+    memory_bandwidth: float | None = Field(default=None, gt=0)
+    """Sustained streaming bandwidth, bytes read + written per second (no further efficiency)."""
+    measured_on: str = ""
+    """Where and when: device, processes, backend, date, torch version (filled when a plan reads the profile)."""
+    seconds_per_op: float = Field(default=0.0, ge=0)
+    """Host overhead of one eager aten op (dispatch, autograd, launch), forward and backward
+    alike: a chain of small ops timed forward + backward over the aten ops it ran."""
+
+
+class HardwareProfile(BaseModel):
+    """The file ``planc calibrate`` writes."""
+
+    model_config = _FROZEN
+    schema_version: int
+    planc_version: str
+    torch_version: str
+    created: str
+    """UTC time the measurement finished, ISO 8601."""
+    host: str
+    backend: Literal["gloo", "nccl"]
+    device_kind: Literal["cpu", "cuda"]
+    device_name: str
+    """torch.cuda.get_device_name(), or the CPU model."""
+    world_size: int = Field(gt=0)
+    nodes: int = Field(gt=0)
+    per_node: int = Field(gt=0)
+    threads: int = Field(gt=0)
+    """torch.get_num_threads() in each process while measuring (CPU compute shares the cores)."""
+    measured: MeasuredRates
+    collectives: tuple[CollectiveFit, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+class ProfileError(ValueError):
+    """A profile file that is missing, unreadable, of another version, or invalid."""
+
+
+def load_profile(path: Path) -> HardwareProfile:
+    """Read and validate a profile; :class:`ProfileError` says what is wrong with it."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ProfileError(f"hardware profile {str(path)!r} does not exist") from None
+    except OSError as error:
+        raise ProfileError(f"cannot read hardware profile {str(path)!r}: {error.strerror}") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ProfileError(f"hardware profile {str(path)!r} is not JSON (line {error.lineno}: {error.msg})") from None
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    if version != SCHEMA_VERSION:
+        raise ProfileError(
+            f"hardware profile {str(path)!r} has schema_version {version!r}; this planc reads {SCHEMA_VERSION} "
+            "(run `planc calibrate` again to write a current one)"
+        )
+    try:
+        return HardwareProfile.model_validate(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ProfileError(f"hardware profile {str(path)!r}: {where}: {first['msg']}") from None
+
+
+def hardware_values(profile: HardwareProfile) -> dict:
+    """The ``hardware`` keys a profile sets (a plan's own keys win over these).
+
+    Collective fits become the links' bandwidth and latency: per medium, the all-reduce fit
+    (the collective data parallelism, the most common, runs) or else the first kind measured.
+    Compute and memory rates go in ``measured`` and replace the data-sheet rates in the cost
+    model (:func:`planc.cost.compute.device_for`).
+    """
+    where = (
+        f"{profile.device_name}, {profile.world_size} process(es) over {profile.backend}, "
+        f"{profile.created}, torch {profile.torch_version}"
+    )
+    values: dict = {"measured": profile.measured.model_copy(update={"measured_on": where})}
+    for medium in ("intra_node", "inter_node"):
+        fits = [f for f in profile.collectives if f.medium == medium]
+        if not fits:
+            continue
+        fit = next((f for f in fits if f.kind == "all_reduce"), fits[0])
+        values[f"{medium}_bw"] = fit.bandwidth
+        values[f"{medium}_latency"] = fit.latency
+    return values
+
+
+def nearest_gemm_rate(rates: tuple[GemmRate, ...], m: int, k: int, n: int, dtype: str) -> float | None:
+    """The measured rate of the shape nearest (m, k, n) in log space, or None when none of ``dtype``.
+
+    Exact shapes (what ``planc calibrate --plan`` measures) match at distance 0; others take the
+    nearest measured neighbour, a stated approximation.
+    """
+    best, best_distance = None, math.inf
+    for rate in rates:
+        if rate.dtype != dtype:
+            continue
+        distance = abs(math.log(rate.m / m)) + abs(math.log(rate.k / k)) + abs(math.log(rate.n / n))
+        if distance < best_distance:
+            best, best_distance = rate.flops, distance
+    return best
+
+
+def nearest_attention_rates(
+    rates: tuple[AttentionRate, ...], seq_len: int, head_dim: int, dtype: str
+) -> tuple[float, float] | None:
+    """(forward, backward) FLOP/s of the measured attention shape nearest in sequence length."""
+    candidates = [r for r in rates if r.dtype == dtype] or [r for r in rates]
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda r: abs(math.log(r.seq_len / seq_len)) + abs(math.log(r.head_dim / head_dim)))
+    return best.forward_flops, best.backward_flops
+
+
+def profile_defaults(values: dict, base_dir: Path, issues: list) -> dict:
+    """The keys the hardware block's ``profile`` (relative to the .plan file) supplies.
+
+    They fill what the block leaves out, before the device preset does; problems go to ``issues``
+    addressed at ``hardware.profile``.
+    """
+    from planc.spec.issues import SpecIssue
+
+    written = values.get("profile")
+    if written is None:
+        return {}
+    if not isinstance(written, str):
+        issues.append(SpecIssue(("hardware", "profile"), "profile must be a file name in quotes", _PROFILE_HINT))
+        return {}
+    path = Path(written)
+    if not path.is_absolute():
+        path = base_dir / path
+    try:
+        profile = load_profile(path)
+    except ProfileError as error:
+        issues.append(SpecIssue(("hardware", "profile"), str(error), _PROFILE_HINT))
+        return {}
+    device = values.get("device")
+    if isinstance(device, str) and (device == "cpu") != (profile.device_kind == "cpu"):
+        issues.append(
+            SpecIssue(
+                ("hardware", "profile"),
+                f"profile {written!r} was measured on {profile.device_kind} ({profile.device_name}), "
+                f"but the plan's device is {device!r}",
+                "run `planc calibrate` on the plan's hardware, or name a profile measured there",
+            )
+        )
+        return {}
+    return {k: v for k, v in hardware_values(profile).items() if k not in values}
+
+
+_PROFILE_HINT = (
+    'write `planc calibrate --out cluster.json` on the cluster, then profile = "cluster.json" '
+    "(a path relative to the .plan file)"
+)

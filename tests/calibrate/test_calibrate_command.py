@@ -1,0 +1,65 @@
+"""`planc calibrate` end to end: two gloo processes measure a tiny plan's shapes, and the plan uses the profile."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from planc.cost.compute import block_gemms
+from planc.spec.hardware_profile import load_profile
+
+PLAN = """
+model "tiny" {
+  layers = 2
+  hidden = 32
+  heads = 4
+  vocab = 96
+  seq_len = 16
+}
+hardware {
+  device = "cpu"
+  per_node = 2
+  PROFILE
+}
+train {
+  global_batch = 8
+  micro_batch = 4
+}
+layout {
+  tp = 1
+}
+"""
+
+
+@pytest.mark.dist
+def test_calibrate_writes_a_profile_the_plan_uses(tmp_path, capsys):
+    (tmp_path / "tiny.plan").write_text(PLAN.replace("PROFILE", ""))
+    command = [sys.executable, "-m", "planc", "calibrate", "--quick", "--cpu", "--nproc", "2"]
+    command += ["--plan", "tiny.plan", "--out", "cal.json"]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    profile = load_profile(tmp_path / "cal.json")
+    assert profile.world_size == 2 and profile.backend == "gloo" and profile.device_kind == "cpu"
+    # The plan's own GEMMs at TP 1 and micro-batch 4 (64 tokens), and its head (64 x 32 x padded vocabulary).
+    from planc.spec import build_plan
+
+    model = build_plan(
+        {
+            "model": {"layers": 2, "hidden": 32, "heads": 4, "vocab": 96, "seq_len": 16},
+            "hardware": {"device": "cpu", "per_node": 2},
+            "train": {"global_batch": 8},
+        }
+    ).model
+    expected = set(block_gemms(model, 64, 1)) | {(64, 32, model.padded_vocab)}
+    assert {(g.m, g.k, g.n) for g in profile.measured.gemm} == expected
+    assert {c.kind for c in profile.collectives} == {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}
+    assert all(c.group_size == 2 and c.medium == "intra_node" and c.bandwidth > 0 for c in profile.collectives)
+    assert profile.measured.seconds_per_op > 0 and profile.measured.memory_bandwidth > 0
+
+    (tmp_path / "tiny.plan").write_text(PLAN.replace("PROFILE", 'profile = "cal.json"'))
+    from planc.cli import main
+
+    assert main(["explain", str(tmp_path / "tiny.plan")]) == 0
+    assert "profile   cal.json: measured rates" in capsys.readouterr().out

@@ -1,0 +1,140 @@
+"""Hardware profiles: the alpha-beta fit, reading a profile into a plan, and the cost model using it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planc.calibrate.collectives import fit_alpha_beta, model_terms
+from planc.cost.compute import block_times, device_for, gemm_seconds
+from planc.cost.dispatch import BLOCK_OPS
+from planc.cost.profile import PLANC_RUNTIME_CPU
+from planc.spec import Plan, build_plan
+from planc.spec.hardware_profile import SCHEMA_VERSION
+from planc.spec.issues import SpecError
+
+GEMM_RATE = 40e9
+MEMORY = 8e9
+SECONDS_PER_OP = 10e-6
+
+
+def profile_dict(**changes) -> dict:
+    profile = {
+        "schema_version": SCHEMA_VERSION,
+        "planc_version": "test",
+        "torch_version": "2.13.0",
+        "created": "2026-11-23T17:00:00+00:00",
+        "host": "test",
+        "backend": "gloo",
+        "device_kind": "cpu",
+        "device_name": "test CPU",
+        "world_size": 2,
+        "nodes": 1,
+        "per_node": 2,
+        "threads": 1,
+        "measured": {
+            "gemm": [{"m": 64, "k": 32, "n": 32, "dtype": "fp32", "flops": GEMM_RATE}],
+            "attention": [],
+            "memory_bandwidth": MEMORY,
+            "seconds_per_op": SECONDS_PER_OP,
+        },
+        "collectives": [
+            {
+                "kind": "all_reduce",
+                "group_size": 2,
+                "medium": "intra_node",
+                "latency": 100e-6,
+                "bandwidth": 2e9,
+                "points": [[4096, 1e-3]],
+            }
+        ],
+    }
+    profile.update(changes)
+    return profile
+
+
+def plan_with(tmp_path, profile_file: dict | None, **hardware) -> Plan:
+    if profile_file is not None:
+        (tmp_path / "cal.json").write_text(json.dumps(profile_file))
+        hardware.setdefault("profile", "cal.json")
+    raw = {
+        "model": {"layers": 2, "hidden": 32, "heads": 4, "vocab": 96, "seq_len": 16},
+        "hardware": {"device": "cpu", "per_node": 2, **hardware},
+        "train": {"global_batch": 8},
+    }
+    return build_plan(raw, base_dir=tmp_path)
+
+
+def test_fit_recovers_alpha_and_beta_of_exact_points():
+    # t = steps * alpha + volume / beta with alpha = 50 us, beta = 1 GB/s, for p = 4.
+    for kind in ("all_reduce", "all_gather", "send_recv"):
+        points = []
+        for n in (4096, 65536, 2**20, 2**24):
+            steps, volume = model_terms(kind, 4, n)
+            points.append((n, steps * 50e-6 + volume / 1e9))
+        alpha, beta = fit_alpha_beta(kind, 4, points)
+        assert alpha == pytest.approx(50e-6, rel=1e-6)
+        assert beta == pytest.approx(1e9, rel=1e-6)
+
+
+def test_fit_clamps_a_negative_latency():
+    # Pure bandwidth with noise that would pull alpha below 0: alpha 0, beta near 1 GB/s.
+    points = [(n, n / 1e9 * f) for n, f in ((4096, 0.5), (2**20, 1.0), (2**24, 1.0))]
+    alpha, beta = fit_alpha_beta("send_recv", 2, points)
+    assert alpha == 0.0
+    assert 0.8e9 < beta < 2.5e9
+
+
+def test_profile_fills_links_but_plan_keys_win(tmp_path):
+    plan = plan_with(tmp_path, profile_dict())
+    assert plan.hardware.intra_node_bw == 2e9 and plan.hardware.intra_node_latency == 100e-6
+    assert plan.hardware.measured.memory_bandwidth == MEMORY
+    assert "test CPU" in plan.hardware.measured.measured_on
+    from planc.units import Quantity
+
+    written = plan_with(tmp_path, profile_dict(), intra_node_bw=Quantity(5e9, "bandwidth", "5 GB/s"))
+    assert written.hardware.intra_node_bw == 5e9
+    # plan.json carries the measured rates: a run directory does not need the profile file.
+    assert Plan.from_json(plan.to_json()).hardware.measured == plan.hardware.measured
+
+
+def test_cost_model_uses_measured_rates(tmp_path):
+    plan = plan_with(tmp_path, profile_dict())
+    device = device_for(plan.hardware, "fp32")
+    # 2 x 64 x 32 x 32 FLOP at the measured 40 GFLOP/s, no waves, no data-sheet efficiency.
+    assert gemm_seconds(64, 32, 32, device, 4) == pytest.approx(2 * 64 * 32 * 32 / GEMM_RATE)
+    assert device.memory_rate == MEMORY
+    # On a CPU the host overhead adds to the kernels: the same profile with 0 s per op differs by
+    # exactly 47 forward and 101 backward ops x 10 us (the gpt block's counts).
+    free = profile_dict()
+    free["measured"] = {**free["measured"], "seconds_per_op": 0.0}
+    free_device = device_for(plan_with(tmp_path, free).hardware, "fp32")
+    with_ops = block_times(plan.model, 4, 1, False, device, 4, 4, PLANC_RUNTIME_CPU)
+    no_ops = block_times(plan.model, 4, 1, False, free_device, 4, 4, PLANC_RUNTIME_CPU)
+    fwd_ops, bwd_ops = BLOCK_OPS[("layernorm", "gelu", "learned")]
+    assert with_ops.forward - no_ops.forward == pytest.approx(fwd_ops * SECONDS_PER_OP)
+    assert with_ops.backward - no_ops.backward == pytest.approx(bwd_ops * SECONDS_PER_OP)
+    # Without a profile nothing is measured and the term is 0.
+    bare = device_for(plan_with(tmp_path, None).hardware, "fp32")
+    assert bare.measured is None and bare.seconds_per_op == 0.0
+
+
+@pytest.mark.parametrize(
+    ("profile", "message"),
+    [
+        (None, "does not exist"),
+        (profile_dict(schema_version=99), "schema_version 99"),
+        (profile_dict(device_kind="cuda"), "measured on cuda"),
+        ({**profile_dict(), "world_size": 0}, "world_size"),
+    ],
+)
+def test_bad_profile_is_a_located_error(tmp_path, profile, message):
+    if profile is not None:
+        (tmp_path / "cal.json").write_text(json.dumps(profile))
+    with pytest.raises(SpecError) as caught:
+        plan_with(tmp_path, None, profile="cal.json")
+    issue = caught.value.issues[0]
+    assert issue.path == ("hardware", "profile")
+    assert message in issue.message
+    assert "planc calibrate" in issue.hint

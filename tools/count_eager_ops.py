@@ -1,0 +1,100 @@
+"""Count the eager aten ops of planc's program, for the host-overhead term of the cost model.
+
+    python tools/count_eager_ops.py      # prints the tables of planc/cost/dispatch.py
+
+Counts are taken with a ``TorchDispatchMode`` (every aten op that reaches the dispatcher, views
+included) on one process:
+
+- per block, forward and backward, for each (norm, mlp, position) of planc.runtime.transformer
+  (the difference between 2 and 1 layers, micro-batch of 4 x 16 tokens);
+- per training step of the real loop (planc.runtime.loop.train over a composed job): the
+  difference between 2 and 1 layers gives the optimizer's ops per block, between 2 and 1
+  micro-batches the ops per micro-batch outside the blocks; the rest is fixed per step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from planc.runtime.compose import compose  # noqa: E402
+from planc.runtime.loop import train  # noqa: E402
+from planc.runtime.transformer import Transformer  # noqa: E402
+from planc.spec import Layout, build_plan  # noqa: E402
+from planc.strategies.registry import load_registry  # noqa: E402
+
+
+class CountOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def plan_for(layers: int, norm: str, mlp: str, position: str, global_batch: int = 8, steps: int = 50):
+    model = dict(
+        layers=layers, hidden=32, heads=4, kv_heads=2, vocab=96, seq_len=16, norm=norm, mlp=mlp, position=position
+    )
+    raw = {
+        "model": model,
+        "hardware": {"device": "cpu", "per_node": 1},
+        "train": {"global_batch": global_batch, "steps": steps},
+    }
+    return build_plan(raw)
+
+
+def block_ops(norm: str, mlp: str, position: str) -> tuple[int, int]:
+    counts = []
+    for layers in (1, 2):
+        model = Transformer(plan_for(layers, norm, mlp, position).model)
+        tokens = torch.randint(0, 96, (4, 16))
+        with CountOps() as fwd:
+            loss = model(tokens).float().sum()
+        with CountOps() as bwd:
+            loss.backward()
+        counts.append((fwd.count, bwd.count))
+    return counts[1][0] - counts[0][0], counts[1][1] - counts[0][1]
+
+
+def step_ops(layers: int, micro_batches: int, registry) -> float:
+    plan = plan_for(layers, "layernorm", "gelu", "learned")
+    layout = Layout(tp=1, pp=1, dp=1, zero=0, recompute="none", schedule=None, micro_batch=8 // micro_batches)
+    job = compose(plan, layout, registry)
+    train(job, steps=1, quiet=True)
+    with CountOps() as counted:
+        train(job, steps=3, quiet=True)
+    return (counted.count) / 2  # steps 2 and 3 ran
+
+
+def main() -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29613", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    dist.init_process_group("gloo")
+    print("BLOCK_OPS = {")
+    for norm, mlp, position in itertools.product(("layernorm", "rmsnorm"), ("gelu", "swiglu"), ("learned", "rope")):
+        print(f"    ({norm!r}, {mlp!r}, {position!r}): {block_ops(norm, mlp, position)},")
+    print("}")
+    registry = load_registry()
+    s11, s21, s12 = step_ops(1, 1, registry), step_ops(2, 1, registry), step_ops(1, 2, registry)
+    fwd, bwd = block_ops("layernorm", "gelu", "learned")
+    per_block_step = s21 - s11 - fwd - bwd  # the optimizer (and gradient clipping) per block
+    per_micro_batch = s12 - s11 - fwd - bwd  # embedding, head, loss of one micro-batch
+    fixed = s11 - per_block_step - fwd - bwd - per_micro_batch
+    print(f"STEP_OPS_PER_BLOCK = {per_block_step:.0f}  # gpt block, 12 parameter tensors")
+    print(f"MICRO_BATCH_OPS = {per_micro_batch:.0f}")
+    print(f"STEP_OPS_FIXED = {fixed:.0f}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
