@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "explain": "planc.commands.explain",
     "compile": "planc.commands.compile",
     "run": "planc.commands.run",
+    "verify": "planc.commands.verify",
     "export": "planc.commands.export",
     "prepare": "planc.commands.prepare",
     "plugins": "planc.commands.plugins",

@@ -125,7 +125,7 @@ def _memory_dict(est: Estimate) -> dict[str, Any]:
         "params_bytes": worst.params,
         "master_bytes": worst.master,
         "grads_bytes": worst.grads,
-        "optimizer_bytes": worst.optimizer + worst.master,
+        "optimizer_bytes": worst.optimizer,  # Adam m and v (or momentum) only: master_bytes is its own part
         "activations_bytes": worst.activations,
         "transient_bytes": worst.transient_bytes,
         "total_bytes": worst.total,

@@ -12,6 +12,7 @@ SIGTERM torchrun forwards) finishes the step in flight on every rank, then stops
 from __future__ import annotations
 
 import io
+import os
 import signal
 import sys
 import time
@@ -77,10 +78,15 @@ def train(
     sinks = _open_sinks(job, [*plan.train.log, *log], out_dir, start, predicted)
     records = []
     step = start
+    run_step = train_step
+    if os.environ.get("PLANC_VERIFY"):  # `planc verify`: the same steps, measured (planc.verify.probe)
+        from planc.verify.probe import StepProbe
+
+        run_step = StepProbe(job, out_dir)
     with logger, sinks, _stop_on_interrupt() as interrupted, _explained_failures(job, lambda: step + 1):
         for step in range(start, total):
             began = time.perf_counter()
-            result = train_step(job, run_data.train.batch_for_step(step))
+            result = run_step(job, run_data.train.batch_for_step(step))
             if job.device.type == "cuda":
                 torch.cuda.synchronize(job.device)
             elapsed = time.perf_counter() - began
