@@ -3,6 +3,7 @@ against the cost model's prediction, per rank (see docs/verify.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -71,11 +72,8 @@ def run(args) -> int:
         file=sys.stderr,
     )
 
-    os.environ["PLANC_VERIFY"] = "1"
-    try:
+    with _measuring_program_on_stderr():
         status = launch.launch_local(compiled, run_dir, steps=args.steps)
-    finally:
-        os.environ.pop("PLANC_VERIFY", None)
     if status != 0:
         raise PlanError(f"the program failed (exit {status}); its output is above", hint=f"run directory: {run_dir}")
     result = collect(compiled.plan, compiled.layout, registry, run_dir)
@@ -91,6 +89,22 @@ def run(args) -> int:
         print(render(result))
         print(f"\nwritten to {run_dir / 'verify.json'} (and {saved})")
     return 0
+
+
+@contextlib.contextmanager
+def _measuring_program_on_stderr():
+    """PLANC_VERIFY=1 for the launched program, whose progress lines go to stderr: stdout is
+    verify's table (or JSON) alone."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    os.environ["PLANC_VERIFY"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("PLANC_VERIFY", None)
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _layout_of(plan, registry):

@@ -32,6 +32,15 @@ def _is_weight_copy(tensor: torch.Tensor) -> bool:
     return any(n is not None and type(n).__name__ == "AccumulateGrad" for n, _ in fn.next_functions)
 
 
+def _storages(module: nn.Module) -> set[int]:
+    """Addresses of the storages of ``module``'s parameters and buffers as they are now."""
+    return {
+        _local(t).untyped_storage().data_ptr()
+        for t in [*module.parameters(), *module.buffers()]
+        if _local(t).untyped_storage().nbytes() > 0
+    }
+
+
 class SavedActivations:
     """Install with ``with counter.step(job): ...`` around one training step; then
     ``counter.micro_batches`` holds one ``{"blocks": [bytes per block...], "outside": bytes}`` per
@@ -41,20 +50,28 @@ class SavedActivations:
         self.micro_batches: list[dict] = []
         self._block: int | None = None
         self._seen: set[int] = set()
+        self._static: set[int] = set()
         self._weights: set[int] = set()
+        self._outside_weights: set[int] = set()
 
     def _begin_micro_batch(self, module, args) -> None:
         self.micro_batches.append({"blocks": defaultdict(float), "outside": 0.0})
         self._seen = set()
+        self._outside_weights = self._static | _storages(module)
+        self._weights = self._outside_weights
 
     def _enter_block(self, index: int):
         def hook(module, args):
+            # FSDP2 has gathered the block's parameters by now (its pre-forward hook came first):
+            # their storages are weights too, and only while this block runs (freed ones get reused)
             self._block = index
+            self._weights = self._static | _storages(module)
 
         return hook
 
     def _leave_block(self, module, args, output) -> None:
         self._block = None
+        self._weights = self._outside_weights
 
     def _pack(self, tensor: torch.Tensor):
         if self.micro_batches and not isinstance(tensor, nn.Parameter) and not _is_weight_copy(tensor):
@@ -77,12 +94,8 @@ class SavedActivations:
         @contextlib.contextmanager
         def measuring():
             handles = []
-            self._weights = {
-                _local(t).untyped_storage().data_ptr()
-                for part in parts
-                for t in [*part.parameters(), *part.buffers()]
-                if _local(t).untyped_storage().nbytes() > 0
-            }
+            self._static = set().union(*(_storages(part) for part in parts))
+            self._weights = self._outside_weights = self._static
             index = 0
             for part in parts:
                 handles.append(part.register_forward_pre_hook(self._begin_micro_batch))
