@@ -103,11 +103,17 @@ def run(args) -> int:
     registry.require(plan, choice.layout)  # what `planc compile` would refuse, explain refuses too
     for warning in registry.unused_uses(plan, choice.layout):
         print(f"warning: {warning}", file=sys.stderr)
+    from planc.verify import measured, results
+
+    verified = results.load(plan, choice.layout)  # `planc verify` of this very plan, if any
     if args.json:
-        json.dump({**to_dict(plan, choice), "runtime": args.runtime}, sys.stdout, indent=2, default=str)
+        extra = {"measured": measured.measured_dict(verified)} if verified else {}
+        json.dump({**to_dict(plan, choice), "runtime": args.runtime, **extra}, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
         text = render_text(plan, choice, top_k=args.top)
+        if verified:
+            text += "\n" + "\n".join(measured.measured_lines(verified)) + "\n"
         if args.runtime != "planc":
             first, rest = text.split("\n", 1)
             text = f"{first}\n  runtime   {profile.name} (a prediction only: planc runs its own program)\n{rest}"

@@ -61,6 +61,7 @@ def run(args) -> int:
         raise PlanError(
             f"cannot run this plan here: {exc}", hint="check its memory at full size with planc verify --simulate"
         ) from None
+    layout_as_planned = compiled.layout  # the key explain finds the result under
     if chosen.changes:
         compiled = compile_plan(chosen.plan, registry, force=True)
     run_dir = Path(args.out) if args.out else launch.default_run_dir(plan_path.with_name(plan_path.stem + "-verify"))
@@ -78,7 +79,7 @@ def run(args) -> int:
         raise PlanError(f"the program failed (exit {status}); its output is above", hint=f"run directory: {run_dir}")
     result = collect(compiled.plan, compiled.layout, registry, run_dir)
     result.update(
-        key=results.plan_key(plan, compiled.layout if not chosen.changes else _layout_of(plan, registry)),
+        key=results.plan_key(plan, layout_as_planned),
         plan_source=str(plan_path),
         stand_in=list(chosen.changes),
     )
@@ -105,12 +106,6 @@ def _measuring_program_on_stderr():
         os.environ.pop("PLANC_VERIFY", None)
         os.dup2(saved, 1)
         os.close(saved)
-
-
-def _layout_of(plan, registry):
-    from planc.planner import choose
-
-    return choose(plan, registry).layout
 
 
 def _cuda_devices() -> int:

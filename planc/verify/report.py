@@ -104,7 +104,7 @@ def _comm_rows(rank: int, comm: list[dict], predicted: dict[str, float]) -> list
     return rows
 
 
-def _value(value: float | None, unit: str) -> str:
+def value_text(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
     return f"{value * 1e3:.1f} ms" if unit == "s" else format_bytes(value)
@@ -121,8 +121,8 @@ def format_rows(rows: list[Row]) -> str:
             lines.extend(["", f"rank {row.rank}", header])
         error = f"{row.error:+.1%}" if row.error is not None else "-"
         lines.append(
-            f"  {row.section:<20} {row.name:<28} {_value(row.predicted, row.unit):>12} "
-            f"{_value(row.measured, row.unit):>12} {error:>8}  {row.note}"
+            f"  {row.section:<20} {row.name:<28} {value_text(row.predicted, row.unit):>12} "
+            f"{value_text(row.measured, row.unit):>12} {error:>8}  {row.note}"
         )
     return "\n".join(lines).lstrip("\n")
 
