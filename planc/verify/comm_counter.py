@@ -138,14 +138,16 @@ def group_names(job) -> tuple[dict[str, str], dict[str, int]]:
     """(process-group name -> "dp"/"tp"/"pp"/"world", name -> group size) for ``job``'s mesh."""
     import torch.distributed as dist
 
-    names, sizes = {}, {}
+    names: dict[str, str] = {}
+    sizes: dict[str, int] = {}
     world = dist.group.WORLD
     if world is not None:
-        names[world.group_name] = "world"
+        names[str(world.group_name)] = "world"
         sizes["world"] = dist.get_world_size()
     for dim in ("pp", "dp", "tp"):  # a dimension spanning the world is named for the dimension
         group = job.group(dim)
-        if dist.get_world_size(group) > 1 or group.group_name not in names:
-            names[group.group_name] = dim
+        name = str(group.group_name)
+        if dist.get_world_size(group) > 1 or name not in names:
+            names[name] = dim
         sizes[dim] = dist.get_world_size(group)
     return names, sizes

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from planc.cost.context import CostContext
 from planc.cost.estimate import Estimate, StageMemory
+from planc.cost.params import StageParams
 
 
-def stage_for(ctx: CostContext, est: Estimate, pp_rank: int) -> tuple[StageMemory, object]:
+def stage_for(ctx: CostContext, est: Estimate, pp_rank: int) -> tuple[StageMemory, StageParams]:
     """The representative stage (memory, parameters) standing for pipeline rank ``pp_rank``:
     itself when represented, else the second stage (every middle rank is like it)."""
     ranks = [s.rank for s in est.stages]
