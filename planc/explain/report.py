@@ -130,6 +130,7 @@ def _memory_dict(est: Estimate) -> dict[str, Any]:
         "transient_bytes": worst.transient_bytes,
         "total_bytes": worst.total,
         "capacity_bytes": est.capacity,
+        "peak_phase": worst.peak_phase,
         "activation_terms": {t.name: t.value for t in worst.act_extra},
         "transient_terms": {t.name: t.value for t in worst.transient},
     }
@@ -258,12 +259,17 @@ def _memory_table(est: Estimate) -> list[str]:
     rows += [(f"  {t.name}", t.value) for t in s.act_extra]
     rows.append(("buffers and overheads", s.transient_bytes))
     rows += [(f"  {t.name}", t.value) for t in s.transient]
+    elsewhere = {f"  {t.name}" for t in (*s.act_extra, *s.transient) if not s.at_peak(t)}
     lines = [f"  memory per device (worst: pipeline rank {s.rank}){'GiB':>19}"]
     for name, value in rows:
-        if value or not name.startswith("  "):
+        if name in elsewhere:  # held in another phase of the step than the peak: shown, not added
+            lines.append(f"    {name:<56}{f'({value / GiB:.2f})':>8}")
+        elif value or not name.startswith("  "):
             lines.append(f"    {name:<56}{value / GiB:>8.2f}")
     share = s.total / est.capacity
     lines.append(f"    {'total':<56}{s.total / GiB:>8.2f}  of {est.capacity / GiB:.1f}  ({share:.0%})")
+    if elsewhere:
+        lines.append(f"    (in parentheses: held in another phase of the step than the peak, the {s.peak_phase})")
     return lines
 
 
