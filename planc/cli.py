@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "verify": "planc.commands.verify",
     "export": "planc.commands.export",
     "prepare": "planc.commands.prepare",
+    "doctor": "planc.commands.doctor",
     "plugins": "planc.commands.plugins",
     "presets": "planc.commands.presets",
     "docs": "planc.commands.docs",

@@ -1,9 +1,11 @@
 """Run directories and launching the emitted program under torchrun.
 
 A run directory holds ``plan.json`` (the validated plan, the chosen layout and the prediction),
-``train.py`` (the emitted program), ``metrics.jsonl`` (one JSON object per step) and
-``checkpoints/``. Launching it again with the same directory resumes from the newest complete
-checkpoint.
+``train.py`` (the emitted program), ``metrics.jsonl`` (one JSON object per step), ``events.jsonl``,
+``heartbeats/`` and ``checkpoints/`` (see :mod:`planc.rundir`). Launching it again with the same
+directory resumes from the newest complete checkpoint. torchrun restarts the workers after a
+failure (``--max-restarts``) and gives them the plan's stop deadline to save on SIGTERM
+(``--shutdown-timeout``); :mod:`planc.supervise` watches torchrun itself.
 """
 
 from __future__ import annotations
@@ -12,15 +14,16 @@ import json
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from planc.codegen import CompiledPlan
+from planc.codegen.emit import RESTART_ENV, resilience_flags, restart_env_prefix
 from planc.codegen.quoting import inert_text
 from planc.errors import PlanError
 from planc.fileio import write_text_atomically  # noqa: F401  (re-exported for commands)
+from planc.spec.checkpoint import DEFAULT_STOP_DEADLINE
 
 PROGRAM = "train.py"
 RENDEZVOUS_PORT = 29500
@@ -51,7 +54,15 @@ def write_run_dir(run_dir: Path, compiled: CompiledPlan) -> None:
     write_text_atomically(run_dir / PROGRAM, compiled.program)
 
 
-def torchrun_argv(compiled: CompiledPlan, *, steps: int | None) -> list[str]:
+def max_restarts_of(plan, override: int | None = None) -> int:
+    """Restarts torchrun may make: ``--max-restarts``, else the checkpoint block's (none without one:
+    a restart would start over)."""
+    if override is not None:
+        return override
+    return plan.checkpoint.max_restarts if plan.checkpoint is not None else 0
+
+
+def torchrun_argv(compiled: CompiledPlan, *, steps: int | None, max_restarts: int = 0) -> list[str]:
     """The local single-node launch: this Python's torchrun (through planc's wrapper, which reports a
     failed rank in one line), the plan's processes per node."""
     argv = [
@@ -61,6 +72,7 @@ def torchrun_argv(compiled: CompiledPlan, *, steps: int | None) -> list[str]:
         "--standalone",
         "--nproc-per-node",
         str(compiled.plan.hardware.per_node),
+        *resilience_flags(compiled.plan, max_restarts),
         PROGRAM,
         "--out",
         ".",
@@ -70,33 +82,41 @@ def torchrun_argv(compiled: CompiledPlan, *, steps: int | None) -> list[str]:
     return argv
 
 
-def local_command(compiled: CompiledPlan, run_dir: Path, *, steps: int | None) -> str:
+def _flags_text(compiled: CompiledPlan, max_restarts: int) -> str:
+    return "".join(f" {flag}" for flag in resilience_flags(compiled.plan, max_restarts))
+
+
+def local_command(compiled: CompiledPlan, run_dir: Path, *, steps: int | None, max_restarts: int = 0) -> str:
     """The single-node launch as a user would type it."""
     extra = f" --steps {steps}" if steps is not None else ""
     return (
-        f"cd {shlex.quote(str(run_dir))} && torchrun --standalone --nproc-per-node "
-        f"{compiled.plan.hardware.per_node} {PROGRAM} --out .{extra}"
+        f"cd {shlex.quote(str(run_dir))} && {restart_env_prefix(max_restarts)}torchrun --standalone --nproc-per-node "
+        f"{compiled.plan.hardware.per_node}{_flags_text(compiled, max_restarts)} {PROGRAM} --out .{extra}"
     )
 
 
-def multi_node_commands(compiled: CompiledPlan, run_dir: Path, *, steps: int | None) -> list[str]:
+def multi_node_commands(
+    compiled: CompiledPlan, run_dir: Path, *, steps: int | None, max_restarts: int = 0
+) -> list[str]:
     """One shell command per node: torchrun with a c10d rendezvous on node 0 ($MASTER_ADDR)."""
     hw = compiled.plan.hardware
     extra = f" --steps {steps}" if steps is not None else ""
     return [
-        f"cd {shlex.quote(str(run_dir))} && torchrun --nnodes {hw.nodes} --nproc-per-node {hw.per_node} "
-        f"--node-rank {node} --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:{RENDEZVOUS_PORT} "
-        f"{PROGRAM} --out .{extra}"
+        f"cd {shlex.quote(str(run_dir))} && {restart_env_prefix(max_restarts)}torchrun --nnodes {hw.nodes} "
+        f"--nproc-per-node {hw.per_node} "
+        f"--node-rank {node} --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:{RENDEZVOUS_PORT}"
+        f"{_flags_text(compiled, max_restarts)} {PROGRAM} --out .{extra}"
         for node in range(hw.nodes)
     ]
 
 
-def slurm_script(compiled: CompiledPlan, run_dir: Path, *, steps: int | None) -> str:
+def slurm_script(compiled: CompiledPlan, run_dir: Path, *, steps: int | None, max_restarts: int = 0) -> str:
     """An sbatch script: one task per node, each running torchrun against node 0's rendezvous."""
     hw = compiled.plan.hardware
     name = inert_text(compiled.plan.model.name or "planc", 40).replace(" ", "_").replace("'", "")
     extra = f" --steps {steps}" if steps is not None else ""
     gres = "" if hw.device == "cpu" else f"#SBATCH --gpus-per-node={hw.per_node}\n"
+    exports = "".join(f"export {key}={value}\n" for key, value in RESTART_ENV.items()) if max_restarts else ""
     return f"""#!/bin/bash
 #SBATCH --job-name=planc-{name}
 #SBATCH --nodes={hw.nodes}
@@ -106,9 +126,9 @@ def slurm_script(compiled: CompiledPlan, run_dir: Path, *, steps: int | None) ->
 set -euo pipefail
 cd {shlex.quote(str(run_dir.resolve()))}
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-srun torchrun --nnodes {hw.nodes} --nproc-per-node {hw.per_node} \\
+{exports}srun torchrun --nnodes {hw.nodes} --nproc-per-node {hw.per_node} \\
     --rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:{RENDEZVOUS_PORT}" \\
-    {PROGRAM} --out .{extra}
+   {_flags_text(compiled, max_restarts)} {PROGRAM} --out .{extra}
 """
 
 
@@ -134,39 +154,43 @@ def check_local_devices(compiled: CompiledPlan) -> None:
         )
 
 
-def launch_local(compiled: CompiledPlan, run_dir: Path, *, steps: int | None) -> int:
-    """Run torchrun in ``run_dir`` and wait. Ctrl-C stops every rank and returns 130."""
+def launch_local(compiled: CompiledPlan, run_dir: Path, *, steps: int | None, max_restarts: int = 0):
+    """Run torchrun in ``run_dir`` under :class:`planc.supervise.Supervisor` and wait; returns its
+    :class:`~planc.supervise.Outcome`. A torchrun killed from outside is started again while restarts remain."""
+    from planc.rundir.events import read_events, record_event
+    from planc.supervise import Supervisor
+
+    plan = compiled.plan
     env = dict(os.environ)
-    if compiled.plan.hardware.device == "cpu":
+    env["PLANC_RUN_DIR"] = str(run_dir.resolve())
+    env["PLANC_MAX_RESTARTS"] = str(max_restarts)
+    if max_restarts:
+        env.update({key: env.get(key, value) for key, value in RESTART_ENV.items()})
+    if plan.hardware.device == "cpu":
         # Share the cores between the processes instead of oversubscribing them (torchrun's default
         # of 1 thread also works, but says so with a warning on every launch).
-        threads = max(1, (os.cpu_count() or 1) // compiled.plan.hardware.per_node)
+        threads = max(1, (os.cpu_count() or 1) // plan.hardware.per_node)
         env.setdefault("OMP_NUM_THREADS", str(threads))
-    argv = torchrun_argv(compiled, steps=steps)
-    process = subprocess.Popen(argv, cwd=run_dir, env=env, start_new_session=True)
-    try:
-        return process.wait()
-    except KeyboardInterrupt:
-        # Our own session: forward the interrupt to torchrun, which passes it to every rank; the
-        # ranks finish their step and stop. Escalate if they do not.
-        _signal_group(process, signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            _signal_group(process, signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                _signal_group(process, signal.SIGKILL)
-                process.wait()
-        return 130
-
-
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(process.pid, sig)
-    except ProcessLookupError:
-        pass
+    else:  # NCCL: each rank dumps its flight record into the run directory when a collective times out
+        (run_dir / "flight_recorder").mkdir(exist_ok=True)
+        env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+        env.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(run_dir.resolve() / "flight_recorder" / "rank-"))
+    deadline = plan.checkpoint.stop_deadline if plan.checkpoint is not None else DEFAULT_STOP_DEADLINE
+    began, left = time.time(), max_restarts
+    while True:
+        attempts = [e for e in read_events(run_dir) if e["event"] == "attempt" and e["time"] >= began]
+        env["PLANC_ATTEMPT_BASE"] = str(max((e.get("attempt", 0) for e in attempts), default=-1) + 1)
+        argv = torchrun_argv(compiled, steps=steps, max_restarts=left)
+        outcome = Supervisor(argv, cwd=run_dir, env=env, deadline=deadline).run()
+        if outcome.stop_signal is not None or outcome.status >= 0:
+            return outcome
+        attempts = [e for e in read_events(run_dir) if e["event"] == "attempt" and e["time"] >= began]
+        left = max_restarts - max(0, len(attempts) - 1) - 1  # this relaunch is a restart too
+        if left < 0:
+            return outcome
+        name = signal.Signals(-outcome.status).name
+        print(f"planc: torchrun was killed by {name}; its workers stopped; starting it again", file=sys.stderr)
+        record_event(run_dir, "agent_lost", signal=name)
 
 
 def last_metrics(run_dir: Path) -> list[dict]:

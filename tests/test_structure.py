@@ -22,8 +22,6 @@ MAX_FUNCTION_LINES = 60
 #: nothing else is.
 LONG_FUNCTIONS = {
     "planc/codegen/emit.py:emit_program": "the emitted program's text is one f-string template",
-    "planc/runtime/loop.py:train": "the training loop, which the metrics and fault-tolerance work is rewriting",
-    "planc/commands/run.py:run": "`planc run`, which the launch and fault-tolerance work is rewriting",
 }
 
 

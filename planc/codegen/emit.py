@@ -7,6 +7,7 @@ order -> init -> optimizer -> loop. It imports planc's runtime and strategies, n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,14 +45,36 @@ class Prediction:
     tokens_per_s: float
 
 
+def resilience_flags(plan: Plan, max_restarts: int) -> list[str]:
+    """torchrun's restart and shutdown options for ``plan`` (none when they are torchrun's defaults)."""
+    flags = ["--max-restarts", str(max_restarts)] if max_restarts else []
+    if plan.checkpoint is not None:
+        # The workers' own watchdog fires at the stop deadline; torchrun's SIGKILL a little later.
+        flags += ["--shutdown-timeout", str(math.ceil(plan.checkpoint.stop_deadline) + 5)]
+    return flags
+
+
+#: With restarts, the workers must not share the rendezvous' TCPStore: a restarted group would read the
+#: previous group's addresses from it and fail to connect (pytorch/pytorch#135712; seen here with gloo).
+RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+def restart_env_prefix(max_restarts: int) -> str:
+    """``VAR=value `` assignments to put before torchrun when it may restart the workers."""
+    return "".join(f"{key}={value} " for key, value in RESTART_ENV.items()) if max_restarts else ""
+
+
 def torchrun_command(plan: Plan, program: str = "train.py") -> str:
     """The command that launches ``program`` for this plan's world (on every node when multi-node)."""
     hw = plan.hardware
+    restarts = plan.checkpoint.max_restarts if plan.checkpoint is not None else 0
+    flags = "".join(f" {flag}" for flag in resilience_flags(plan, restarts))
+    env = restart_env_prefix(restarts)
     if hw.nodes == 1:
-        return f"torchrun --standalone --nproc-per-node {hw.per_node} {program}"
+        return f"{env}torchrun --standalone --nproc-per-node {hw.per_node}{flags} {program}"
     return (
-        f"torchrun --nnodes {hw.nodes} --nproc-per-node {hw.per_node} --rdzv-backend c10d "
-        f"--rdzv-endpoint $MASTER_ADDR:29500 {program}"
+        f"{env}torchrun --nnodes {hw.nodes} --nproc-per-node {hw.per_node} --rdzv-backend c10d "
+        f"--rdzv-endpoint $MASTER_ADDR:29500{flags} {program}"
     )
 
 

@@ -10,7 +10,8 @@ DESCRIPTION = (
     "Compile the plan into a run directory (plan.json, train.py, metrics.jsonl, checkpoints/) and "
     "launch it with torchrun on this machine. A multi-node plan prints the torchrun command for "
     "each node instead (--slurm writes an sbatch script). Under torchrun already, it trains in place. "
-    "Running again with the same --out resumes from the newest checkpoint."
+    "Running again with the same --out resumes from the newest checkpoint; torchrun restarts the "
+    "processes after a failure; SIGTERM or Ctrl-C saves a checkpoint and stops. See docs/reliability.md."
 )
 
 
@@ -31,6 +32,20 @@ def add_arguments(parser) -> None:
     parser.add_argument("--force", action="store_true", help="run even when the layout is predicted not to fit")
     parser.add_argument("--slurm", action="store_true", help="write launch.slurm into the run directory and stop")
     parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=None,
+        help="restarts after a failed or hung process (default: the plan's checkpoint.max_restarts, 0 without one)",
+    )
+    parser.add_argument(
+        "--resume-from",
+        metavar="RUN",
+        help="start from another run's newest checkpoint (or a step-N directory), at this plan's layout",
+    )
+    parser.add_argument(
+        "--fresh", action="store_true", help="discard the run directory's metrics and checkpoints and start over"
+    )
+    parser.add_argument(
         "--print",
         dest="print_only",
         action="store_true",
@@ -48,6 +63,8 @@ def run(args) -> int:
 
     if args.steps is not None and args.steps < 1:
         raise PlanError(f"--steps must be at least 1, got {args.steps}")
+    if args.max_restarts is not None and args.max_restarts < 0:
+        raise PlanError(f"--max-restarts must be 0 or more, got {args.max_restarts}")
     plan_path = Path(args.file)
     registry = load_registry()
     plan = _with_steps_and_sinks(load_plan(plan_path, strategies=registry), args.steps, args.log)
@@ -56,7 +73,19 @@ def run(args) -> int:
         return _run_in_place(compiled, registry, Path(args.out or "."), args.steps)
 
     run_dir = Path(args.out) if args.out else launch.default_run_dir(plan_path)
+    finished = _prepare_run_dir(args, compiled, run_dir)
+    if finished is not None:
+        print(f"planc: {finished}", file=sys.stderr)
+        return 0
+    carry_over = None
+    if args.resume_from:
+        from planc.commands.run_checks import resume_from
+
+        carry_over = resume_from(Path(args.resume_from), run_dir, plan_json(compiled), **_target(args, compiled))
     launch.write_run_dir(run_dir, compiled)
+    if carry_over is not None:
+        carry_over(run_dir)
+    max_restarts = launch.max_restarts_of(plan, args.max_restarts)
     for warning in compiled.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     hw = plan.hardware
@@ -66,62 +95,157 @@ def run(args) -> int:
         file=sys.stderr,
     )
 
-    if args.slurm:
-        script = run_dir / "launch.slurm"
-        launch.write_text_atomically(script, launch.slurm_script(compiled, run_dir, steps=args.steps))
-        print(f"wrote {script}; submit it with: sbatch {script}")
-        return 0
-    if hw.nodes > 1 or args.print_only:
-        commands = (
-            launch.multi_node_commands(compiled, run_dir, steps=args.steps)
-            if hw.nodes > 1
-            else [launch.local_command(compiled, run_dir, steps=args.steps)]
-        )
-        if hw.nodes > 1:
-            print(
-                f"This plan spans {hw.nodes} nodes. Copy {run_dir} to every node (or use a shared "
-                f"filesystem), set MASTER_ADDR to node 0's address, and run on node i the i-th line:"
-            )
-            if plan.data_root is not None:
-                print(
-                    f"Relative data and weights paths resolve against {plan.data_root} on every node; "
-                    "add --data-root DIR to a line where the data is elsewhere on that node."
-                )
-        for command in commands:
-            print(command)
-        return 0
-
+    if args.slurm or hw.nodes > 1 or args.print_only:
+        return _print_launch(args, compiled, run_dir, max_restarts)
     require_torch("planc run", *(["safetensors"] if plan.model.init == "pretrained" else []))
     launch.check_local_devices(compiled)
-    status = launch.launch_local(compiled, run_dir, steps=args.steps)
-    records = launch.last_metrics(run_dir)
-    if status == 130:
-        print(f"planc: interrupted; {run_dir} keeps metrics.jsonl and the last complete checkpoint", file=sys.stderr)
-        return 130
-    if status != 0:
+    from planc.rundir.events import record_event
+
+    record_event(
+        run_dir,
+        "launch",
+        world_size=hw.world_size,
+        layout=compiled.layout.describe(),
+        steps=_target(args, compiled)["target"],
+        max_restarts=max_restarts,
+    )
+    outcome = launch.launch_local(compiled, run_dir, steps=args.steps, max_restarts=max_restarts)
+    return _report(args, compiled, run_dir, outcome)
+
+
+def _print_launch(args, compiled, run_dir: Path, max_restarts: int) -> int:
+    """--slurm writes an sbatch script; a multi-node plan or --print prints the command(s) instead of running."""
+    from planc import launch
+
+    hw = compiled.plan.hardware
+    if args.slurm:
+        script = run_dir / "launch.slurm"
+        launch.write_text_atomically(
+            script, launch.slurm_script(compiled, run_dir, steps=args.steps, max_restarts=max_restarts)
+        )
+        print(f"wrote {script}; submit it with: sbatch {script}")
+        return 0
+    commands = (
+        launch.multi_node_commands(compiled, run_dir, steps=args.steps, max_restarts=max_restarts)
+        if hw.nodes > 1
+        else [launch.local_command(compiled, run_dir, steps=args.steps, max_restarts=max_restarts)]
+    )
+    if hw.nodes > 1:
+        print(
+            f"This plan spans {hw.nodes} nodes. Copy {run_dir} to every node (or use a shared "
+            f"filesystem), set MASTER_ADDR to node 0's address, and run on node i the i-th line:"
+        )
+        if compiled.plan.data_root is not None:
+            print(
+                f"Relative data and weights paths resolve against {compiled.plan.data_root} on every node; "
+                "add --data-root DIR to a line where the data is elsewhere on that node."
+            )
+    for command in commands:
+        print(command)
+    return 0
+
+
+def plan_json(compiled) -> dict:
+    return compiled.plan.model_dump(mode="json")
+
+
+def _target(args, compiled) -> dict:
+    """The step the run is to reach, and the plan file (for messages)."""
+    return {"target": args.steps or compiled.plan.train.steps, "plan_file": args.file}
+
+
+def _prepare_run_dir(args, compiled, run_dir: Path) -> str | None:
+    """Check (or with --fresh, clear) an existing run directory; a sentence when it has already finished."""
+    from planc.commands.run_checks import check_existing_run, discard
+    from planc.rundir.state import inspect_run
+
+    if run_dir.exists() and not run_dir.is_dir():
+        return None  # write_run_dir explains
+    state = inspect_run(run_dir)
+    if args.fresh:
+        discard(state, plan_json(compiled))
+        return None
+    return check_existing_run(state, plan_json(compiled), fresh=False, **_target(args, compiled))
+
+
+def _report(args, compiled, run_dir: Path, outcome) -> int:
+    """What happened, in a few lines, and planc's exit status (recorded as the ``end`` event)."""
+    from planc.errors import PlanError
+    from planc.rundir.events import last_event, read_events, record_event
+
+    plan = compiled.plan
+    events = read_events(run_dir)
+    launched = last_event(events, "launch")
+    since = [e for e in events if launched is None or e["time"] >= launched["time"]]
+    restarts = max(0, sum(e["event"] == "attempt" for e in since) - 1)
+    again = f"planc run {args.file} --out {run_dir}"
+    last = last_event(since, "stopped", "finished")  # a torchrun relaunch may stop a run, then finish it
+    stopped = last if last is not None and last["event"] == "stopped" else None
+    if outcome.stop_signal is not None or stopped is not None:
+        status = _report_stop(outcome, stopped, again)
+    elif outcome.status != 0:
+        records = launch_records(run_dir)
         done = f"{records[-1]['step']} step(s) finished" if records else "no step finished"
         if plan.checkpoint is not None:
-            again = (
-                f"fix the cause, then `planc run {args.file} --out {run_dir}` resumes from the newest "
-                f"complete checkpoint in {run_dir / plan.checkpoint.dir}"
-            )
+            hint = f"fix the cause, then `{again}` resumes from the newest complete checkpoint"
         else:
-            again = (
+            hint = (
                 "the plan has no checkpoint block, so a new run starts over; "
                 "add `checkpoint { every = N }` to resume after failures"
             )
+        record_event(run_dir, "end", status="failed", exit=1, restarts=restarts)
         raise PlanError(
-            f"training failed ({done}; metrics in {run_dir / 'metrics.jsonl'})",
-            hint=f"the failing rank's message is above; {again}",
+            f"training failed after {restarts} restart(s) ({done}; metrics in {run_dir / 'metrics.jsonl'}); "
+            f"`planc doctor {run_dir}` says what happened",
+            hint=f"the failing rank's message is above; {hint}",
         )
-    if records:
-        first, last = records[0], records[-1]
+    else:
+        status = 0
+        records = launch_records(run_dir)
+        if records:
+            first, last = records[0], records[-1]
+            extra = f", {restarts} restart(s)" if restarts else ""
+            print(
+                f"planc: done — {len(records)} step(s) logged{extra}, loss {first['loss']:.4f} → {last['loss']:.4f}; "
+                f"{run_dir / 'metrics.jsonl'}",
+                file=sys.stderr,
+            )
+    record_event(run_dir, "end", status="stopped" if stopped or outcome.stop_signal else "done", exit=status)
+    return status
+
+
+def _report_stop(outcome, stopped: dict | None, again: str) -> int:
+    """A stop asked for by a signal: 0 after SIGTERM with a checkpoint to resume from, 130 after Ctrl-C."""
+    name = outcome.stop_signal or (stopped or {}).get("signal") or "a signal"
+    checkpoint = (stopped or {}).get("checkpoint")
+    if stopped is not None and checkpoint:
         print(
-            f"planc: done — {len(records)} step(s) logged, loss {first['loss']:.4f} → {last['loss']:.4f}; "
-            f"{run_dir / 'metrics.jsonl'}",
+            f"planc: stopped by {name} after step {stopped['step']}; checkpoint {checkpoint} saved. "
+            f"Resume with: {again}",
             file=sys.stderr,
         )
-    return 0
+    elif stopped is not None:
+        print(
+            f"planc: stopped by {name} after step {stopped['step']} without a checkpoint there (the plan has no "
+            f"checkpoint block, or the save failed: see above); `{again}` resumes from the newest complete "
+            "checkpoint, if any, and repeats the steps since",
+            file=sys.stderr,
+        )
+    else:
+        print(f"planc: stopped by {name} before the workers could save (see above)", file=sys.stderr)
+    if name == "SIGINT":
+        print(
+            "planc: interrupted; the run directory keeps metrics.jsonl and the last complete checkpoint",
+            file=sys.stderr,
+        )
+        return 130
+    return 0 if checkpoint else 128 + 15
+
+
+def launch_records(run_dir: Path) -> list[dict]:
+    from planc.rundir.metrics_file import read_metrics
+
+    return read_metrics(run_dir)
 
 
 def _run_in_place(compiled, registry, out_dir: Path, steps: int | None) -> int:

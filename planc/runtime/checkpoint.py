@@ -8,16 +8,19 @@ DTensor/plain-tensor placements; the FQNs make pipeline splits irrelevant). Besi
 ``planc.json`` (rank 0) holds the step, the learning-rate schedulers' states and the caller's extra
 JSON data. The data position is the step itself: every data source is a function of the step.
 
-Layout on disk::
+Layout on disk (see :mod:`planc.rundir.checkpoints`)::
 
     <dir>/step-00000100/       a complete checkpoint (after 100 optimizer steps)
     <dir>/step-00000200.tmp/   being written, or abandoned by a crash: never loaded
 
-Writing goes to ``step-N.tmp``; only when every rank has finished (``dcp.save`` is collective, and
-a barrier follows rank 0's metadata) does rank 0 rename it to ``step-N`` -- a rename within a
-directory is atomic on POSIX file systems. Resume picks the newest complete one. After a save,
-rank 0 deletes all but the newest ``keep`` and any stale ``.tmp`` directories. All ranks must see
-the same directory (a shared file system when there are several nodes).
+Writing goes to ``step-N.tmp`` (DCP flushes every file with fsync). Then every rank reports
+whether its part succeeded; only when all did does rank 0 write ``planc.json`` and
+``manifest.json`` (size and SHA-256 of every file, hashed by all ranks in parallel), flush the
+directory, and rename it to ``step-N`` -- a rename within a directory is atomic on POSIX file
+systems. A failure on any rank (a full disk, an I/O error) raises :class:`CheckpointSaveError` on
+every rank, removes the partial directory and leaves the previous checkpoints untouched. After a
+save, rank 0 deletes all but the newest ``keep`` and any stale ``.tmp`` directories. All ranks must
+see the same directory (a shared file system when there are several nodes).
 
 Safe to read: DCP would load any non-tensor value with ``torch.load(weights_only=False)``, so only
 tensors go into the DCP files; the optimizer's per-parameter hyperparameters (lr, betas, ...) are
@@ -35,10 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import pickle
-import re
-import shutil
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,12 +58,16 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-#: Directory name of a complete checkpoint; the step is zero-padded so names sort by step.
-STEP_DIR = "step-{step:08d}"
-_COMPLETE = re.compile(r"^step-(\d+)$")
-_INCOMPLETE = re.compile(r"^step-(\d+)\.tmp$")
-METADATA_FILE = "planc.json"
-FORMAT_VERSION = 1
+from planc.rundir.checkpoints import (  # noqa: F401  (re-exported: the runtime's checkpoint API)
+    FORMAT_VERSION,
+    INCOMPLETE,
+    METADATA_FILE,
+    READABLE_FORMATS,
+    STEP_DIR,
+    complete_steps,
+    latest_step,
+    step_dir,
+)
 
 #: Optimizer state keyed by parameter name, independent of the pipeline split.
 OPTIM_OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
@@ -221,91 +225,6 @@ class SafeFileSystemReader(FileSystemReader):
         return metadata
 
 
-def step_dir(directory: str | Path, step: int) -> Path:
-    return Path(directory) / STEP_DIR.format(step=step)
-
-
-def complete_steps(directory: str | Path) -> list[int]:
-    """Steps of the complete checkpoints in ``directory``, oldest first (``.tmp`` ones are ignored)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    steps = []
-    for entry in directory.iterdir():
-        match = _COMPLETE.match(entry.name)
-        if match and entry.is_dir() and (entry / METADATA_FILE).is_file():
-            steps.append(int(match.group(1)))
-    return sorted(steps)
-
-
-def latest_step(directory: str | Path) -> int | None:
-    """The step of the newest complete checkpoint, or None."""
-    steps = complete_steps(directory)
-    return steps[-1] if steps else None
-
-
-def save_checkpoint(
-    directory: str | Path,
-    step: int,
-    model_parts: Sequence[nn.Module],
-    optimizers: Sequence[torch.optim.Optimizer],
-    lr_schedulers: Sequence[Any] = (),
-    *,
-    keep: int | None = None,
-    extra: dict[str, Any] | None = None,
-) -> Path:
-    """Save after ``step`` finished optimizer steps; collective (every rank calls it). Returns the directory."""
-    pairs = _pairs(model_parts, optimizers)
-    for _, optimizer in pairs:
-        # ZeRO updates its local optimizer's lr only inside step(); the scheduler has moved on since.
-        _copy_hyperparameters(optimizer, _inner_optimizer(optimizer))
-    final = step_dir(directory, step)
-    tmp = final.with_name(final.name + ".tmp")
-    if _is_writer():
-        if tmp.exists():
-            shutil.rmtree(tmp)  # left by a crashed attempt at this step
-        tmp.mkdir(parents=True)
-    _barrier()
-    state, optim_values, _ = _state(pairs)
-    with _quiet_if_single_process():
-        dcp.save(state, checkpoint_id=str(tmp), no_dist=not _distributed())
-    optim_values = _gather_values(optim_values)
-    if _is_writer():
-        metadata = {
-            "format": FORMAT_VERSION,
-            "step": step,
-            "lr_schedulers": [s.state_dict() for s in lr_schedulers],
-            "optimizer_values": optim_values,
-            "extra": extra or {},
-        }
-        try:
-            text = json.dumps(metadata, indent=2)
-        except TypeError as err:
-            raise CheckpointError(f"checkpoint metadata must be JSON (scheduler state or extra): {err}") from None
-        with open(tmp / METADATA_FILE, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-    _barrier()  # every rank's shards and the metadata are on disk
-    if _is_writer():
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _prune(Path(directory), keep)
-    _barrier()
-    return final
-
-
-def _prune(directory: Path, keep: int | None) -> None:
-    """Delete all but the newest ``keep`` complete checkpoints, and every abandoned ``.tmp``."""
-    for entry in directory.iterdir():
-        if _INCOMPLETE.match(entry.name):
-            shutil.rmtree(entry, ignore_errors=True)
-    if keep is not None:
-        for old in complete_steps(directory)[:-keep] if keep > 0 else []:
-            shutil.rmtree(step_dir(directory, old), ignore_errors=True)
-
-
 def load_checkpoint(
     directory: str | Path,
     model_parts: Sequence[nn.Module],
@@ -328,9 +247,10 @@ def load_checkpoint(
         raise CheckpointError(f"no complete checkpoint at {path}")
     with open(path / METADATA_FILE, encoding="utf-8") as f:
         metadata = json.load(f)
-    if metadata.get("format") != FORMAT_VERSION:
+    if metadata.get("format") not in READABLE_FORMATS:
         raise CheckpointError(
-            f"{path}: checkpoint format {metadata.get('format')!r}, this planc reads {FORMAT_VERSION}"
+            f"{path}: checkpoint format {metadata.get('format')!r}, this planc reads "
+            + ", ".join(map(str, READABLE_FORMATS))
         )
     if len(metadata["lr_schedulers"]) != len(lr_schedulers):
         raise CheckpointError(
@@ -376,3 +296,13 @@ def _fit_scheduler_state(saved: dict[str, Any], current: dict[str, Any], path: P
                     f"groups, so it cannot be mapped onto this optimizer's {len(now)} groups"
                 )
     return fitted
+
+
+__all__ = [
+    "CheckpointError",
+    "SafeFileSystemReader",
+    "complete_steps",
+    "latest_step",
+    "load_checkpoint",
+    "step_dir",
+]

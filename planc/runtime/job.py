@@ -161,7 +161,7 @@ class Job:
         from torch.distributed.device_mesh import init_device_mesh
 
         device = torch.device(device) if device is not None else default_device(plan)
-        init_process_group(device)
+        init_process_group(device, timeout=plan.train.timeout)
         if device.type == "cuda":
             torch.cuda.set_device(device)  # also when the caller started the process group itself
         dims = layout.dims
@@ -320,15 +320,25 @@ def default_device(plan: Plan) -> torch.device:
     return torch.device("cpu")
 
 
-def init_process_group(device: torch.device) -> None:
-    """Join the torchrun process group (gloo on CPU, nccl on CUDA); a lone process gets a group of one."""
+def init_process_group(device: torch.device, timeout: float | None = None) -> None:
+    """Join the torchrun process group (gloo on CPU, nccl on CUDA); a lone process gets a group of one.
+
+    ``timeout`` (seconds): how long a collective may wait (see :mod:`planc.runtime.hangs`); the
+    flight recorder is switched on first, so that a timeout can name the collective.
+    """
     if dist.is_initialized():
         return
+    from datetime import timedelta
+
+    from planc.runtime.hangs import enable_flight_recorder
+
+    enable_flight_recorder()
     backend = "nccl" if device.type == "cuda" else "gloo"
+    kwargs = {"timeout": timedelta(seconds=timeout)} if timeout is not None else {}
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        dist.init_process_group(backend)
+        dist.init_process_group(backend, **kwargs)
     else:  # not under torchrun: a single process with an in-memory store
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **kwargs)
 
 
 def _is_ddp(module: nn.Module) -> bool:

@@ -1,29 +1,28 @@
-"""The training loop: steps, metrics, checkpoints, Ctrl-C, shutdown.
+"""The training loop: steps, metrics, validation, checkpoints, stop requests, shutdown.
 
 ``train(job, steps=..., out_dir=...)`` runs optimizer steps ``start .. steps-1`` on the plan's
 data (every data source maps a step to its global batch, so resuming needs only the step),
 computes the validation loss every ``train.eval_every`` steps when the plan has ``val_data``,
-writes ``metrics.jsonl`` (and the plan's metrics sinks) and progress lines on rank 0, saves a DCP checkpoint every
-``checkpoint.every`` steps and resumes from the newest complete one. Ctrl-C (SIGINT, or the
-SIGTERM torchrun forwards) finishes the step in flight on every rank, then stops cleanly;
-:func:`shutdown` destroys the process group.
+writes ``metrics.jsonl`` (and the plan's metrics sinks) and progress lines on rank 0, saves a DCP
+checkpoint every ``checkpoint.every`` steps and at the end, and resumes from the newest complete one.
+Ctrl-C or SIGTERM finishes the step in flight on every rank, saves, then stops cleanly. What
+surrounds the steps -- resuming, heartbeats, stop requests, checkpoints and their failures,
+collective timeouts -- is :class:`planc.runtime.attempt.Attempt`. :func:`shutdown` destroys the
+process group.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import signal
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from planc.runtime.local_shards import dtensor_parameters
+from planc.runtime.attempt import Attempt
 from planc.runtime.step import train_step
 
 
@@ -53,18 +52,11 @@ def train(
 
     plan = job.plan
     total = _steps_to_train(plan, steps)
+    # Timeouts, heartbeats, resuming, stop requests, checkpoints and their failures: runtime/attempt.py.
+    attempt = Attempt(job, out_dir=out_dir, total_steps=total)
     run_data = open_run_data(job, data=data, val_data=val_data, data_root=data_dir, out_dir=out_dir)
+    start = attempt.start()
     utilisation = Utilisation(plan, predicted)
-    checkpoint_dir = None
-    if plan.checkpoint is not None and out_dir is not None:
-        checkpoint_dir = Path(out_dir) / plan.checkpoint.dir
-    start = 0
-    if checkpoint_dir is not None:
-        from planc.runtime.checkpoint import load_checkpoint, save_checkpoint
-    if checkpoint_dir is not None and plan.checkpoint.resume and checkpoint_dir.is_dir():
-        with dtensor_parameters(job):
-            resumed = load_checkpoint(checkpoint_dir, job.model_parts, job.optimizers, job.lr_schedulers)
-        start = resumed["step"] if resumed else 0
 
     logger = MetricsLogger(
         Path(out_dir) / "metrics.jsonl" if out_dir is not None else None,
@@ -77,14 +69,14 @@ def train(
     )
     sinks = _open_sinks(job, [*plan.train.log, *log], out_dir, start, predicted)
     records = []
-    step = start
     run_step = train_step
     if os.environ.get("PLANC_VERIFY"):  # `planc verify`: the same steps, measured (planc.verify.probe)
         from planc.verify.probe import StepProbe
 
         run_step = StepProbe(job, out_dir)
-    with logger, sinks, _stop_on_interrupt() as interrupted, _explained_failures(job, lambda: step + 1):
+    with logger, sinks, attempt.guard() as stop_requested:
         for step in range(start, total):
+            attempt.before_step(step + 1)
             began = time.perf_counter()
             result = run_step(job, run_data.train.batch_for_step(step))
             if job.device.type == "cuda":
@@ -97,36 +89,12 @@ def train(
             if record is not None:
                 sinks.log(record)
             records.append({"step": step + 1, **result, "step_s": elapsed, **extra})
-            if checkpoint_dir is not None and (step + 1) % plan.checkpoint.every == 0:
-                with dtensor_parameters(job):
-                    save_checkpoint(
-                        checkpoint_dir,
-                        step + 1,
-                        job.model_parts,
-                        job.optimizers,
-                        job.lr_schedulers,
-                        keep=plan.checkpoint.keep,
-                    )
-            if _agreed(interrupted(), job):
-                saving = checkpoint_dir is not None and (step + 1) % plan.checkpoint.every != 0
-                if dist.get_rank() == 0:
-                    print(
-                        f"interrupted after step {step + 1}; "
-                        + ("saving a checkpoint, then " if saving else "")
-                        + "stopping",
-                        flush=True,
-                    )
-                if saving and checkpoint_dir is not None:  # so that running again resumes exactly here
-                    with dtensor_parameters(job):
-                        save_checkpoint(
-                            checkpoint_dir,
-                            step + 1,
-                            job.model_parts,
-                            job.optimizers,
-                            job.lr_schedulers,
-                            keep=plan.checkpoint.keep,
-                        )
+            attempt.after_step(step + 1)
+            if _agreed(bool(stop_requested), job):
+                attempt.stop(stop_requested)
                 break
+        else:
+            attempt.finish()
     return records
 
 
@@ -171,64 +139,11 @@ def _open_sinks(job, names: list[str], out_dir, start: int, predicted: dict | No
     return Sinks(names, SinkRun(out_dir=out, name=out.resolve().name, start_step=start, config=config))
 
 
-@contextmanager
-def _explained_failures(job, current_step) -> Iterator[None]:
-    """A lost peer, an out-of-memory error or bad data ends this rank with one explaining line (exit 1)
-    instead of a traceback; other errors propagate unchanged."""
-    from planc.runtime.data import DataError
-    from planc.runtime.failures import describe_failure
-
-    try:
-        yield
-    except DataError as exc:  # found mid-run (an id beyond the vocabulary); every rank read the same batch
-        if dist.get_rank() == 0:
-            print(f"planc: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
-    except Exception as exc:
-        message = describe_failure(exc, rank=dist.get_rank(), step=current_step())
-        if message is None:
-            raise
-        print(message, file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
-
-
 def _agreed(flag: bool, job) -> bool:
-    """True when any rank saw Ctrl-C (every rank must leave the loop at the same step)."""
+    """True when any rank was asked to stop (every rank must leave the loop at the same step)."""
     value = torch.tensor([1.0 if flag else 0.0], device=job.device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
-
-
-@contextmanager
-def _stop_on_interrupt() -> Iterator:
-    """Turn the first SIGINT or SIGTERM into a flag checked between steps; a second one interrupts at once.
-
-    Ctrl-C reaches every process of the terminal's process group, torchrun included, which then
-    sends its workers SIGTERM and waits for them: both signals finish the step in flight, save
-    nothing half-written and leave the loop on every rank at the same step (see ``_agreed``).
-    """
-    state = {"hit": False}
-    signals = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.getsignal(sig) for sig in signals}
-
-    def handler(signum, frame):
-        if state["hit"]:
-            for sig in signals:
-                signal.signal(sig, previous[sig])
-            raise KeyboardInterrupt
-        state["hit"] = True
-
-    try:
-        for sig in signals:
-            signal.signal(sig, handler)
-    except ValueError:  # not the main thread: leave the signals alone
-        yield lambda: False
-        return
-    try:
-        yield lambda: state["hit"]
-    finally:
-        for sig in signals:
-            signal.signal(sig, previous[sig])
 
 
 def shutdown() -> None:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from planc.runtime.checkpoint import load_checkpoint, save_checkpoint
+from planc.runtime.checkpoint import load_checkpoint
+from planc.runtime.checkpoint_write import save_checkpoint
 from planc.runtime.data import build_data, build_validation, inputs_and_targets, local_micro_batches
 from planc.runtime.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_
 from planc.runtime.transformer import build_model, loss_fn

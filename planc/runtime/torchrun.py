@@ -1,19 +1,62 @@
-"""``python -m planc.runtime.torchrun ARGS``: torchrun, with its failure report cut to what matters.
+"""``python -m planc.runtime.torchrun ARGS``: torchrun, with what it reports cut to what matters.
 
-torchrun ends a failed job with its own Python traceback and a table of every rank; `planc run`
-launches through this wrapper so the job ends with one line naming the rank that failed first and
-how (exit code or signal), and exits 1. The arguments are torchrun's, unchanged.
+`planc run` launches torchrun through this wrapper (the arguments are torchrun's, unchanged):
+
+* a worker that dies is reported in one planc line (``local rank 1 (pid 4242) was killed by
+  SIGKILL``) instead of torchrun's log records, and recorded as a ``worker_failed`` event in the run
+  directory (``$PLANC_RUN_DIR``) for `planc doctor`; torchrun then restarts the group if it may;
+* when no restart is left, the job ends with one line naming the rank that failed first and how
+  (exit code or signal), and exit status 1 -- not torchrun's traceback and table of every rank;
+* a SIGTERM or Ctrl-C passed on by `planc run` ends it quietly (status 128 + the signal) once the
+  workers have stopped: no ``SignalException`` traceback.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import sys
+
+#: torchrun's log records that this wrapper replaces by its own line (or by nothing).
+_FAILED = "failed (exitcode: %s)"
+_QUIET = ("Sending process %s closing signal %s", "Received %s death signal, shutting down workers")
+
+
+class _WorkerReports(logging.Filter):
+    """Turns torchrun's "failed (exitcode ...)" records into a planc line and an event; hides shutdown chatter."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if message.startswith(_FAILED) and isinstance(record.args, tuple) and len(record.args) >= 3:
+            exitcode, local_rank, pid = record.args[:3]
+            _report_worker(int(exitcode), int(local_rank), int(pid))
+            return False
+        return not message.startswith(_QUIET)
+
+
+def _report_worker(exitcode: int, local_rank: int, pid: int) -> None:
+    from planc.rundir.events import record_event
+
+    how = f"was killed by {signal.Signals(-exitcode).name}" if exitcode < 0 else f"exited with code {exitcode}"
+    print(f"planc: local rank {local_rank} (pid {pid}) {how}", file=sys.stderr, flush=True)
+    record_event(
+        os.environ.get("PLANC_RUN_DIR"),
+        "worker_failed",
+        local_rank=local_rank,
+        pid=pid,
+        exitcode=exitcode,
+        signal=signal.Signals(-exitcode).name if exitcode < 0 else None,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
+    for name in ("torch.distributed.elastic.multiprocessing.api", "torch.distributed.elastic.agent.server.api"):
+        logging.getLogger(name).addFilter(_WorkerReports())
     try:
         torchrun_main(argv)
     except ChildFailedError as failed:
@@ -24,8 +67,16 @@ def main(argv: list[str] | None = None) -> int:
             how = f"exited with code {failure.exitcode}"
         print(f"planc: rank {rank} {how} (the first failure); torchrun stopped the other ranks", file=sys.stderr)
         return 1
+    except SignalException as stopped:  # passed on to the workers, which have stopped
+        return 128 + int(stopped.sigval)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # Leave without interpreter finalization: after torchrun's SignalException its TCPStore daemon thread
+    # is still running, and destroying it at exit aborts the process ("terminate called without an active
+    # exception", status -6), which would read as if torchrun itself had crashed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field
 
-from planc.spec.fields import Auto, NonNegativeInt, PositiveInt, SpecModel
+from planc.spec.fields import Auto, NonNegativeInt, PositiveInt, Seconds, SpecModel
 
 #: 2**24 sequences (tens of billions of tokens) per step: far beyond any published run (GPT-3
 #: and Llama 3 405B step on about 1,600-16,000 sequences); a larger number is a typo, and the
@@ -65,6 +65,9 @@ class TrainSpec(SpecModel):
     """Print progress every this many steps (metrics.jsonl gets every step)."""
     log: Annotated[tuple[str, ...], BeforeValidator(_one_or_many)] = ()
     """Metrics sinks besides metrics.jsonl: tensorboard, wandb, or a sink plugin's name (planc run --log adds)."""
+    timeout: Seconds = Field(default=600.0, gt=0)
+    """Collective timeout: a collective that waits longer ends every rank with a report naming the rank
+    that did not arrive, the collective and the step. Must exceed the longest checkpoint save or load."""
 
 
 def steps_beyond_schedule(train: TrainSpec, steps: int) -> tuple[str | None, str | None]:

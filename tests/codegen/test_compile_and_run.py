@@ -108,6 +108,7 @@ def test_ctrl_c_stops_every_rank(tmp_path, in_root):
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr[-2000:]
     assert "interrupted" in stderr
+    assert "Traceback" not in stderr and "SignalException" not in stderr, stderr[-3000:]
     records = _metrics(out)  # every line whole: nothing torn
     assert 2 <= len(records) < 10000
     assert _processes_in(out) == [], "ranks still running after Ctrl-C"

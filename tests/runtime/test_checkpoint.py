@@ -10,9 +10,9 @@ from planc.runtime.checkpoint import (
     complete_steps,
     latest_step,
     load_checkpoint,
-    save_checkpoint,
     step_dir,
 )
+from planc.runtime.checkpoint_write import save_checkpoint
 from planc.runtime.optim import build_lr_scheduler, build_optimizer
 from planc.runtime.reference import train_reference
 from planc.runtime.transformer import build_model, init_weights

@@ -69,7 +69,8 @@ def ranks(payload: dict) -> None:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     from torch.nn.parallel import DistributedDataParallel
 
-    from planc.runtime.checkpoint import load_checkpoint, save_checkpoint
+    from planc.runtime.checkpoint import load_checkpoint
+    from planc.runtime.checkpoint_write import save_checkpoint
     from planc.runtime.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_, parameter_groups
     from planc.runtime.transformer import build_model, init_weights, loss_fn
 

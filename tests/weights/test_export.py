@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from planc.cli import main
-from planc.runtime.checkpoint import save_checkpoint
+from planc.runtime.checkpoint_write import save_checkpoint
 from planc.runtime.optim import build_lr_scheduler, build_optimizer
 from planc.runtime.transformer import build_model, init_weights
 from planc.spec import build_plan

@@ -1,0 +1,160 @@
+"""The run directory's bookkeeping, without training: what `planc run` refuses, rewinds and prints, and what
+`planc doctor` reads back from a run directory written by hand (every expected line derived from it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from planc.cli import main
+from planc.rundir.carry_over import compare_plans
+from planc.rundir.events import record_event
+from planc.rundir.metrics_file import DISCARDED_FILE, read_metrics, rewind_metrics
+from planc.supervise import descendants, kill_tree
+
+from .conftest import write_plan
+
+
+def _plan(tmp_path, checkpoint="every = 2"):
+    return write_plan(
+        tmp_path / "p.plan", per_node=2, layout="tp = 1  pp = 1  dp = 2  zero = 0", steps=4, checkpoint=checkpoint
+    )
+
+
+def _metrics(run_dir, steps):
+    lines = [json.dumps({"step": s, "loss": 5.0 - s, "lr": 0.01, "step_s": 0.5, "memory_bytes": 2**30}) for s in steps]
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_a_rerun_never_mixes_two_runs_and_a_finished_run_is_not_relaunched(tmp_path, capsys):
+    plan, out = _plan(tmp_path, checkpoint=None), tmp_path / "run"
+    assert main(["run", str(plan), "--out", str(out), "--print"]) == 0
+    _metrics(out, [1, 2])
+    assert main(["run", str(plan), "--out", str(out), "--steps", "4"]) == 1
+    err = capsys.readouterr().err
+    assert "holds 2 logged step(s) of an earlier run and no checkpoint to resume from" in err and "--fresh" in err
+
+    record_event(out, "finished", step=2)
+    assert main(["run", str(plan), "--out", str(out), "--steps", "2"]) == 0
+    assert "has already finished: 2 step(s) trained (asked: 2)" in capsys.readouterr().err
+
+    assert main(["run", str(plan), "--out", str(out), "--fresh", "--print"]) == 0
+    assert "discarded 2 logged step(s)" in capsys.readouterr().err
+    assert not (out / "metrics.jsonl").exists() and not (out / "events.jsonl").exists()
+
+
+def test_printed_commands_carry_restarts_and_the_stop_deadline(tmp_path, capsys):
+    plan, out = _plan(tmp_path, checkpoint="every = 2  stop_deadline = 1 min"), tmp_path / "run"
+    assert main(["run", str(plan), "--out", str(out), "--print"]) == 0
+    # max_restarts defaults to 3; torchrun's shutdown timeout is the 60 s deadline + 5 s for the workers' own watchdog.
+    assert capsys.readouterr().out.strip() == (
+        f"cd {out} && TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc-per-node 2 "
+        "--max-restarts 3 --shutdown-timeout 65 train.py --out ."
+    )
+    assert main(["run", str(plan), "--out", str(out), "--print", "--max-restarts", "0"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"cd {out} && torchrun --standalone --nproc-per-node 2 --shutdown-timeout 65 train.py --out ."
+    )
+
+
+def test_rewinding_moves_later_steps_aside_and_drops_a_torn_line(tmp_path):
+    _metrics(tmp_path, [1, 2, 3, 4])
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "lo')  # a crash in the middle of a write
+    assert rewind_metrics(tmp_path, 2) == 2
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+    moved = read_metrics(tmp_path, DISCARDED_FILE)
+    assert [(r["step"], r["resumed_from_step"]) for r in moved] == [(3, 2), (4, 2)]
+    assert (tmp_path / "metrics.jsonl").read_text().endswith("\n")
+
+
+def test_only_the_model_and_the_optimizer_must_match_to_carry_over():
+    saved = {"model": {"name": "a", "hidden": 32, "layers": 2}, "train": {"optimizer": "adamw", "lr": 0.01}}
+    same = {"model": {"name": "b", "hidden": 32, "layers": 2}, "train": {"optimizer": "adamw", "lr": 0.003}}
+    assert compare_plans(saved, same) == ([], ["train.lr: 0.01 → 0.003"])
+    other = {"model": {"hidden": 64, "layers": 2}, "train": {"optimizer": "sgd", "lr": 0.01}}
+    refusals, _ = compare_plans(saved, other)
+    assert refusals[0] == "model.hidden is 32 in the checkpoint, 64 here"
+    assert refusals[1].startswith("train.optimizer is 'adamw' in the checkpoint, 'sgd' here")
+
+
+def test_doctor_tells_the_story_of_a_failed_night(tmp_path, capsys):
+    plan, out = _plan(tmp_path), tmp_path / "run"
+    assert main(["run", str(plan), "--out", str(out), "--print"]) == 0
+    capsys.readouterr()
+    _metrics(out, [1, 2, 3, 4, 5])
+    (out / "checkpoints" / "step-00000004").mkdir(parents=True)
+    (out / "checkpoints" / "step-00000004" / "planc.json").write_text(json.dumps({"format": 1, "step": 4}))
+    (out / "checkpoints" / "step-00000006.tmp").mkdir()
+    now = time.time() - 3600
+    events = [
+        ("launch", {"steps": 8, "layout": "TP 1 × PP 1 × DP 2 · DDP", "world_size": 2}),
+        ("attempt", {"attempt": 0, "start_step": 0}),
+        ("worker_failed", {"local_rank": 1, "pid": 42, "exitcode": -9, "signal": "SIGKILL"}),
+        ("attempt", {"attempt": 1, "start_step": 2, "causes": ["rank 1 stopped without a word in step 3"]}),
+        ("checkpoint_failed", {"step": 6, "errors": {"1": "[Errno 28] No space left on device"}, "previous": 4}),
+        (
+            "hang",
+            {
+                "step": 6,
+                "collective": {"name": "all_reduce", "seq": 9, "group": "mesh_dp"},
+                "missing": [1],
+                "waiting": [0],
+            },
+        ),
+    ]
+    for offset, (name, fields) in enumerate(events):
+        line = json.dumps(
+            {"time": now + offset, "event": name, **fields, **({"waiting": [0]} if name == "hang" else {})}
+        )
+        with open(out / "events.jsonl", "a") as f:
+            f.write(line + "\n")
+    assert main(["doctor", str(out)]) == 1
+    report = capsys.readouterr().out
+    for expected in (
+        "failed: 5 step(s) logged",
+        "5 of 8 step(s) logged in metrics.jsonl",
+        "newest complete checkpoint: step-00000004 (step 4); resuming repeats 1 step(s)",
+        "step-00000006.tmp: partial (a save was interrupted)",
+        "save of step 6 failed: rank 1: [Errno 28] No space left on device",
+        "restart 1 at ",
+        "from step 2: rank 1 stopped without a word in step 3 [observed: local rank 1 (pid 42) killed by SIGKILL]",
+        "step 6: all_reduce #9 (mesh_dp) timed out",
+        "did not arrive: rank(s) 1; waiting: rank(s) 0",
+        f"then resume with `planc run {plan} --out {out}` (from step 4)",
+        "1 restart(s) did not get past the failure",
+    ):
+        assert expected in report, f"{expected!r} not in:\n{report}"
+    assert main(["doctor", str(tmp_path)]) == 1
+    assert "does not look like a run directory" in capsys.readouterr().err
+
+
+@pytest.mark.dist
+def test_the_whole_process_tree_is_found_and_killed():
+    shell = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"])
+    try:
+        deadline = time.time() + 10
+        while len(descendants(shell.pid)) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        below = descendants(shell.pid)
+        assert len(below) == 2
+        kill_tree(shell.pid)
+        assert shell.wait(timeout=10) == -9
+        time.sleep(0.2)
+        for pid in below:
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()[0] if _alive(pid) else "gone"
+            assert state in ("Z", "gone")
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        open(f"/proc/{pid}/stat").close()
+        return True
+    except OSError:
+        return False
