@@ -69,11 +69,7 @@ def train(
     )
     sinks = _open_sinks(job, [*plan.train.log, *log], out_dir, start, predicted)
     records = []
-    run_step = train_step
-    if os.environ.get("PLANC_VERIFY"):  # `planc verify`: the same steps, measured (planc.verify.probe)
-        from planc.verify.probe import StepProbe
-
-        run_step = StepProbe(job, out_dir)
+    run_step = _step_function(job, out_dir)
     with logger, sinks, attempt.guard() as stop_requested:
         for step in range(start, total):
             attempt.before_step(step + 1)
@@ -96,6 +92,16 @@ def train(
         else:
             attempt.finish()
     return records
+
+
+def _step_function(job, out_dir):
+    """``train_step``, or under ``planc verify`` (``PLANC_VERIFY`` set) the same steps measured
+    (:class:`planc.verify.probe.StepProbe`)."""
+    if not os.environ.get("PLANC_VERIFY"):
+        return train_step
+    from planc.verify.probe import StepProbe
+
+    return StepProbe(job, out_dir)
 
 
 def _steps_to_train(plan, steps: int | None) -> int:
