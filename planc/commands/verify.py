@@ -74,8 +74,9 @@ def run(args) -> int:
     )
 
     with _measuring_program_on_stderr():
-        status = launch.launch_local(compiled, run_dir, steps=args.steps)
-    if status != 0:
+        outcome = launch.launch_local(compiled, run_dir, steps=args.steps)
+    status = getattr(outcome, "status", outcome)  # an Outcome (planc.supervise) or an exit status
+    if status != 0 or getattr(outcome, "stop_signal", None):
         raise PlanError(f"the program failed (exit {status}); its output is above", hint=f"run directory: {run_dir}")
     result = collect(compiled.plan, compiled.layout, registry, run_dir)
     result.update(
