@@ -65,26 +65,32 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
 
 
 def _edge_collectives(ctx: CostContext) -> tuple[float, float]:
-    """(seconds, bytes sent) per micro-batch of the collectives outside the blocks (counted by
-    ``planc verify``'s collective counter on tests/verify's tiny plans).
+    """(seconds, bytes sent) per micro-batch of the collectives outside the blocks, on the
+    pipeline rank with the most of them (counted by ``planc verify``'s collective counter).
 
     Without SP: the vocab-parallel embedding all-reduces its output (forward) and the head's
-    replicated input gets its gradient all-reduced (backward): 2 all-reduces of the residual
-    stream. With SP: the embedding reduce-scatters its output and all-gathers that gradient, the
-    head all-gathers its input and reduce-scatters that gradient (2 + 2), and a learned position
-    table (s x h, replicated) is all-gathered once more for the sequence shards.
+    replicated input gets its gradient all-reduced (backward): an all-reduce of the residual
+    stream each. With SP: the embedding reduce-scatters its output and all-gathers that
+    gradient, the head all-gathers its input and reduce-scatters that gradient, and a learned
+    position table (s x h, replicated) is all-gathered once more for the sequence shards. Under
+    pipelining a rank holds the embedding, the head or (ZBV's rank 0, or pp = 1) both.
     """
     link, t = ctx.links["tp"], ctx.layout.tp
     edge = ctx.residual_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
-    if not ctx.layout.sequence_parallel:
-        return 2 * all_reduce_seconds(edge, link), 4 * edge * (t - 1) / t
-    seconds = 2 * (reduce_scatter_seconds(edge, link) + all_gather_seconds(edge, link))
-    sent = 4 * edge * (t - 1) / t
-    if ctx.model.position == "learned":
-        table = ctx.residual_bytes * ctx.model.seq_len * ctx.model.hidden
-        seconds += all_gather_seconds(table, link)
-        sent += table * (t - 1) / t
-    return seconds, sent
+    best = (0.0, 0.0)
+    for st in ctx.stages:
+        if ctx.layout.sequence_parallel:
+            seconds = (st.embedding + st.head) * (reduce_scatter_seconds(edge, link) + all_gather_seconds(edge, link))
+            sent = (st.embedding + st.head) * 2 * edge * (t - 1) / t
+            if st.embedding and ctx.model.position == "learned":
+                table = ctx.residual_bytes * ctx.model.seq_len * ctx.model.hidden
+                seconds += all_gather_seconds(table, link)
+                sent += table * (t - 1) / t
+        else:
+            seconds = (st.embedding + st.head) * all_reduce_seconds(edge, link)
+            sent = (st.embedding + st.head) * 2 * edge * (t - 1) / t
+        best = max(best, (seconds, sent))
+    return best
 
 
 def _replicated_embedding_grad(ctx: CostContext, s: StageMemory) -> StageMemory:
