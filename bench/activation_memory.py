@@ -204,7 +204,7 @@ def predicted_bytes(
     family: str, precision: str, tp: int, sp: bool, recompute: str, bf16_params: bool = False, profile=PLANC_RUNTIME_CPU
 ) -> float:
     plan = make_plan(family, 1, precision, tp)
-    e, r = dtypes(plan, 3 if bf16_params else 0, profile)
+    e, r = dtypes(plan, 3 if bf16_params else 0, 2, profile)
     act = layer_activation_bytes(plan.model, MICRO_BATCH, tp, sp, e, r, profile)
     return getattr(act, recompute)
 

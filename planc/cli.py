@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 import traceback
 
 from planc import __version__
-from planc.errors import PlanError
+from planc.errors import PlanError, error_dict
 
 #: Sub-command name -> module. Order is the order `planc --help` lists them.
 COMMANDS: dict[str, str] = {
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except PlanError as error:
         print(str(error), file=sys.stderr)
+        _json_error(args, error_dict(error))
         return 1
     except KeyboardInterrupt:
         print("planc: interrupted", file=sys.stderr)
@@ -81,7 +83,15 @@ def main(argv: list[str] | None = None) -> int:
             "This is a bug in planc; set PLANC_DEBUG=1 to see the traceback and please report it.",
             file=sys.stderr,
         )
+        _json_error(args, {"message": f"internal error: {type(exc).__name__}: {exc}", "location": None, "hint": None})
         return 2
+
+
+def _json_error(args: argparse.Namespace, error: dict[str, object]) -> None:
+    """With ``--json``, stdout holds exactly one JSON object even on failure: ``{"error": {...}}``
+    (what was printed before the failure is discarded by the commands, which write JSON last)."""
+    if getattr(args, "json", False):
+        print(json.dumps({"error": error}, indent=2))
 
 
 if __name__ == "__main__":

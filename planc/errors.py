@@ -9,6 +9,7 @@ a Python traceback for bad input.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -47,6 +48,21 @@ class PlanError(Exception):
 
     def __str__(self) -> str:
         return render_error(self.message, self.location, self.hint, self.source)
+
+
+def error_dict(error: PlanError) -> dict[str, object]:
+    """An error as ``--json`` prints it: ``{"message", "location", "hint"}`` (location None or
+    ``{"file", "line", "col"}``), with ``"errors"`` listing each one when there are several."""
+
+    def one(e: PlanError) -> dict[str, object]:
+        loc = e.location
+        where = None if loc is None else {"file": loc.file, "line": loc.line, "col": loc.col}
+        return {"message": e.message, "location": where, "hint": e.hint}
+
+    out = one(error)
+    if isinstance(error, PlanErrors):
+        out["errors"] = [one(e) for e in error.errors]
+    return out
 
 
 class PlanErrors(PlanError):
@@ -115,14 +131,37 @@ def _lines(source: str) -> list[str]:
 
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
-    """Return ``"did you mean 'x'?"`` for the closest candidate, or None if none is close."""
-    candidates = list(candidates)
-    matches = difflib.get_close_matches(str(word), candidates, n=1, cutoff=0.6)
+    """``"did you mean 'x'?"`` for the closest candidates, or None if none is close.
+
+    In order: the same name in another case (``h100`` -> ``H100``); names that start with the
+    word (``H100`` -> ``H100-SXM``, ``A100`` -> both A100 presets); then the closest spelling that
+    keeps the word's numbers (``lama3-8b`` -> ``llama3-8b``, but never ``H100`` -> ``H200`` or
+    ``llama3.2-1b`` -> ``llama2-13b``: a suggestion that changes a number names another thing).
+    """
+    matches = close_names(str(word), [str(c) for c in candidates])
     if not matches:
-        lowered = {c.lower(): c for c in candidates}
-        if str(word).lower() in lowered:
-            matches = [lowered[str(word).lower()]]
-    return f"did you mean '{matches[0]}'?" if matches else None
+        return None
+    return "did you mean " + " or ".join(f"'{m}'" for m in matches) + "?"
+
+
+def close_names(word: str, candidates: list[str], limit: int = 3) -> list[str]:
+    """The candidates :func:`did_you_mean` suggests for ``word`` (best first, at most ``limit``)."""
+    key = word.lower()
+    same = [c for c in candidates if c.lower() == key]
+    if same:
+        return same[:limit]
+    if len(key) >= 3:
+        longer = [c for c in candidates if c.lower().startswith(key)]
+        if longer:
+            return sorted(longer, key=len)[:limit]
+    numbers = _numbers(word)
+    lowered = {c.lower(): c for c in candidates}
+    close = difflib.get_close_matches(key, list(lowered), n=len(lowered), cutoff=0.6)
+    return [lowered[c] for c in close if _numbers(c) == numbers][:1]
+
+
+def _numbers(name: str) -> list[str]:
+    return re.findall(r"\d+", name)
 
 
 def one_of(candidates: Iterable[str]) -> str:

@@ -41,6 +41,8 @@ _DERIVED_DEFAULTS = {
     ("hardware", "intra_node_latency"): "device preset, else 5 us",
     ("hardware", "inter_node_latency"): "device preset, else 10 us",
     ("hardware", "efficiency"): "device preset, else 0.7",
+    ("hardware", "inter_node_bw"): "device preset, or inter_node_bw_per_node / per_node",
+    ("hardware", "inter_node_bw_per_node"): "none",
     ("train", "log"): "none (metrics.jsonl only)",
     ("train", "val_data"): "none",
 }

@@ -4,11 +4,13 @@ pasted into docs/planner.md, and the tables of docs/language.md.
 A code block preceded by ``<!-- explain: plans/x.plan -->`` is replaced by the output of
 ``planc explain plans/x.plan``; one preceded by ``<!-- plan: plans/x.plan -->`` by that file's
 text; the sections between ``<!-- generated:NAME -->`` markers of docs/language.md by
-``tools/language_tables.py``. ``tests/test_docs_current.py`` and ``tests/dsl/test_docs.py`` check
-the docs match (apart from search timings), so a change that moves a worked example or a key
-fails until this is run:
+``tools/language_tables.py``; the ``<!-- planc:begin ... -->`` blocks of docs/course/ by
+``tools/course_blocks.py`` (``--runs`` also re-runs the stored ``planc run`` outputs there).
+``tests/test_docs_current.py``, ``tests/test_course_current.py`` and ``tests/dsl/test_docs.py``
+check the docs match (apart from search timings), so a change that moves a worked example or a
+key fails until this is run:
 
-    python tools/refresh_docs.py
+    python tools/refresh_docs.py          # add --runs to re-run the course's `planc run` outputs
 """
 
 from __future__ import annotations
@@ -48,9 +50,15 @@ def main() -> int:
 
     os.chdir(ROOT)  # explain prints the plan path as given: keep it relative
     sys.path.insert(0, str(ROOT / "tools"))
+    import course_blocks
     import language_tables
 
-    updates = {name: refresh for name in DOCS} | {"docs/language.md": language_tables.update}
+    course = {
+        str(page.relative_to(ROOT)): course_blocks.refresh for page in sorted((ROOT / "docs/course").glob("*.md"))
+    }
+    if "--runs" in sys.argv[1:]:
+        course = {name: lambda text: course_blocks.refresh(course_blocks.refresh_runs(text)) for name in course}
+    updates = {name: refresh for name in DOCS} | {"docs/language.md": language_tables.update} | course
     for name, rewrite in updates.items():
         path = ROOT / name
         old = path.read_text(encoding="utf-8")

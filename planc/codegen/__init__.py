@@ -67,7 +67,7 @@ def compile_plan(
         what = suggestion_text(choice.suggestion) if choice.suggestion else "run `planc explain` to see what would fit"
         raise PlanError(
             f"the layout {choice.layout.describe()} needs {format_bytes(prediction.memory_bytes)} per device, "
-            f"but {plan.hardware.device} has {format_bytes(prediction.capacity_bytes)}",
+            f"but {plan.hardware.device} has {_capacity_text(plan, prediction.capacity_bytes)}",
             hint=what + "; pass --force to emit the program anyway",
         )
     registry.require(plan, choice.layout)
@@ -95,3 +95,12 @@ def compile_plan(
 
 
 __all__ = ["CompiledPlan", "compile_plan", "emit_program", "torchrun_command", "StrategyCall", "Prediction"]
+
+
+def _capacity_text(plan: Plan, capacity_bytes: float) -> str:
+    """``3.8 GiB (4.0 GiB less 5% headroom)``: what a layout may use, and why it is not the memory."""
+    from planc.units import format_bytes
+
+    hw = plan.hardware
+    less = f" ({format_bytes(hw.memory)} less {hw.headroom:.0%} headroom)" if hw.headroom else ""
+    return format_bytes(capacity_bytes) + less

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from planc.errors import PlanError
+from planc.errors import PlanError, error_dict
 
 if TYPE_CHECKING:
     from planc.spec.plan import Plan
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     registry = load_registry()
     failed = 0
-    documents = []
+    documents: list[str] = []
     info = sys.stderr if args.json else sys.stdout
     for name in args.files:
         try:
@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         except PlanError as error:
             print(str(error), file=sys.stderr)
             failed += 1
+            documents.append(json.dumps({"file": name, "error": error_dict(error)}))
             continue
         for note in plan.notes:
             print(f"{name}: note: {note}", file=info)
@@ -52,11 +53,14 @@ def run(args: argparse.Namespace) -> int:
             documents.append(plan.to_json())
         else:
             print(f"{name}: ok — {summary(plan)}", file=info)
-    if args.json and documents:
-        if len(args.files) == 1:
-            print(documents[0])
-        else:
+    if args.json:
+        # One file: its plan, or {"error": ...}; several: a list of those, in the order given.
+        if len(args.files) != 1:
             print(json.dumps([json.loads(document) for document in documents], indent=2))
+        elif failed:
+            print(json.dumps({"error": json.loads(documents[0])["error"]}, indent=2))
+        else:
+            print(documents[0])
     return 1 if failed else 0
 
 

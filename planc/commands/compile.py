@@ -22,7 +22,7 @@ def add_arguments(parser) -> None:
         "--tolerance",
         type=tolerance,
         default=None,
-        help="planner tolerance: simplest layout within this fraction of the best (default: the plan's, 0.05)",
+        help="planner tolerance: simplest layout within this fraction of the best (default: the plan's)",
     )
     parser.add_argument(
         "--force", action="store_true", help="emit the program even when the layout is predicted not to fit in memory"

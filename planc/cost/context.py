@@ -22,7 +22,14 @@ from planc.cost.compute import (
     embedding_times,
     head_times,
 )
-from planc.cost.memory import LayerActivations, layer_activation_bytes, logits_bytes, runtime_state_bytes
+from planc.cost.memory import (
+    LayerActivations,
+    bf16_weights,
+    ddp_replicates,
+    layer_activation_bytes,
+    logits_bytes,
+    runtime_state_bytes,
+)
 from planc.cost.params import StageParams, stage_params
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile, StateBytes, on_hardware
 from planc.hardware.topology import Topology, topology_for
@@ -106,16 +113,19 @@ class CostContext:
         raise KeyError(rank)
 
 
-def dtypes(plan: Plan, zero: int, profile: RuntimeProfile) -> tuple[int, int]:
+def dtypes(plan: Plan, zero: int, dp: int, profile: RuntimeProfile) -> tuple[int, int]:
     """(compute bytes, residual bytes) of the program.
 
-    bf16 with DDP/ZeRO-1 runs under ``torch.autocast``: GEMMs in bf16, but the parameters, the
-    embedding output and hence the residual stream stay fp32. FSDP's bf16 parameters
-    (ZeRO-2/3) make the whole forward bf16.
+    bf16 under ``torch.autocast`` (ZeRO-1, or no data parallelism): GEMMs in bf16, but the
+    parameters, the embedding output and hence the residual stream stay fp32. The bf16
+    parameters of FSDP2's policy (DDP via ``replicate``, ZeRO-2/3 via ``fully_shard``) make the
+    whole forward bf16 (:func:`~planc.cost.memory.bf16_weights`).
     """
     if plan.train.precision == "fp32":
         return 4, 4
-    residual = profile.residual_bytes or (4 if zero <= 1 else 2)
+    residual = profile.residual_bytes or (
+        2 if bf16_weights(plan.train.precision, zero, dp, ddp_replicates(plan)) else 4
+    )
     return 2, residual
 
 
@@ -194,7 +204,7 @@ def build_context(
     if cache is None or cache.plan is not plan or cache.profile is not profile:
         cache = ContextCache(plan, profile)
     lay = layout
-    e, r = dtypes(plan, lay.zero, profile)
+    e, r = dtypes(plan, lay.zero, lay.dp, profile)
     b, tp, sp = lay.micro_batch, lay.tp, lay.sequence_parallel
     layer, layer_act = cache.block(b, tp, sp, e, r)
     (emb_f, emb_b), (head_f, head_b), logits = cache.edges(b, tp, sp, e, r)
@@ -206,7 +216,9 @@ def build_context(
         times.append(
             StageTimes(rank=st.rank, forward=fwd, backward=bwd, backward_weight=st.layers * layer.backward_weight)
         )
-    state_bytes = profile.state_bytes or runtime_state_bytes(plan.train.precision, plan.train.optimizer, lay.zero)
+    state_bytes = profile.state_bytes or runtime_state_bytes(
+        plan.train.precision, plan.train.optimizer, lay.zero, lay.dp, ddp_replicates(plan)
+    )
     return CostContext(
         plan=plan,
         layout=lay,
@@ -225,5 +237,5 @@ def build_context(
         layer_act=layer_act,
         logits=logits,
         links=cache.links(lay),
-        capacity=plan.hardware.memory,
+        capacity=plan.hardware.capacity,
     )

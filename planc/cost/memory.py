@@ -8,10 +8,13 @@ degree, L layers, p pipeline stages, v virtual stages (model chunks per rank), m
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from planc.cost.profile import RuntimeProfile, StateBytes
 from planc.spec.model import ModelSpec
+
+if TYPE_CHECKING:
+    from planc.spec.plan import Plan
 
 GiB = 2**30
 
@@ -22,12 +25,34 @@ GiB = 2**30
 OPTIMIZER_STATE_BYTES = {"adam": 8, "adamw": 8, "sgd": 4}
 
 
-def runtime_state_bytes(precision: str, optimizer: str, zero: int) -> StateBytes:
+def ddp_replicates(plan: Plan) -> bool:
+    """The ``ddp`` option ``bf16_weights`` as the plan sets it (default true): whether bf16 DDP runs
+    FSDP2's ``replicate`` (false: ``DistributedDataParallel`` under autocast, for comm hooks)."""
+    return all(use.options.get("bf16_weights", True) is not False for use in plan.uses if use.name == "ddp")
+
+
+def bf16_weights(precision: str, zero: int, dp: int, replicate: bool = True) -> bool:
+    """Whether the program computes with bf16 copies of fp32 parameters (FSDP2's
+    ``MixedPrecisionPolicy``) rather than ``torch.autocast`` over fp32 parameters.
+
+    bf16 with data parallelism: ZeRO-2/3 (``fully_shard``) and DDP (``replicate``, FSDP2's
+    replicate-only wrapper, unless ``replicate`` is false: :func:`ddp_replicates`) take the
+    policy. ZeRO-1 keeps ``DistributedDataParallel`` + ``ZeroRedundancyOptimizer`` (which
+    broadcasts plain tensors and cannot take replicate's DTensors) under autocast, and so does a
+    layout without data parallelism (nothing wraps it).
+    """
+    return precision == "bf16" and (zero >= 2 or (zero == 0 and dp > 1 and replicate))
+
+
+def runtime_state_bytes(precision: str, optimizer: str, zero: int, dp: int = 1, replicate: bool = True) -> StateBytes:
     """Per-parameter bytes of the model states in planc's runtime, and why.
 
-    - fp32, or bf16 with ZeRO 0/1 (DDP / ZeroRedundancyOptimizer + ``torch.autocast``):
+    - fp32; bf16 under autocast (ZeRO-1, or no data parallelism; see :func:`bf16_weights`):
       parameters stay fp32 and are the working copy (4), no separate master (0), fp32 grads (4).
       Autocast's transient bf16 weight copies are the ``bf16`` strategy's term, not a state.
+    - bf16 with DDP (``replicate`` + MixedPrecisionPolicy): the replicated fp32 parameters act
+      as master (4), the bf16 compute copies live from forward to the end of backward (2),
+      fp32 grads (4); nothing is sharded.
     - bf16 with ZeRO 2 (FSDP2, ``reshard_after_forward=False``, MixedPrecisionPolicy(param bf16,
       reduce fp32)): the sharded fp32 parameters act as master (4, sharded), the unsharded bf16
       parameters stay gathered from forward to backward (2, not sharded), fp32 sharded grads (4).
@@ -36,10 +61,12 @@ def runtime_state_bytes(precision: str, optimizer: str, zero: int) -> StateBytes
       :func:`fsdp_gather_bytes`), so the working copy counts 0 here.
     - fp32 with ZeRO 2: as bf16 but the unsharded working copy is fp32 (4).
 
-    The optimizer adds :data:`OPTIMIZER_STATE_BYTES`. Totals for Adam: 16 B/param in all cases
-    (ZeRO-2 bf16: 2 + 4 + 4 + 8 = 18, of which only the 2 are not sharded).
+    The optimizer adds :data:`OPTIMIZER_STATE_BYTES`. Totals for Adam: 16 B/param under autocast
+    or fp32, 18 with bf16 compute copies (DDP; ZeRO-2, whose 2 are the only unsharded bytes).
     """
     opt = OPTIMIZER_STATE_BYTES[optimizer]
+    if zero == 0 and bf16_weights(precision, zero, dp, replicate):
+        return StateBytes(working=2, master=4, grads=4, optimizer=opt)
     if zero <= 1:
         return StateBytes(working=4, master=0, grads=4, optimizer=opt)
     working = 0 if zero == 3 else (2 if precision == "bf16" else 4)

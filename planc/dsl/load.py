@@ -51,8 +51,20 @@ def load_plan_text(
         plan_file,
         base_dir=Path(base_dir) if base_dir is not None else None,
         known_strategies=strategies.registered,
-        check_uses=lambda plan: check_sink_names(plan) + (strategies.validate_uses(plan) if plan.uses else []),
+        check_uses=lambda plan: check_sink_names(plan) + check_use_blocks(plan, strategies),
     )
+
+
+def check_use_blocks(plan: Plan, strategies: Registry) -> list[SpecIssue]:
+    """The ``use`` blocks' options, then whether their strategies accept at least one legal layout."""
+    if not plan.uses:
+        return []
+    issues = strategies.validate_uses(plan)
+    if issues:
+        return issues
+    from planc.planner.refusals import refused_everywhere
+
+    return refused_everywhere(plan, strategies)
 
 
 def check_sink_names(plan: Plan) -> list[SpecIssue]:

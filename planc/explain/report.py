@@ -11,7 +11,10 @@ from typing import Any
 from planc.cost.context import ContextCache
 from planc.cost.estimate import CommCost, Estimate
 from planc.cost.flops import model_flops_per_token
+from planc.cost.uncertainty import step_time_uncertainty
+from planc.explain.advice_words import advice_text
 from planc.explain.timeline import ascii_timeline
+from planc.explain.totals import band_text, mfu_text, totals_dict, totals_line
 from planc.explain.visible import visible
 from planc.explain.words import layout_dict, rejection_dict, rejection_reason, suggestion_text
 from planc.hardware.topology import GroupLink
@@ -28,7 +31,17 @@ def _medium(name: str, cpu: bool) -> str:
     return "intra-node" if cpu and name == "nvlink" else name
 
 
-def bottleneck(est: Estimate, links: dict[str, GroupLink], *, cpu: bool = False) -> str:
+def link_text(link: GroupLink, medium: str, inter_node_bw: float) -> str:
+    """Where a group's traffic runs, saying what the bandwidth is per: a group inside a node gets
+    its NVLink per device; a group across nodes crosses each node through the NICs of its members
+    there (:mod:`planc.hardware.topology`), an aggregate: "network 400 GB/s per node (8 × 50 GB/s)"."""
+    bandwidth = format_bandwidth(link.bandwidth)
+    if link.crosses_nodes and link.per_node > 1:
+        return f"{medium} {bandwidth} per node ({link.per_node} NICs × {format_bandwidth(inter_node_bw)} each)"
+    return f"{medium} {bandwidth} per device"
+
+
+def bottleneck(est: Estimate, links: dict[str, GroupLink], *, cpu: bool = False, inter_node_bw: float = 0.0) -> str:
     """What limits the step: memory (if it does not fit), else the largest part of the step."""
     if not est.fits:
         return "memory (the layout does not fit)"
@@ -43,9 +56,7 @@ def bottleneck(est: Estimate, links: dict[str, GroupLink], *, cpu: bool = False)
         if key.endswith("exposed"):
             group = key.split()[0].lower()
             link = links.get(group if group != "pp" else "pp_p2p")
-            where = (
-                f" over {_medium(link.medium, cpu)} at {format_bandwidth(link.bandwidth)} per device" if link else ""
-            )
+            where = f" over {link_text(link, _medium(link.medium, cpu), inter_node_bw)}" if link else ""
             text = f"{group.upper()} communication{where} ({share:.0%} of the step)"
         elif key == "bubble":
             text = f"pipeline bubble ({share:.0%} of the step)"
@@ -79,19 +90,37 @@ def to_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
             "other_s": {t.name: t.value for t in est.other},
         },
         "comm": [_comm_dict(c, links) for c in est.comm],
-        "throughput": {
-            "tokens_per_s": est.tokens_per_s,
-            "model_tflops_per_device": est.model_tflops_per_device,
-            "hardware_tflops_per_device": est.hardware_tflops_per_device,
-            "mfu": est.mfu,
-            "hfu": est.hfu,
-        },
-        "bottleneck": bottleneck(est, links, cpu=plan.hardware.is_cpu),
+        "throughput": _throughput_dict(est),
+        "training": totals_dict(plan, est) if est.fits else None,
+        "uncertainty": {"step_time_relative": step_time_uncertainty()},
+        "bottleneck": bottleneck(est, links, cpu=plan.hardware.is_cpu, inter_node_bw=plan.hardware.inter_node_bw),
         "rejected": [rejection_dict(r) for r in choice.rejected],
         "alternatives": [_alternative_dict(a) for a in choice.alternatives],
         "search": {"scored": choice.scored, "seconds": choice.search_seconds, "tolerance": choice.tolerance},
-        "notes": list(est.notes) + list(plan.notes),
+        "margin": _margin_dict(choice),
+        "advice": [{"kind": a.kind, "text": advice_text(a)} for a in choice.advice],
+        "notes": list(est.notes) + list(plan.notes) + [advice_text(a) for a in choice.advice],
     }
+
+
+def _throughput_dict(est: Estimate) -> dict[str, Any] | None:
+    """None for a layout that does not fit: it runs nothing."""
+    if not est.fits:
+        return None
+    return {
+        "tokens_per_s": est.tokens_per_s,
+        "model_tflops_per_device": est.model_tflops_per_device,
+        "hardware_tflops_per_device": est.hardware_tflops_per_device,
+        "mfu": est.mfu,
+        "hfu": est.hfu,
+    }
+
+
+def _margin_dict(choice: Choice) -> dict[str, Any] | None:
+    m = choice.margin
+    if m is None:
+        return None
+    return {"relative": m.relative, "floor_s": m.floor_s, "from_uncertainty": m.from_uncertainty}
 
 
 def _plan_dict(plan: Plan, est: Estimate) -> dict[str, Any]:
@@ -145,6 +174,12 @@ def _comm_dict(c: CommCost, links: dict[str, GroupLink]) -> dict[str, Any]:
         "medium": c.medium,
         "detail": c.detail,
         "bandwidth": links[c.group].bandwidth if c.group in links else None,
+        # A group across nodes crosses each node through its members' NICs: an aggregate per node.
+        "bandwidth_per": (
+            ("node" if links[c.group].crosses_nodes and links[c.group].per_node > 1 else "device")
+            if c.group in links
+            else None
+        ),
     }
 
 
@@ -167,20 +202,32 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
     cpu = plan.hardware.is_cpu
     sections = [
         _header(plan, choice),
-        _memory_table(est),
-        _time_lines(est, links, cpu=cpu),
+        _memory_table(est, plan),
+        _time_lines(est, links, cpu=cpu, inter_node_bw=plan.hardware.inter_node_bw),
         [
-            f"  throughput {format_count(est.tokens_per_s)} tokens/s · "
-            f"{format_tflops(est.model_tflops_per_device)} model TFLOP/s per device · "
-            f"{format_tflops(est.hardware_tflops_per_device)} hardware TFLOP/s · MFU {est.mfu:.0%}",
-            f"  bottleneck {bottleneck(est, links, cpu=cpu)}",
+            *_throughput_lines(plan, est),
+            f"  bottleneck {bottleneck(est, links, cpu=cpu, inter_node_bw=plan.hardware.inter_node_bw)}",
         ],
         ["  why not simpler", *_rejection_lines(choice)] if choice.rejected else [],
         _alternatives(choice, top_k),
         _timeline(choice),
-        _notes(plan, est),
+        _notes(plan, est, choice),
     ]
     return "\n\n".join("\n".join(lines) for lines in sections if lines) + "\n"
+
+
+def _throughput_lines(plan: Plan, est: Estimate) -> list[str]:
+    """Throughput, MFU with its band, and what the plan's whole run costs; a layout that does not
+    fit runs nothing, so it gets none of these."""
+    if not est.fits:
+        return ["  throughput none: the layout does not fit, so it has no throughput, MFU or training time"]
+    return [
+        f"  throughput {format_count(est.tokens_per_s)} tokens/s · "
+        f"{format_tflops(est.model_tflops_per_device)} model TFLOP/s per device · "
+        f"{format_tflops(est.hardware_tflops_per_device)} hardware TFLOP/s · "
+        f"{mfu_text(est.mfu, step_time_uncertainty())}",
+        totals_line(plan, est),
+    ]
 
 
 def _header(plan: Plan, choice: Choice) -> list[str]:
@@ -188,13 +235,16 @@ def _header(plan: Plan, choice: Choice) -> list[str]:
     est, lay = choice.estimate, choice.layout
     nodes = f"{hw.nodes} node{'s' if hw.nodes != 1 else ''}"
     local_link = "between processes" if hw.is_cpu else "NVLink"
+    links = [f"{local_link} {format_bandwidth(hw.intra_node_bw)} per device"] if hw.per_node > 1 else []
+    if hw.nodes > 1:
+        links.append(f"network {format_bandwidth(hw.inter_node_bw)} per device")
     lines = [
         visible(plan.source or "(plan)"),
         f"  model     {visible(m.name or 'custom')} · {format_count(m.params)} params · "
         f"{model_flops_per_token(m) / 1e12:.3g} TFLOP per token (fwd+bwd)",
         f"  hardware  {hw.world_size} × {visible(hw.device)} ({nodes} × {hw.per_node}) · "
-        f"{local_link} {format_bandwidth(hw.intra_node_bw)} · "
-        f"network {format_bandwidth(hw.inter_node_bw)} per device · {format_bytes(hw.memory)} each",
+        + "".join(f"{link} · " for link in links)
+        + f"{format_bytes(hw.memory)} each",
         f"  batch     {tr.global_batch} sequences × {m.seq_len} = {format_count(plan.tokens_per_step)} tokens "
         f"per step · {est.micro_batches} micro-batch(es) of {lay.micro_batch} per DP rank",
         "",
@@ -205,7 +255,7 @@ def _header(plan: Plan, choice: Choice) -> list[str]:
     else:
         lines.append(
             f"            rung: {choice.rung.label} · {choice.scored} layouts scored in "
-            f"{choice.search_seconds:.2f} s · tolerance {choice.tolerance:.0%}"
+            f"{choice.search_seconds:.2f} s · margin {choice.margin.describe() if choice.margin else choice.tolerance}"
         )
     if not choice.fits:
         lines += [
@@ -242,46 +292,72 @@ def _timeline(choice: Choice) -> list[str]:
     ]
 
 
-def _notes(plan: Plan, est: Estimate) -> list[str]:
-    notes = list(est.notes) + list(plan.notes)
+def _notes(plan: Plan, est: Estimate, choice: Choice) -> list[str]:
+    notes = list(est.notes) + list(plan.notes) + [advice_text(a) for a in choice.advice]
     return ["  notes", *(f"    - {n}" for n in notes)] if notes else []
 
 
-def _memory_table(est: Estimate) -> list[str]:
+def memory_rows(est: Estimate) -> list[tuple[str, float, list[tuple[str, float]]]]:
+    """The memory of the worst pipeline rank as (group, bytes, [(row, bytes)]): every group's bytes
+    are the sum of its rows, and the groups' sum is the total."""
     s = est.memory
-    rows = [
-        ("parameters (working copy)", s.params),
-        ("master weights (fp32)", s.master),
-        ("gradients", s.grads),
-        ("optimizer states", s.optimizer),
-        (f"activations ({s.act_layers:g} block-micro-batches in flight)", s.act_per_layer * s.act_layers),
+    blocks = f"blocks ({s.act_layers:g} block-micro-batches in flight)"
+    return [
+        (
+            "model states",
+            s.model_states,
+            [
+                ("parameters (working copy)", s.params),
+                ("master weights (fp32)", s.master),
+                ("gradients", s.grads),
+                ("optimizer states", s.optimizer),
+            ],
+        ),
+        ("activations", s.activations, [(blocks, s.act_per_layer * s.act_layers), *_at_peak(s, s.act_extra)]),
+        ("buffers and overheads", s.transient_bytes, _at_peak(s, s.transient)),
     ]
-    rows += [(f"  {t.name}", t.value) for t in s.act_extra]
-    rows.append(("buffers and overheads", s.transient_bytes))
-    rows += [(f"  {t.name}", t.value) for t in s.transient]
-    elsewhere = {f"  {t.name}" for t in (*s.act_extra, *s.transient) if not s.at_peak(t)}
-    lines = [f"  memory per device (worst: pipeline rank {s.rank}){'GiB':>19}"]
-    for name, value in rows:
-        if name in elsewhere:  # held in another phase of the step than the peak: shown, not added
-            lines.append(f"    {name:<56}{f'({value / GiB:.2f})':>8}")
-        elif value or not name.startswith("  "):
-            lines.append(f"    {name:<56}{value / GiB:>8.2f}")
+
+
+def _at_peak(s, terms) -> list[tuple[str, float]]:
+    """(name, bytes) of the terms held at the stage's peak (a term of another phase is not)."""
+    return [(t.name, t.value) for t in terms if s.at_peak(t)]
+
+
+def _memory_table(est: Estimate, plan: Plan) -> list[str]:
+    groups = memory_rows(est)
+    hw = plan.hardware
+    names = [name for _, _, rows in groups for name, _ in rows]
+    width = max(44, *(len(n) + 4 for n in names))
+    s = est.memory
+    # MiB for a small model (a CPU run), where every row would read 0.00 GiB.
+    unit, size = ("GiB", GiB) if s.total >= GiB else ("MiB", 2**20)
+    title = f"  memory per device (worst: pipeline rank {s.rank})"
+    lines = [title + unit.rjust(4 + width + 8 - len(title))]
+    for group, total, rows in groups:
+        lines.append(f"    {group:<{width}}{total / size:>8.2f}")
+        lines += [f"      {name:<{width - 2}}{value / size:>8.2f}" for name, value in rows if value]
     share = s.total / est.capacity
-    lines.append(f"    {'total':<56}{s.total / GiB:>8.2f}  of {est.capacity / GiB:.1f}  ({share:.0%})")
-    if elsewhere:
-        lines.append(f"    (in parentheses: held in another phase of the step than the peak, the {s.peak_phase})")
+    headroom = f" = {format_bytes(hw.memory)} less {hw.headroom:.0%} headroom" if hw.headroom else ""
+    lines.append(
+        f"    {'total':<{width}}{s.total / size:>8.2f}  of {format_bytes(est.capacity)}  ({share:.0%}){headroom}"
+    )
+    elsewhere = [t for t in (*s.act_extra, *s.transient) if not s.at_peak(t)]
+    if elsewhere:  # held in another phase of the step than the peak: shown, not added
+        lines += ["", f"    not at the peak (the {s.peak_phase} phase is larger):"]
+        lines += [f"      {t.name} ({t.phase} phase){'':<4}{t.value / size:.2f} {unit}" for t in elsewhere]
     return lines
 
 
-def _time_lines(est: Estimate, links: dict[str, GroupLink], *, cpu: bool) -> list[str]:
+def _time_lines(est: Estimate, links: dict[str, GroupLink], *, cpu: bool, inter_node_bw: float) -> list[str]:
     parts = est.step_parts()
     shown = " + ".join(f"{k} {format_seconds(v)}" for k, v in parts.items() if v > 0)
-    lines = [f"  step time {format_seconds(est.step_s)} = {shown}"]
+    band = band_text(step_time_uncertainty())
+    lines = [f"  step time {format_seconds(est.step_s)} {band} = {shown}"]
     if est.comm:
         lines.append(f"    {'communication':<16}{'per step':>12}{'total':>11}{'exposed':>11}   link")
         for c in est.comm:
             link = links.get(c.group if c.group != "pp" else "pp_p2p")
-            where = f"{_medium(c.medium, cpu)} {format_bandwidth(link.bandwidth)}" if link else _medium(c.medium, cpu)
+            where = link_text(link, _medium(c.medium, cpu), inter_node_bw) if link else _medium(c.medium, cpu)
             lines.append(
                 f"    {c.group.upper():<16}{format_bytes(c.volume):>12}{format_seconds(c.total):>11}"
                 f"{format_seconds(c.exposed):>11}   {where}"

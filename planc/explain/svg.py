@@ -45,15 +45,15 @@ def render_svg(plan: Plan, choice: Choice) -> str:
     bar_w = WIDTH - 80
     els: list[str] = []
     title = f"{plan.model.name or 'model'} on {plan.world_size} × {plan.hardware.device}: {lay.describe()}"
-    els.append(_text(20, 24, title, size=14, weight="bold"))
-    els.append(
-        _text(
-            20,
-            48,
-            f"memory per device (pipeline rank {s.rank}): {format_bytes(s.total)} of "
-            f"{format_bytes(est.capacity)}" + ("" if est.fits else " — DOES NOT FIT"),
-        )
+    caption = f"memory per device (pipeline rank {s.rank}): {format_bytes(s.total)} of " + (
+        f"{format_bytes(est.capacity)}" + ("" if est.fits else " — DOES NOT FIT")
     )
+    schedule_caption = _schedule_caption(lay, est) if lay.pp > 1 else ""
+    # Wide enough for the longest line of text (bold: 5% wider); the bars keep their width.
+    width = int(max(WIDTH, 20 + 1.05 * text_width(title, 14) + MARGIN, 20 + text_width(caption, 12) + MARGIN))
+    width = int(max(width, 20 + text_width(schedule_caption, 12) + MARGIN))
+    els.append(_text(20, 24, title, size=14, weight="bold"))
+    els.append(_text(20, 48, caption))
     x, y = 40.0, 60
     for name, value in parts:
         if value <= 0:
@@ -70,25 +70,53 @@ def render_svg(plan: Plan, choice: Choice) -> str:
         f'stroke-width="2" stroke-dasharray="4 2"/>'
     )
     els.append(_text(cap_x - 60, y + 48, "capacity", size=11))
-    lx = 40
-    for name, value in parts:
-        if value <= 0:
-            continue
-        els.append(f'<rect x="{lx}" y="{y + 56}" width="12" height="12" fill="{COLORS[name]}"/>')
-        label = f"{name} {format_bytes(value)}"
-        els.append(_text(lx + 16, y + 66, label, size=11))
-        lx += 16 + 7 * len(label) + 14
-    height = y + 90
+    height = _legend(els, [(name, value) for name, value in parts if value > 0], top=y + 56)
     if lay.pp > 1:
-        height = _schedule(els, lay, est, top=height + 10)
+        height = _schedule(els, lay, est, top=height + 10, caption=schedule_caption)
     body = "\n  ".join(els)
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height + 10}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 10}" '
         f'font-family="sans-serif">\n  <rect width="100%" height="100%" fill="white"/>\n  {body}\n</svg>\n'
     )
 
 
-def _schedule(els: list[str], lay: Layout, est: Estimate, top: int) -> int:
+def _legend(els: list[str], parts: list[tuple[str, float]], top: float) -> int:
+    """One swatch and label per part, wrapped onto a new row before a label would cross the right
+    edge (label widths from :func:`text_width`); returns the y below the legend."""
+    lx, y = 40.0, top
+    for name, value in parts:
+        label = f"{name} {format_bytes(value)}"
+        item = 16 + text_width(label, 11)
+        if lx > 40 and lx + item > WIDTH - MARGIN:
+            lx, y = 40.0, y + 18
+        els.append(f'<rect x="{lx:.1f}" y="{y}" width="12" height="12" fill="{COLORS[name]}"/>')
+        els.append(_text(lx + 16, y + 10, label, size=11))
+        lx += item + 14
+    return int(y + 34)
+
+
+#: Space kept free at the right edge.
+MARGIN = 10
+#: Advance widths of sans-serif glyphs in ems, rounded up from Helvetica/Arial's (lowercase and
+#: digits <= 0.56, most capitals <= 0.72, M W m w up to 0.94): an upper bound, so text never
+#: runs past the width it is given.
+_WIDE, _CAPITAL, _NARROW = 0.95, 0.75, 0.6
+
+
+def text_width(text: str, size: float) -> float:
+    """An upper bound of the width of ``text`` in pixels at font size ``size``."""
+    return size * sum(_WIDE if c in "MWmw@%" or ord(c) > 127 else _CAPITAL if c.isupper() else _NARROW for c in text)
+
+
+def _schedule_caption(lay: Layout, est: Estimate) -> str:
+    schedule, p, v, m = lay.schedule or "1f1b", lay.pp, lay.virtual_stages, est.micro_batches
+    return (
+        f"pipeline schedule: {schedule}, {p} stages, v = {v}, first {min(m, 2 * p)} of {m} "
+        f"micro-batches (F blue, B orange, W green, gaps = bubble)"
+    )
+
+
+def _schedule(els: list[str], lay: Layout, est: Estimate, top: int, caption: str) -> int:
     """The replayed pipeline schedule of the chosen layout (:mod:`planc.explain.timeline`)."""
     schedule, p, v, m = lay.schedule or "1f1b", lay.pp, lay.virtual_stages, est.micro_batches
     shown_m = min(m, 2 * p)
@@ -96,14 +124,7 @@ def _schedule(els: list[str], lay: Layout, est: Estimate, top: int) -> int:
     end = max(o.end for o in ops)
     ranks = list(range(p)) if p <= 16 else list(range(8)) + list(range(p - 8, p))
     row_h = max(6, min(18, 320 // len(ranks)))
-    els.append(
-        _text(
-            20,
-            top + 14,
-            f"pipeline schedule: {schedule}, {p} stages, v = {v}, first {shown_m} of {m} "
-            f"micro-batches (F blue, B orange, W green, gaps = bubble)",
-        )
-    )
+    els.append(_text(20, top + 14, caption))
     y0 = top + 24
     unit = (WIDTH - 80) / end
     for i, r in enumerate(ranks):

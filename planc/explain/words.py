@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from planc.planner.choose import Suggestion
 from planc.planner.rejections import Limit, Rejection
+from planc.planner.suggest import Suggestion
 from planc.spec.layout import Layout
 from planc.units import format_bytes, format_percent, format_seconds
 
@@ -48,18 +48,22 @@ def _family(layout: Layout) -> str:
     text = f"TP {layout.tp} × PP {layout.pp} × DP {layout.dp}"
     if layout.dp > 1:
         text += " · " + {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3/FSDP"}[layout.zero]
+    if layout.recompute != "none":  # the family on a recompute rung: say so, as the row is about it
+        text += f" · {layout.recompute} recompute"
     return text
 
 
-def _part(part: tuple[str, float] | None) -> str:
-    return f"{part[0]} {format_bytes(part[1])}" if part else ""
+def _part(r: Rejection) -> str:
+    part, detail = r.memory_part, r.memory_detail
+    text = f"{part[0]} {format_bytes(part[1])}" if part else ""
+    return text + (f", most of it {detail[0]} {format_bytes(detail[1])}" if detail else "")
 
 
 def _memory(r: Rejection) -> str:
     assert r.layout is not None and r.memory_bytes is not None and r.capacity_bytes is not None
     return (
         f"needs {format_bytes(r.memory_bytes)} per device, has {format_bytes(r.capacity_bytes)} "
-        f"({_part(r.memory_part)}) — best try: {r.layout.describe()}"
+        f"({_part(r)}) — best try: {r.layout.describe()}"
     )
 
 
@@ -67,7 +71,7 @@ def _family_memory(r: Rejection) -> str:
     assert r.layout is not None and r.memory_bytes is not None and r.capacity_bytes is not None
     return (
         f"needs at least {format_bytes(r.memory_bytes)} per device, has {format_bytes(r.capacity_bytes)}: "
-        f"even {r.layout.describe()} does not fit ({_part(r.memory_part)})"
+        f"even {r.layout.describe()} does not fit ({_part(r)})"
     )
 
 
@@ -136,19 +140,27 @@ _REASONS: dict[Limit, Callable[[Rejection], str]] = {
 }
 
 
+def plan_value(value: object) -> str:
+    """A value as the plan language writes it: ``true``/``false``, ``none``, words and numbers."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "none" if value is None else str(value)
+
+
 def suggestion_text(s: Suggestion) -> str:
     """What would fit, e.g. "short by 3.1 GiB per device; micro_batch = 2 (or smaller) would fit"."""
     short = f"short by {format_bytes(s.short_by_bytes)} per device"
     if s.micro_batch is not None:
         return f"{short}; micro_batch = {s.micro_batch} (or smaller) would fit"
     if s.layout is not None:
-        keys = ", ".join(f"{k} = {v}" for k, v in s.freed)
-        return f"{short}; without the fixed {keys}: {s.layout.describe()} fits"
+        was = dict(s.freed)
+        each = [f"{k} = {plan_value(v)} (not {plan_value(was[k])})" for k, v in s.changed]
+        keys = " and ".join([", ".join(each[:-1]), each[-1]] if len(each) > 2 else each)
+        return f"{short}; set {keys} and it fits: {s.layout.describe()}"
     if s.nodes is not None:
-        return (
-            f"{short}; the smallest device count found to fit is {s.nodes * (s.per_node or 1)} devices "
-            f"({s.nodes} nodes × {s.per_node})"
-        )
+        devices = s.nodes * (s.per_node or 1)
+        where = f"{s.nodes} nodes × {s.per_node}" if s.nodes > 1 else f"one node of {s.per_node}"
+        return f"{short}; the smallest cluster found to fit has {devices} devices ({where})"
     if s.tried_devices is None:
         return f"{short}; use a device with more memory, or fewer fixed layout keys"
     return f"{short}; no layout fits even on {s.tried_devices} devices — use a device with more memory"

@@ -17,6 +17,7 @@ This module imports no other planc module at run time (the spec imports it), onl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeVar
@@ -66,43 +67,77 @@ def first(violations: Iterable[Violation | None]) -> Violation | None:
 # -- tensor and sequence parallelism -------------------------------------------------------------
 
 
-def tensor_parallel_split(model: ModelSpec, tp: int) -> Violation | None:
+#: What tensor parallelism splits evenly, as (model attribute, how a message names it).
+TP_SPLIT_KEYS = (
+    ("heads", "heads"),
+    ("kv_heads", "kv_heads"),
+    ("ffn", "ffn"),
+    ("padded_vocab", "the padded vocabulary"),
+)
+
+
+def tensor_parallel_split(model: ModelSpec, tp: int, per_node: int | None = None) -> Violation | None:
     """tp splits the heads, the KV heads, the MLP width and the padded vocabulary evenly
-    (Shoeybi et al. 2019, Sec. 3; grouped-query attention needs tp | kv_heads)."""
-    for key, value in (
-        ("heads", model.heads),
-        ("kv_heads", model.kv_heads),
-        ("ffn", model.ffn),
-        ("padded_vocab", model.padded_vocab),
-    ):
+    (Shoeybi et al. 2019, Sec. 3; grouped-query attention needs tp | kv_heads). With
+    ``per_node`` the hint only suggests a tp that also stays inside a node."""
+    for key, what in TP_SPLIT_KEYS:
+        value = getattr(model, key)
         if value % tp:
-            what = "the padded vocabulary" if key == "padded_vocab" else key
             return Violation(
                 ("layout", "tp"),
                 f"tp = {tp} does not divide {what} = {value}",
-                f"tensor parallelism splits {what} evenly; use a tp that divides {value}, "
-                f"e.g. {near_divisor(value, tp)}",
+                f"tensor parallelism splits {what} evenly; " + tensor_parallel_hint(model, tp, per_node),
             )
     return None
 
 
-def tensor_parallel_in_node(per_node: int, tp: int) -> Violation | None:
+def tensor_parallel_in_node(per_node: int, tp: int, model: ModelSpec | None = None) -> Violation | None:
     """A tensor-parallel group stays inside one node (it all-reduces every layer)."""
     if tp > per_node:
         return Violation(
             ("layout", "tp"),
             f"tp = {tp} exceeds per_node = {per_node}",
             "tensor parallelism all-reduces every layer and must stay inside one node; "
-            f"use tp <= {per_node} and pp or dp for the rest",
+            + (tensor_parallel_hint(model, tp, per_node) if model else f"use tp <= {per_node}")
+            + ", and pp or dp for the rest",
         )
     if per_node % tp:
         return Violation(
             ("layout", "tp"),
             f"tp = {tp} does not divide per_node = {per_node}",
-            "some tensor-parallel groups would straddle two nodes and all-reduce every layer over "
-            f"the network; use a divisor of {per_node}, e.g. {near_divisor(per_node, tp)}",
+            "some tensor-parallel groups would straddle two nodes and all-reduce every layer over the network; "
+            + (tensor_parallel_hint(model, tp, per_node) if model else f"use a divisor of {per_node}"),
         )
     return None
+
+
+def tensor_parallel_degrees(model: ModelSpec, per_node: int | None = None) -> list[int]:
+    """Every tp that splits the model evenly (and divides ``per_node`` when given), ascending."""
+    common = math.gcd(*(getattr(model, key) for key, _ in TP_SPLIT_KEYS))
+    return divisors(math.gcd(common, per_node) if per_node else common)
+
+
+def tensor_parallel_hint(model: ModelSpec, tp: int, per_node: int | None) -> str:
+    """What tp to use instead of ``tp``: the nearest value that meets every tensor-parallel rule at
+    once (so following the hint never leads to another tp error), or, when only tp = 1 does,
+    which keys rule the others out and what to change instead."""
+    legal = [d for d in tensor_parallel_degrees(model, per_node) if d > 1]
+    within = f" and per_node = {per_node}" if per_node else ""
+    if legal:
+        best = min(legal, key=lambda d: (abs(d - tp), d))
+        others = [str(d) for d in legal if d != best]
+        also = f" (so do{'es' if len(others) == 1 else ''} {', '.join(others)})" if others else ""
+        return f"use tp = {best}, which divides heads, kv_heads, ffn, the padded vocabulary{within}{also}"
+    blockers = [
+        f"{what} = {getattr(model, key)}"
+        for key, what in TP_SPLIT_KEYS
+        if per_node is None or math.gcd(getattr(model, key), per_node) == 1
+    ] or [f"{w} = {getattr(model, k)}" for k, w in TP_SPLIT_KEYS]
+    return (
+        f"no tp > 1 divides {', '.join(blockers)}{within}, so this model cannot use tensor parallelism here: "
+        "remove tp (or set tp = 1) and let pp and dp cover the devices, or change "
+        + " or ".join(b.split(" = ")[0] for b in blockers)
+    )
 
 
 def sequence_parallel(model: ModelSpec, tp: int, sp: bool) -> Violation | None:
@@ -274,7 +309,7 @@ def pipeline_violations(plan: Plan, layout: Layout, style: StageStyle) -> list[V
 def tensor_parallel_violations(plan: Plan, layout: Layout, sequence_parallel_on: bool) -> list[Violation]:
     """Every tensor-parallel rule a resolved layout breaks (the ``tensor_parallel`` strategy's check)."""
     found = [
-        tensor_parallel_split(plan.model, layout.tp),
+        tensor_parallel_split(plan.model, layout.tp, plan.hardware.per_node),
         sequence_parallel(plan.model, layout.tp, sequence_parallel_on),
     ]
     return [v for v in found if v is not None]
@@ -309,10 +344,11 @@ def device_count(tp: int | str, pp: int | str, dp: int | str, nodes: int, per_no
             "make the product equal the number of devices, or set one of them to auto",
         )
     if fixed and world % product:
-        shown = " x ".join(f"{k} {v}" for k, v in fixed.items())
+        shown = " x ".join(f"{k} {v}" for k, v in fixed.items()) + f" = {product}" if len(fixed) > 1 else ""
+        shown = shown or " ".join(f"{k} = {v}" for k, v in fixed.items())
         return Violation(
             ("layout",),
-            f"{shown} = {product} does not divide the {world} devices ({hw})",
+            f"{shown} does not divide the {world} devices ({hw})",
             "the fixed degrees must divide the device count",
         )
     return None

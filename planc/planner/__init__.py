@@ -17,10 +17,11 @@ suggestions.
 See docs/planner.md for the ladder, the complexity rank and the tolerance rule.
 """
 
-from planc.planner.choose import Choice, NoLegalLayout, Suggestion, choose, is_fully_fixed, suggest_fix
+from planc.planner.choose import Choice, NoLegalLayout, choose, is_fully_fixed
 from planc.planner.explore import Candidate, SearchResult, search
 from planc.planner.ladder import RUNGS, Rung, complexity, rung_of
 from planc.planner.rejections import Limit, Rejection
+from planc.planner.suggest import Suggestion, suggest_fix
 
 __all__ = [
     "Candidate",

@@ -1,10 +1,13 @@
 """The rule: the simplest layout that fits, within a tolerance of the fastest.
 
-1. Score every legal layout (:mod:`planc.planner.explore`).
+1. Score every legal layout (:mod:`planc.planner.explore`); a layout fits when its memory is
+   within the device's memory less the plan's headroom (``hardware.headroom``).
 2. Among those that fit, find the best throughput (tokens/s).
-3. Keep those within ``tolerance`` of it (default ``plan.layout.tolerance``, 5%).
-4. Pick the one with the smallest complexity rank (:mod:`planc.planner.ladder`); ties go to
-   the faster.
+3. Keep those the best does not beat by more than the margin (:mod:`planc.planner.margin`: the
+   model's measured uncertainty and a floor in seconds, or the plan's ``tolerance``).
+4. Pick the one with the smallest complexity rank (:mod:`planc.planner.ladder`); among equally
+   complex layouts within :data:`~planc.planner.margin.TIE_BAND` of each other, the one that
+   leaves the most memory free, when it frees at least ``MEMORY_WORTH`` of the capacity.
 
 For every rung below the chosen one, :class:`Rejection` records the number that ruled it out:
 the memory its least-hungry layout needs, or how much slower its fastest fitting layout is and
@@ -15,7 +18,7 @@ written, fitting or not. When nothing fits, the least-hungry layout is returned 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from planc.cost.context import ContextCache
@@ -23,36 +26,16 @@ from planc.cost.estimate import Estimate
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.legality.rules import AUTO, MULTI_STAGE_SCHEDULES, fixed
 from planc.legality.space import why_no_layout
-from planc.planner.explore import Candidate, SearchResult, evaluate_layout, search
+from planc.planner.explore import Candidate, SearchResult, evaluate_layout, hunger, search
 from planc.planner.ladder import Rung, complexity, rung_of
+from planc.planner.margin import MEMORY_WORTH, TIE_BAND, Margin, planner_margin
 from planc.planner.rejections import Rejection, why_not_simpler
-from planc.spec.checks import MAX_DEVICES
+from planc.planner.suggest import Suggestion, suggest_fix
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
 
 if TYPE_CHECKING:
     from planc.strategies.registry import Registry
-
-#: Cluster sizes tried (as multiples of the plan's nodes) when nothing fits.
-GROWTH_FACTORS = (2, 4, 8, 16, 32, 64, 128)
-
-
-@dataclass(frozen=True)
-class Suggestion:
-    """What would fit when nothing does, tried in this order (the first that applies is set)."""
-
-    short_by_bytes: float
-    """How much memory per device the layout lacks."""
-    micro_batch: int | None = None
-    """The largest micro-batch that fits when the plan's own (fixed) one is freed."""
-    freed: tuple[tuple[str, object], ...] = ()
-    """The fixed layout keys whose release lets ``layout`` fit."""
-    layout: Layout | None = None
-    nodes: int | None = None
-    """The fewest nodes (of ``per_node`` devices) found to fit."""
-    per_node: int | None = None
-    tried_devices: int | None = None
-    """The most devices tried without a fit (None: no larger cluster was tried)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +48,7 @@ class Choice:
     rejected: tuple[Rejection, ...]
     alternatives: tuple[Candidate, ...]
     tolerance: float
+    """The relative band the choice was made with (``margin.relative``)."""
     rung: Rung
     """The chosen layout's rung on the ladder."""
     fixed: bool = False
@@ -75,6 +59,10 @@ class Choice:
     """The fastest fitting layout (may equal the chosen one)."""
     scored: int = 1
     search_seconds: float = 0.0
+    margin: Margin | None = None
+    """What a more complex layout had to buy (None only for Choices built by hand)."""
+    advice: tuple = ()
+    """Warnings and hints about the plan (:func:`planc.planner.advice.advise`; set by explain)."""
 
 
 def is_fully_fixed(plan: Plan) -> bool:
@@ -124,22 +112,23 @@ def choose(
 ) -> Choice:
     """Pick the layout for ``plan``: the simplest that fits, within ``tolerance`` of the best, under
     the strategies of ``registry``."""
-    tol = plan.layout.tolerance if tolerance is None else tolerance
+    margin = planner_margin(plan.layout.tolerance if tolerance is None else tolerance)
+    tol = margin.relative
     cache = ContextCache(plan, profile)
     layout = fixed_layout(plan)
     if layout is not None:
         est = evaluate_layout(plan, layout, registry, cache)
         suggestion = None if est.fits else suggest_fix(plan, est, registry, profile)
-        return Choice(layout, est, est.fits, (), (), tol, rung_of(layout), fixed=True, suggestion=suggestion)
+        return Choice(
+            layout, est, est.fits, (), (), tol, rung_of(layout), fixed=True, suggestion=suggestion, margin=margin
+        )
 
     result = search(plan, registry, profile, cache)
     if not result.fitting:
-        return _nothing_fits(plan, registry, result, tol, profile)
+        return replace(_nothing_fits(plan, registry, result, tol, profile), margin=margin)
 
     best = max(result.fitting, key=lambda c: c.tokens_per_s)
-    floor = best.tokens_per_s * (1.0 - tol)
-    eligible = [c for c in result.fitting if c.tokens_per_s >= floor]
-    chosen = min(eligible, key=lambda c: (c.complexity, -c.tokens_per_s))
+    chosen = pick(result.fitting, best, margin)
     others = sorted((c for c in result.fitting if c is not chosen), key=lambda c: -c.tokens_per_s)
     return Choice(
         layout=chosen.layout,
@@ -152,7 +141,22 @@ def choose(
         best=best,
         scored=result.scored,
         search_seconds=result.seconds,
+        margin=margin,
     )
+
+
+def pick(fitting: list[Candidate], best: Candidate, margin: Margin) -> Candidate:
+    """The rule: the simplest layout the best does not beat by more than ``margin``; among the
+    equally simple, speed within :data:`TIE_BAND` is a tie and goes to the least memory when that
+    frees at least :data:`MEMORY_WORTH` of the capacity."""
+    eligible = [c for c in fitting if margin.within(c.estimate.step_s, best.estimate.step_s)]
+    simplest = min(c.complexity for c in eligible)
+    tier = [c for c in eligible if c.complexity == simplest]
+    quickest = max(tier, key=lambda c: c.tokens_per_s)
+    tied = [c for c in tier if c.tokens_per_s >= quickest.tokens_per_s * (1.0 - TIE_BAND)]
+    roomiest = min(tied, key=lambda c: (c.estimate.memory_bytes, -c.tokens_per_s))
+    saved = quickest.estimate.memory_bytes - roomiest.estimate.memory_bytes
+    return roomiest if saved >= MEMORY_WORTH * quickest.estimate.capacity else quickest
 
 
 # -- nothing fits ------------------------------------------------------------------------------
@@ -164,7 +168,8 @@ def _nothing_fits(plan: Plan, registry: Registry, result: SearchResult, tol: flo
         least = min(misfits, key=lambda c: c.estimate.memory_bytes)
         layout, est = least.layout, least.estimate
     elif result.states_bound:  # every family was ruled out by its model states: score the least-hungry one
-        _, layout = min(result.states_bound.values(), key=lambda bl: bl[0])
+        # Equal bounds (one family on several rungs): its least memory-hungry member.
+        _, layout = min(result.states_bound.values(), key=lambda bl: (bl[0], hunger(bl[1])))
         est = evaluate_layout(plan, layout, registry, ContextCache(plan, profile))
     else:
         raise NoLegalLayout(plan, next(iter(result.refused.values()), None))
@@ -197,37 +202,3 @@ class NoLegalLayout(Exception):
         what = issue.message if issue else f"no legal layout for {plan.world_size} devices"
         super().__init__(f"{what} ({'.'.join(map(str, issue.path))})" if issue and issue.path else what)
         self.hint = issue.hint if issue else "set some layout keys to auto, or change the device count"
-
-
-def suggest_fix(plan: Plan, est: Estimate, registry: Registry, profile: RuntimeProfile = PLANC_RUNTIME) -> Suggestion:
-    """What would fit: a smaller micro-batch, freeing fixed keys, or more devices."""
-    short = est.memory_bytes - est.capacity
-    if fixed(plan.train.micro_batch) and plan.train.micro_batch > 1:
-        freed = plan.model_copy(update={"train": plan.train.model_copy(update={"micro_batch": AUTO})})
-        found = search(freed, registry, profile)
-        if found.fitting:
-            return Suggestion(short, micro_batch=max(c.layout.micro_batch for c in found.fitting))
-    fixed_keys = {k: v for k, v in plan.layout.model_dump().items() if v != AUTO and k != "tolerance"}
-    if fixed_keys:
-        freed = plan.model_copy(update={"layout": plan.layout.model_copy(update=dict.fromkeys(fixed_keys, AUTO))})
-        found = search(freed, registry, profile)
-        if found.fitting:
-            simplest = min(found.fitting, key=lambda c: (c.complexity, -c.tokens_per_s))
-            return Suggestion(short, freed=tuple(fixed_keys.items()), layout=simplest.layout)
-    return _more_devices(plan, registry, profile, short)
-
-
-def _more_devices(plan: Plan, registry: Registry, profile: RuntimeProfile, short: float) -> Suggestion:
-    """The smallest multiple of the plan's nodes (up to 128x) on which some layout fits."""
-    tried = None
-    for factor in GROWTH_FACTORS:
-        hw = plan.hardware.model_copy(update={"nodes": plan.hardware.nodes * factor})
-        if hw.world_size > min(plan.train.global_batch * 64, MAX_DEVICES):
-            break
-        tried = hw.world_size
-        bigger = plan.model_copy(
-            update={"hardware": hw, "layout": plan.layout.model_copy(update=dict.fromkeys(("tp", "pp", "dp"), AUTO))}
-        )
-        if search(bigger, registry, profile).fitting:
-            return Suggestion(short, nodes=hw.nodes, per_node=hw.per_node)
-    return Suggestion(short, tried_devices=tried)

@@ -38,9 +38,10 @@ from planc import stages
 from planc.cost.context import ContextCache
 from planc.cost.driver import evaluate
 from planc.cost.estimate import Estimate
-from planc.cost.memory import DEVICE_RUNTIME_OVERHEAD, model_state_bytes, runtime_state_bytes
+from planc.cost.memory import DEVICE_RUNTIME_OVERHEAD, ddp_replicates, model_state_bytes, runtime_state_bytes
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.legality import space
+from planc.legality.rules import RECOMPUTE_ORDER
 from planc.planner.ladder import Rung, complexity, rung_of
 from planc.spec.layout import Layout, Recompute, Schedule, ZeroStage
 from planc.spec.plan import Plan
@@ -138,6 +139,16 @@ class Family:
         schedule = min(self.schedules, key=lambda sv: (sv[0] not in (None, "1f1b", "zero-bubble"), sv[1]))
         return self.layout(self.recomputes[-1], schedule, self.sps[-1], micro_batch)
 
+    def leanest_on(self, rung: Rung, micro_batch: int) -> Layout | None:
+        """The member of ``rung`` that needs the least memory at ``micro_batch`` (None: the family
+        has no member there): the most recomputation, sequence parallel and the leanest schedule
+        the rung allows, so a row of ``explain`` shows a layout of its own rung."""
+        members = [
+            self.layout(r, s, sp, micro_batch) for r in self.recomputes for s in self.schedules for sp in self.sps
+        ]
+        on_rung = [m for m in members if rung_of(m) == rung]
+        return min(on_rung, key=hunger, default=None)
+
     def rungs(self) -> set[Rung]:
         return {
             rung_of(self.layout(r, s, sp, self.micro_batches[0]))
@@ -145,6 +156,17 @@ class Family:
             for s in self.schedules
             for sp in self.sps
         }
+
+
+def hunger(layout: Layout) -> tuple[int, bool, bool, int]:
+    """Orders a family's members from the least memory-hungry (see :meth:`Family.leanest`)."""
+    lean_schedule = layout.schedule in (None, "1f1b", "zero-bubble")
+    return (
+        -RECOMPUTE_ORDER.index(layout.recompute),
+        not layout.sequence_parallel,
+        not lean_schedule,
+        layout.virtual_stages,
+    )
 
 
 def families(plan: Plan) -> Iterator[Family]:
@@ -194,7 +216,9 @@ def evaluate_layout(plan: Plan, layout: Layout, registry: Registry, cache: Conte
 def states_lower_bound(plan: Plan, cache: ContextCache, family: Family) -> float:
     """Model states of the fullest pipeline rank (v = 1), plus the runtime's fixed memory."""
     train = plan.train
-    per_param = cache.profile.state_bytes or runtime_state_bytes(train.precision, train.optimizer, family.zero)
+    per_param = cache.profile.state_bytes or runtime_state_bytes(
+        train.precision, train.optimizer, family.zero, family.dp, ddp_replicates(plan)
+    )
     worst = max(
         model_state_bytes(st.params, family.dp, family.zero, per_param).total
         for st in cache.stages(family.tp, family.pp, 1)
@@ -288,15 +312,33 @@ def _family_can_fit(scorer: Scorer, family: Family) -> bool:
     scorer.result.note_misfit(witness)
     for rung in family.rungs():
         best = scorer.result.family_bound.get(rung)
-        if best is None or witness.estimate.memory_bytes < best.estimate.memory_bytes:
-            scorer.result.family_bound[rung] = witness
+        if best is not None and witness.estimate.memory_bytes >= best.estimate.memory_bytes:
+            continue  # the rung's own member needs at least the witness's memory: no closer miss
+        own = _own_member(scorer, family, rung, witness)
+        if own is None:
+            continue
+        if own.fits:  # the cost model is not monotone here after all: let the full loop decide
+            return True
+        if best is None or own.estimate.memory_bytes < best.estimate.memory_bytes:
+            scorer.result.family_bound[rung] = own
     return False
+
+
+def _own_member(scorer: Scorer, family: Family, rung: Rung, witness: Candidate) -> Candidate | None:
+    """The family's least-hungry member on ``rung`` at the witness's micro-batch, scored (the witness
+    itself when it is on that rung), so a rung's bound is shown with a layout of that rung."""
+    if witness.rung == rung:
+        return witness
+    layout = family.leanest_on(rung, witness.layout.micro_batch)
+    if layout is None or not scorer.runs(layout):
+        return None
+    return scorer.score(layout)
 
 
 def _note_states_bound(result: SearchResult, family: Family, bound: float) -> None:
     """Keep the family's least memory-hungry member as its representative on each of its rungs."""
-    layout = family.leanest(family.micro_batches[0])
     for rung in family.rungs():
         best = result.states_bound.get(rung)
-        if best is None or bound < best[0]:
+        layout = family.leanest_on(rung, family.micro_batches[0])
+        if layout is not None and (best is None or bound < best[0]):
             result.states_bound[rung] = (bound, layout)

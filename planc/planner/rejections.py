@@ -72,6 +72,8 @@ class Rejection:
     """The part of its step that grew most against the chosen one's, and that part's seconds."""
     memory_part: tuple[str, float] | None = None
     """The largest part of its memory (model states, activations or buffers), for the misfits."""
+    memory_detail: tuple[str, float] | None = None
+    """The largest named share of the activations, when they are the largest part and it is most of them."""
     behind_best: float | None = None
     """How far it trails the fastest layout, when that is not the chosen one (a fraction)."""
     tolerance: float | None = None
@@ -126,16 +128,23 @@ def _closest_miss(result: SearchResult, rung: Rung, capacity: float) -> Rejectio
         options.append(_misfit(rung, Limit.MEMORY, c, capacity))
     if rung in result.family_bound:
         options.append(_misfit(rung, Limit.FAMILY_MEMORY, result.family_bound[rung], capacity))
+    if options:
+        # A scored layout's need is what it needs; a model-states bound is only a lower bound of a
+        # family that would need more (its activations and buffers come on top). Comparing the two
+        # would name the bound as the blocker when the activations are (an 8B model at 128 k).
+        return min(options, key=lambda r: r.memory_bytes or 0.0)
     if rung in result.states_bound:
         bound, layout = result.states_bound[rung]
-        options.append(Rejection(rung, Limit.MODEL_STATES, False, layout, bound, capacity))
-    return min(options, key=lambda r: r.memory_bytes or 0.0) if options else None
+        return Rejection(rung, Limit.MODEL_STATES, False, layout, bound, capacity)
+    return None
 
 
 def _misfit(rung: Rung, limit: Limit, c: Candidate, capacity: float) -> Rejection:
     est = c.estimate
+    part = largest_memory_part(est)
+    detail = largest_activation_term(est) if part[0] == "activations" else None
     return Rejection(
-        rung, limit, False, c.layout, est.memory_bytes, capacity, est.step_s, memory_part=largest_memory_part(est)
+        rung, limit, False, c.layout, est.memory_bytes, capacity, est.step_s, memory_part=part, memory_detail=detail
     )
 
 
@@ -174,6 +183,16 @@ def largest_memory_part(est: Estimate) -> tuple[str, float]:
     parts = {"model states": s.model_states, "activations": s.activations, "buffers": s.transient_bytes}
     key = max(parts, key=lambda k: parts[k])
     return key, parts[key]
+
+
+def largest_activation_term(est: Estimate) -> tuple[str, float] | None:
+    """The largest named share of the activations when it is most of them (logits and loss at long
+    context, say), so a rejection names what actually fills the device; None otherwise."""
+    s = est.memory
+    if not s.act_extra:
+        return None
+    name, value, _ = max(s.act_extra, key=lambda t: t.value)
+    return (name, value) if value >= max(0.4 * s.activations, s.act_per_layer * s.act_layers) else None
 
 
 def why_no_layout_on(plan: Plan, rung: Rung) -> Rejection:

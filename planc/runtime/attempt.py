@@ -34,7 +34,7 @@ from planc.rundir.events import attempt_number, record_event
 from planc.rundir.heartbeats import Heartbeat, read_heartbeats
 from planc.rundir.metrics_file import rewind_metrics
 from planc.runtime import faults, hangs
-from planc.runtime.checkpoint_write import CheckpointSaveError, start_save
+from planc.runtime.checkpoint_write import CheckpointSaveError, PendingSave, start_save
 from planc.runtime.local_shards import dtensor_parameters
 from planc.runtime.preemption import StopRequest, exit_after_deadline, stop_on_signals
 from planc.spec.checkpoint import DEFAULT_STOP_DEADLINE
@@ -52,7 +52,7 @@ class Attempt:
         self.background = spec is not None and spec.async_save
         self.deadline = spec.stop_deadline if spec is not None else DEFAULT_STOP_DEADLINE
         self.saved_step: int | None = None
-        self.pending = None  # a background save not yet published
+        self.pending: PendingSave | None = None  # a background save not yet published
         self.step = 0  # optimizer steps finished so far
         hangs.apply_timeout(job, plan.train.timeout)
         # Rank 0 reads why the previous attempt ended before any rank overwrites its heartbeat.
@@ -120,6 +120,7 @@ class Attempt:
         self._beat("saving", current_step=step)
         began = time.perf_counter()
         spec = self.job.plan.checkpoint
+        assert self.checkpoint_dir is not None and spec is not None, "save() needs the plan's checkpoint block"
         with dtensor_parameters(self.job):
             pending = start_save(
                 self.checkpoint_dir,
@@ -240,6 +241,7 @@ class Attempt:
             os._exit(1)
         except Exception as exc:
             step, timed_out = self.step + 1, hangs.is_timeout(exc)
+            message: str | None
             if timed_out:
                 timeout = self.job.plan.train.timeout
                 message, fields = hangs.report_timeout(

@@ -176,6 +176,7 @@ class PendingSave:
         self.directory, self.step, self.tmp, self.keep = directory, step, tmp, keep
         self._future, self._errors = future, errors
         self.writer: _Writer | None = None
+        self.began = 0.0  # perf_counter() when the save started (set by the caller, for its report)
 
     def written(self) -> bool:
         """True when this rank's files are written (always, for a blocking save)."""
@@ -204,7 +205,10 @@ class PendingSave:
             files, errors = _merged_files(files, local)
         outcome = None
         if _is_writer():
-            outcome = self._publish(files) if not errors else shutil.rmtree(self.tmp, ignore_errors=True)
+            if errors:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+            else:
+                outcome = self._publish(files)
         outcome = _from_writer(outcome)
         if outcome:
             errors = {0: outcome}

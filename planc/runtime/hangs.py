@@ -69,9 +69,11 @@ def is_timeout(exc: BaseException) -> bool:
 def last_collective(job) -> dict[str, Any] | None:
     """This rank's newest flight-recorder entry: ``{"name", "seq", "group", "ranks", "sizes"}`` (None if unknown)."""
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace_json
+        from torch._C import _distributed_c10d
 
-        entries = json.loads(_dump_fr_trace_json(True, False)).get("entries") or []
+        # Private (torch 2.5+, no type stub): the flight recorder's ring buffer as JSON.
+        dump = _distributed_c10d._dump_fr_trace_json  # type: ignore[attr-defined]
+        entries = json.loads(dump(True, False)).get("entries") or []
     except Exception:  # no recorder in this build or backend: report without the collective's name
         return None
     if not entries:

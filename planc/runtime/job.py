@@ -24,7 +24,7 @@ field                 set by                  read by
 model_parts           pipeline (split), ddp   every later strategy, the step, checkpoints
 stage_indices         pipeline                pipeline (schedule), the step
 schedule_builder      pipeline                init_weights (builds ``schedule``)
-mixed_precision       bf16 (offer)            fsdp (take), else init_weights (autocast)
+mixed_precision       bf16 (offer)            fsdp, ddp (take), else init_weights (autocast)
 loss_parallel         tensor_parallel         the step (loss under ``loss_parallel()``)
 sync_controls         ddp, zero1, fsdp        the step (gradient accumulation)
 tied_weights          pipeline                the step (gradient sum, clipping)
@@ -334,11 +334,11 @@ def init_process_group(device: torch.device, timeout: float | None = None) -> No
 
     enable_flight_recorder()
     backend = "nccl" if device.type == "cuda" else "gloo"
-    kwargs = {"timeout": timedelta(seconds=timeout)} if timeout is not None else {}
+    limit = timedelta(seconds=timeout) if timeout is not None else None  # None: torch's default
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        dist.init_process_group(backend, **kwargs)
+        dist.init_process_group(backend, timeout=limit)
     else:  # not under torchrun: a single process with an in-memory store
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **kwargs)
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=limit)
 
 
 def _is_ddp(module: nn.Module) -> bool:

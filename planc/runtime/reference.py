@@ -3,7 +3,9 @@
 Plain PyTorch, no torch.distributed: the same model, init, data order, optimizer, LR schedule and
 clipping as the distributed program, the full global batch per step, split into micro-batches
 whose gradients accumulate (each micro-batch loss divided by their number, so the gradient is
-that of the mean loss over the global batch). fp32, or bf16 autocast over fp32 master weights.
+that of the mean loss over the global batch). fp32; or bf16 over fp32 master weights, either on
+bf16 copies of the parameters (``bf16_weights=True``: what FSDP2's ``MixedPrecisionPolicy`` does
+for ``ddp`` and ``fsdp``) or under ``torch.autocast`` (ZeRO-1, no data parallelism).
 
     python -m planc.runtime.reference run/plan.json --steps 20
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,6 +58,48 @@ def _autocast(precision: str, device: str) -> Callable[[], contextlib.AbstractCo
     return lambda: torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
 
 
+class _Bf16Weights:
+    """bf16 working copies of an fp32 model's parameters (buffers untouched, as FSDP2's policy):
+    refreshed from the fp32 masters before each step; after each micro-batch's backward their
+    bf16 gradients are cast to fp32 and summed into the masters' ``.grad`` (FSDP2 reduces and
+    accumulates in the policy's fp32 ``reduce_dtype``)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.master, self.module = model, copy.deepcopy(model)
+        for param in self.module.parameters():
+            param.data = param.data.to(torch.bfloat16)
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        for working, master in zip(self.module.parameters(), self.master.parameters(), strict=True):
+            working.copy_(master)
+
+    @torch.no_grad()
+    def fold_gradients(self) -> None:
+        for working, master in zip(self.module.parameters(), self.master.parameters(), strict=True):
+            if working.grad is not None:
+                grad = working.grad.float()
+                master.grad = grad if master.grad is None else master.grad.add_(grad)
+                working.grad = None
+
+
+def _accumulate_gradients(forward, micro_batches, copies: _Bf16Weights | None, autocast, device: str, vocab: int):
+    """Forward and backward every micro-batch (loss / their number); the summed loss."""
+    step_loss = torch.zeros((), device=device)
+    if copies is not None:
+        copies.refresh()
+    for batch in micro_batches:
+        inputs, targets = inputs_and_targets(batch.to(device))
+        with autocast():
+            logits = forward(inputs)
+        loss = loss_fn(logits, targets, vocab) / len(micro_batches)
+        loss.backward()
+        if copies is not None:
+            copies.fold_gradients()
+        step_loss += loss.detach()
+    return step_loss
+
+
 def train_reference(
     plan: Plan,
     *,
@@ -64,6 +109,7 @@ def train_reference(
     data_dir: str | Path | None = None,
     device: str = "cpu",
     on_step: Callable[[int, float], None] | None = None,
+    bf16_weights: bool = False,
 ) -> ReferenceRun:
     """Train ``plan``'s model to ``steps`` optimizer steps (default ``plan.train.steps``) in one process.
 
@@ -71,7 +117,9 @@ def train_reference(
 
     ``checkpoint_dir``: save there every ``plan.checkpoint.every`` steps (keeping ``keep``) and resume
     from the newest complete checkpoint in it. ``on_step(step, loss)`` is called after each step
-    (1-based count of finished steps).
+    (1-based count of finished steps). ``bf16_weights``: with ``precision = bf16``, compute on bf16
+    copies of the parameters (the layouts whose data parallelism takes FSDP2's policy) instead of
+    under autocast.
     """
     spec, train = plan.model, plan.train
     total_steps = steps if steps is not None else train.steps
@@ -90,20 +138,15 @@ def train_reference(
         resumed = load_checkpoint(checkpoint_dir, [model], [optimizer], [scheduler])
         start = resumed["step"] if resumed else 0
 
-    autocast = _autocast(train.precision, device)
+    copies = _Bf16Weights(model) if bf16_weights and train.precision == "bf16" else None
+    forward = copies.module if copies is not None else model
+    autocast = _autocast(train.precision if copies is None else "fp32", device)
     run = ReferenceRun(first_step=start)
     model.train()
     for step in range(start, total_steps):
         micro_batches = local_micro_batches(data.batch_for_step(step), dp_rank=0, dp=1, micro_batch=micro)
         optimizer.zero_grad(set_to_none=True)
-        step_loss = torch.zeros((), device=device)
-        for batch in micro_batches:
-            inputs, targets = inputs_and_targets(batch.to(device))
-            with autocast():
-                logits = model(inputs)
-            loss = loss_fn(logits, targets, plan.model.vocab) / len(micro_batches)
-            loss.backward()
-            step_loss += loss.detach()
+        step_loss = _accumulate_gradients(forward, micro_batches, copies, autocast, device, spec.vocab)
         norm = clip_grad_norm_(model.parameters(), train.grad_clip)
         run.lrs.append(float(scheduler.get_last_lr()[0]))
         optimizer.step()
@@ -113,8 +156,10 @@ def train_reference(
         if on_step is not None:
             on_step(step + 1, run.losses[-1])
         if validation is not None and ((step + 1) % train.eval_every == 0 or step + 1 == total_steps):
+            if copies is not None:
+                copies.refresh()
             run.val_losses[step + 1] = _validation_loss(
-                model, validation, train.eval_batches, device, autocast, spec.vocab
+                forward, validation, train.eval_batches, device, autocast, spec.vocab
             )
         if checkpoint_dir is not None and plan.checkpoint is not None and (step + 1) % plan.checkpoint.every == 0:
             save_checkpoint(checkpoint_dir, step + 1, [model], [optimizer], [scheduler], keep=plan.checkpoint.keep)

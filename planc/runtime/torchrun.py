@@ -29,8 +29,8 @@ class _WorkerReports(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
         if message.startswith(_FAILED) and isinstance(record.args, tuple) and len(record.args) >= 3:
-            exitcode, local_rank, pid = record.args[:3]
-            _report_worker(int(exitcode), int(local_rank), int(pid))
+            exitcode, local_rank, pid = (int(str(value)) for value in record.args[:3])
+            _report_worker(exitcode, local_rank, pid)
             return False
         return not message.startswith(_QUIET)
 

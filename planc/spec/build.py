@@ -180,7 +180,7 @@ def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | No
                 SpecIssue(
                     ("model", "preset"),
                     f"unknown model preset {name!r}",
-                    did_you_mean(name, MODEL_PRESETS) or one_of(MODEL_PRESETS),
+                    model_preset_hint(str(name)),
                 )
             )
             return None
@@ -212,6 +212,20 @@ def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | No
         if key not in values:
             aliases[("model", key)] = origin
     return resolve_weights({**base, **values}, config_dir, issues)
+
+
+def model_preset_hint(name: str) -> str:
+    """A typo gets the preset it misspells; another model of a known family (``llama3.2-1b``) gets
+    that family's presets, never a different-sized model by spelling alone."""
+    close = did_you_mean(name, MODEL_PRESETS)
+    if close:
+        return close
+    found = re.match(r"[a-z]+\d*", name.lower())
+    family = [p for p in MODEL_PRESETS if found and re.match(re.escape(found.group()) + r"(\W|$)", p)]
+    how = 'or describe the model with its keys (layers, hidden, heads, ...) or from "config.json"'
+    if family:
+        return f"planc's {found.group() if found else ''} presets are {', '.join(family)}; {how}"
+    return f"{one_of(MODEL_PRESETS)}; {how}"
 
 
 def _check_keys_and_units(block: str, values: dict, model_cls: type[BaseModel]) -> list[SpecIssue]:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from planc.legality import rules
-from planc.legality.rules import Violation, fixed, near_divisor
+from planc.legality.rules import Violation, divisors, fixed, near_divisor
 from planc.legality.space import why_no_layout
 from planc.spec.issues import SpecIssue
+from planc.spec.model import ModelSpec
 from planc.spec.plan import Plan
 from planc.weights.plan_checks import check_pretrained_weights
 
@@ -30,7 +31,7 @@ def check_attention_shape(plan: Plan) -> Iterable[SpecIssue]:
         yield SpecIssue(
             ("model", "heads"),
             f"heads = {m.heads} does not divide hidden = {m.hidden}",
-            f"pick heads so hidden / heads is a whole head size (e.g. {near_divisor(m.hidden, m.heads)})",
+            f"pick heads so hidden / heads is a whole head size (e.g. {_heads_suggestion(m)})",
         )
     if m.heads % m.kv_heads:
         yield SpecIssue(
@@ -47,13 +48,23 @@ def check_attention_shape(plan: Plan) -> Iterable[SpecIssue]:
         )
 
 
+def _heads_suggestion(m: ModelSpec) -> int:
+    """The heads nearest the written value that divide hidden and that kv_heads divides (with an
+    even head size under rope), so following the hint does not trip the next rule."""
+    fits = [d for d in divisors(m.hidden) if d % m.kv_heads == 0 and not (m.position == "rope" and (m.hidden // d) % 2)]
+    return min(fits, key=lambda d: (abs(d - m.heads), d)) if fits else near_divisor(m.hidden, m.heads)
+
+
 def check_tensor_parallel(plan: Plan) -> Iterable[SpecIssue]:
     tp = plan.layout.tp
     if not fixed(tp):
         return []
     return _issues(
         rules.first(
-            [rules.tensor_parallel_split(plan.model, tp), rules.tensor_parallel_in_node(plan.hardware.per_node, tp)]
+            [
+                rules.tensor_parallel_split(plan.model, tp, plan.hardware.per_node),
+                rules.tensor_parallel_in_node(plan.hardware.per_node, tp, plan.model),
+            ]
         )
     )
 
@@ -133,6 +144,20 @@ def check_checkpoint(plan: Plan) -> Iterable[SpecIssue]:
 
 
 #: The passes, in order. A new rule is a new function appended here.
+def check_precision_on_device(plan: Plan) -> Iterable[SpecIssue]:
+    """bf16 on a device without bf16 arithmetic (V100) would be emulated in fp32 -- many times slower
+    than the peak the plan is costed at -- so it is refused rather than planned silently."""
+    hardware = plan.hardware
+    if plan.train.precision == "bf16" and not hardware.bf16:
+        yield SpecIssue(
+            ("train", "precision"),
+            f"{hardware.device} has no bf16 arithmetic (its tensor cores take fp16 only), "
+            "so bf16 matmuls would run without tensor cores, far below the peak planc would cost them at",
+            "set `precision = fp32` (planc has no fp16 with loss scaling yet), or use a device with bf16 "
+            "(A100, H100, ...); if your device does compute bf16, say so with `hardware { bf16 = true }`",
+        )
+
+
 CHECKS: tuple[Check, ...] = (
     check_attention_shape,
     check_tensor_parallel,
@@ -141,6 +166,7 @@ CHECKS: tuple[Check, ...] = (
     check_batch,
     check_sequence_parallel,
     check_learning_rate,
+    check_precision_on_device,
     check_checkpoint,
     check_pretrained_weights,
 )

@@ -10,7 +10,7 @@ Plugin authors use the same types for their options (``Bytes``, ``Bandwidth``, .
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -67,6 +67,10 @@ def unit_kind_of(field_info) -> QuantityKind | None:
     for meta in field_info.metadata:
         if isinstance(meta, UnitKind):
             return meta.kind
+    for arg in get_args(field_info.annotation):  # an optional quantity: Bandwidth | None
+        for meta in getattr(arg, "__metadata__", ()):
+            if isinstance(meta, UnitKind):
+                return meta.kind
     return None
 
 

@@ -6,8 +6,9 @@ from typing import Any
 
 from pydantic import Field, computed_field, model_validator
 
-from planc.spec.fields import Bandwidth, Bytes, Compute, PositiveInt, Seconds, SpecModel
+from planc.spec.fields import Bandwidth, Bytes, Compute, Flag, PositiveInt, Seconds, SpecModel
 from planc.spec.presets.hardware import (
+    DEFAULT_HEADROOM,
     DEFAULT_INTER_NODE_LATENCY,
     DEFAULT_INTRA_NODE_LATENCY,
     HARDWARE_PRESETS,
@@ -38,12 +39,19 @@ class HardwareSpec(SpecModel):
     """Bandwidth per device, one direction, between devices of one node (NVLink)."""
     inter_node_bw: Bandwidth
     """Network bandwidth per device, one direction, between nodes (200 Gb/s IB = 25 GB/s)."""
+    inter_node_bw_per_node: Bandwidth | None = None
+    """The network per node instead (e.g. 8 x 400 Gb/s = 400 GB/s): planc divides it by per_node
+    into inter_node_bw (give one of the two)."""
     intra_node_latency: Seconds
     """Start-up cost (alpha) of one message inside a node."""
     inter_node_latency: Seconds
     """Start-up cost (alpha) of one message across nodes."""
     efficiency: float = Field(gt=0, le=1)
     """Fraction of peak the transformer's large GEMMs sustain (kernel efficiency, not MFU)."""
+    headroom: float = Field(default=DEFAULT_HEADROOM, ge=0, lt=1)
+    """Fraction of memory the planner keeps free: a layout must fit memory x (1 - headroom)."""
+    bf16: Flag = True
+    """Whether the device computes bf16 in hardware (false for V100: fp16 tensor cores only)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -55,6 +63,7 @@ class HardwareSpec(SpecModel):
         data.pop("world_size", None)  # computed; present in plan.json
         device = data.get("device")
         preset = HARDWARE_PRESETS.get(device, {}) if isinstance(device, str) else {}
+        _per_node_network(data, preset)
         if preset and "peak_fp32" not in data and "peak" in data:
             # A plan that overrides the bf16 peak but not fp32 keeps the preset's ratio.
             data["peak_fp32"] = preset["peak_fp32"] * _as_number(data["peak"]) / preset["peak"]
@@ -78,6 +87,27 @@ class HardwareSpec(SpecModel):
     @property
     def is_cpu(self) -> bool:
         return self.device == "cpu"
+
+    @property
+    def capacity(self) -> float:
+        """The bytes a layout may use per device: memory less the headroom."""
+        return self.memory * (1.0 - self.headroom)
+
+
+def _per_node_network(data: dict, preset: dict) -> None:
+    """``inter_node_bw_per_node`` -> ``inter_node_bw`` (per device), in place."""
+    per_node_bw = data.get("inter_node_bw_per_node")
+    if per_node_bw is None:
+        return
+    if data.get("inter_node_bw") is not None:
+        raise ValueError("give inter_node_bw (per device) or inter_node_bw_per_node (per node), not both")
+    per_node = data.get("per_node", preset.get("per_node", 8))
+    kind = getattr(per_node_bw, "kind", "bandwidth")
+    if isinstance(per_node, int) and per_node > 0 and kind == "bandwidth" and not isinstance(per_node_bw, str):
+        # A wrong kind or type is left to the field's own validator, which says so. The per-node
+        # figure is consumed, so plan.json holds the per-device one alone and reads back the same.
+        data["inter_node_bw"] = _as_number(per_node_bw) / per_node
+        data["inter_node_bw_per_node"] = None
 
 
 def _as_number(value: Any) -> float:

@@ -5,7 +5,7 @@ A fixed key is obeyed, never changed; the planner fills in the rest.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -38,8 +38,9 @@ class LayoutSpec(SpecModel):
     """Model chunks per pipeline rank for the interleaved schedule (v); 1 otherwise."""
     sequence_parallel: Flag | Auto = "auto"
     """Shard norms and dropout along the sequence over the tensor-parallel group."""
-    tolerance: float = Field(default=0.05, ge=0, lt=1)
-    """The planner picks the simplest layout within this fraction of the best throughput."""
+    tolerance: Annotated[float, Field(ge=0, lt=1)] | Auto = "auto"
+    """The planner picks the simplest layout within this fraction of the best throughput (auto: the
+    cost model's measured uncertainty, and at least 5 ms per step; docs/planner.md)."""
 
 
 class Layout(SpecModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from planc.spec.build import build_plan
 from planc.spec.presets import HARDWARE_PRESETS, MODEL_PRESETS
+from planc.spec.presets.hardware import NOMINAL_MEMORY
 
 
 def model_preset_table() -> str:
@@ -25,14 +26,15 @@ def model_preset_table() -> str:
 
 def device_preset_table() -> str:
     rows = [
-        "| device | memory | peak (bf16) | peak_fp32 | hbm_bw | intra_node_bw | inter_node_bw | per_node | "
-        "efficiency |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| device | memory (reported) | nominal | peak (bf16) | peak_fp32 | hbm_bw | intra_node_bw | inter_node_bw | "
+        "per_node | efficiency |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, p in HARDWARE_PRESETS.items():
-        memory = f"{p['memory'] / 2**30:g} GiB" if p["memory"] % 2**30 == 0 else f"{p['memory'] / 1e9:g} GB"
+        memory = f"{p['memory'] / 2**30:.4g} GiB"
+        nominal = f"{NOMINAL_MEMORY[name] / 1e9:g} GB" if name in NOMINAL_MEMORY else "—"
         rows.append(
-            f"| `{name}` | {memory} | {p['peak'] / 1e12:g} TFLOPS | {p['peak_fp32'] / 1e12:g} TFLOPS | "
+            f"| `{name}` | {memory} | {nominal} | {p['peak'] / 1e12:g} TFLOPS | {p['peak_fp32'] / 1e12:g} TFLOPS | "
             f"{p['hbm_bw'] / 1e9:g} GB/s | {p['intra_node_bw'] / 1e9:g} GB/s | "
             f"{p['inter_node_bw'] / 1e9:g} GB/s | {p['per_node']} | {p['efficiency']} |"
         )

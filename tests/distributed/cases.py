@@ -136,6 +136,10 @@ CASES = [
     case("pp2-interleaved-tied", 2, "gpt", tie=True, pp=2, schedule="interleaved", virtual_stages=2, micro_batch=2),
     case("zero3x2-tied", 2, "gpt", tie=True, dp=2, zero=3),
     case("bf16-ddp2", 2, "llama", precision="bf16", dp=2, micro_batch=2),
+    # The same model and micro-batch under DDP, ZeRO-1 and ZeRO-3: DDP (replicate) must save the
+    # activations FSDP saves; ZeRO-1 (autocast) keeps an fp32 residual stream.
+    case("bf16-ddp2-gpt", 2, "gpt", precision="bf16", dp=2),
+    case("bf16-zero1x2", 2, "gpt", precision="bf16", dp=2, zero=1),
     case("bf16-zero3x2", 2, "gpt", precision="bf16", dp=2, zero=3),
     case("bf16-tp2-sp", 2, "llama", precision="bf16", tp=2, sequence_parallel=True),
     case(
@@ -148,6 +152,7 @@ CASES = [
         micro_batch=2,
         recompute="selective",
     ),
+    case("resume-bf16-ddp2", 2, "gpt", precision="bf16", dp=2, micro_batch=2, resume_at=3),
     case(
         "resume-pp2-interleaved", 2, "llama", pp=2, schedule="interleaved", virtual_stages=2, micro_batch=2, resume_at=3
     ),
@@ -181,6 +186,7 @@ CASES = [
         micro_batch=1,
     ),
     case("pp2-dp2-zero3-tied-gpipe", 4, "gpt", tie=True, pp=2, dp=2, zero=3, schedule="gpipe", micro_batch=2),
+    case("bf16-tp2-dp2-ddp-sp", 4, "llama", precision="bf16", tp=2, dp=2, sequence_parallel=True, micro_batch=2),
     case("bf16-pp2-dp2-zero3", 4, "llama", precision="bf16", pp=2, dp=2, zero=3, schedule="1f1b", micro_batch=2),
     case(
         "pp2-tp2-1f1b-sp-selective",

@@ -33,6 +33,8 @@ def run_case(case: dict) -> dict:
     began = time.perf_counter()
     job = compose(plan, layout, REGISTRY)
     facts = gather_facts(job)
+    if plan.train.precision == "bf16" and layout.pp == 1 and layout.tp == 1:
+        facts["saved"] = saved_activations(job)
     resume_at = case.get("resume_at")
     if resume_at is None:
         records = train(job, steps=case["steps"], quiet=True)
@@ -52,6 +54,7 @@ def run_case(case: dict) -> dict:
 
 def gather_facts(job) -> dict:
     """What the composition built on this rank (rank 0 reports it): evidence each strategy really applied."""
+    from torch.distributed._composable.replicate_with_fsdp import ReplicateModule
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor
@@ -61,7 +64,10 @@ def gather_facts(job) -> dict:
     selective = [w for w in wrappers if w.checkpoint_fn.keywords.get("context_fn") is not None]
     return {
         "part_types": sorted({type(p).__name__ for p in job.model_parts}),
-        "fsdp": any(isinstance(m, FSDPModule) for part in parts for m in part.modules()),
+        "fsdp": any(
+            isinstance(m, FSDPModule) and not isinstance(m, ReplicateModule) for part in parts for m in part.modules()
+        ),
+        "replicate": any(isinstance(m, ReplicateModule) for part in parts for m in part.modules()),
         "stages": job.stage_indices,
         "schedule": type(job.schedule).__name__ if job.schedule is not None else None,
         "layers": sum(len(part.layers) for part in parts),
@@ -75,6 +81,34 @@ def gather_facts(job) -> dict:
         "loss_parallel": job.loss_parallel,
         "tied_copies": len(job.tied_weights),
     }
+
+
+def saved_activations(job) -> dict:
+    """What autograd saves for backward in one forward of a micro-batch (then backward, and the
+    gradients dropped before training starts): bytes per floating dtype, and the dtypes of the saved
+    tensors shaped like the residual stream ``[micro_batch, seq_len, hidden]``."""
+    import torch
+
+    spec, batch = job.plan.model, job.layout.micro_batch
+    stream = (batch, spec.seq_len, spec.hidden)
+    by_dtype: dict[str, int] = {}
+    residual: set[str] = set()
+
+    def pack(tensor):
+        if tensor.is_floating_point():
+            name = str(tensor.dtype).removeprefix("torch.")
+            by_dtype[name] = by_dtype.get(name, 0) + tensor.numel() * tensor.element_size()
+            if tuple(tensor.shape) == stream:
+                residual.add(name)
+        return tensor
+
+    tokens = torch.randint(0, spec.vocab, (batch, spec.seq_len), generator=torch.Generator().manual_seed(0))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        logits = job.model_parts[0](tokens.to(job.device))
+    logits.float().mean().backward()
+    for param in job.local_parameters:
+        param.grad = None
+    return {"bytes": by_dtype, "residual_stream": sorted(residual)}
 
 
 def run_cases(cases: list[dict]) -> dict:

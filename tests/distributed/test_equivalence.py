@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from cases import CASES, FP32_TOLERANCE  # noqa: E402
 from ranks import RanksFailed, run_ranks  # noqa: E402
 
+from planc.cost.memory import bf16_weights, ddp_replicates  # noqa: E402
 from planc.runtime.reference import train_reference  # noqa: E402
 
 pytestmark = pytest.mark.dist
@@ -79,7 +80,12 @@ def expected_facts(case: dict) -> dict:
         if lay.dp > 1 and lay.zero == 1
         else {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}[plan.train.optimizer],
     }
-    if lay.dp > 1 and lay.zero in (0, 1):
+    # bf16 DDP is FSDP2's replicate with the bf16 policy (docs/strategies.md), else torch's DDP.
+    replicated = lay.dp > 1 and lay.zero == 0 and plan.train.precision == "bf16"
+    facts["replicate"] = replicated
+    if replicated:
+        facts["part_types"] = ["ReplicateTransformer"]
+    elif lay.dp > 1 and lay.zero in (0, 1):
         facts["part_types"] = ["DistributedDataParallel"]
     blocks = {"none": 0}.get(lay.recompute)
     if blocks is None:
@@ -106,8 +112,15 @@ def expected_facts(case: dict) -> dict:
         facts["schedule"] = None
     if plan.train.precision == "bf16":
         facts["mp_policy"] = True
-        facts["autocast"] = None if facts["fsdp"] else "torch.bfloat16"
+        facts["autocast"] = None if facts["fsdp"] or replicated else "torch.bfloat16"
     return facts
+
+
+def bf16_weights_of(case: dict) -> bool:
+    """Whether the layout computes on bf16 copies of its parameters (FSDP2's policy, taken by ddp and
+    fsdp) rather than under autocast: the reference then does the same."""
+    plan, lay = case["plan"], case["layout"]
+    return bf16_weights(plan.train.precision, lay.zero, lay.dp, ddp_replicates(plan))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
@@ -117,7 +130,9 @@ def test_layout_reproduces_reference(case, launches):
     assert got is not None, f"the launch reported nothing for {case['name']}"
     assert "error" not in got, f"{case['name']} failed:\n{got.get('error')}"
 
-    reference = train_reference(case["plan"], steps=case["steps"], micro_batch=case["layout"].micro_batch)
+    reference = train_reference(
+        case["plan"], steps=case["steps"], micro_batch=case["layout"].micro_batch, bf16_weights=bf16_weights_of(case)
+    )
     assert len(got["losses"]) == len(reference.losses) == case["steps"]
     differences = [abs(a - b) for a, b in zip(got["losses"], reference.losses)]
     MATRIX[case["name"]] = max(differences)
@@ -148,3 +163,15 @@ def test_layout_reproduces_reference(case, launches):
         assert facts[key] == expected, f"{case['name']}: {key} = {facts[key]!r}, expected {expected!r} ({facts})"
     if case["layout"].tp > 1:
         assert facts["dtensor_params"] + facts["local_shards"] > 0, "tensor parallelism left no sharded parameter"
+
+
+def test_bf16_ddp_saves_the_activations_fsdp_saves(launches):
+    """DDP + bf16 computes as FSDP + bf16 does: for the same model and micro-batch, autograd saves
+    the same bytes in the same dtypes, and the residual stream it saves is bf16. ZeRO-1, which keeps
+    ``torch.autocast`` over fp32 parameters, saves an fp32 residual stream (the norms' inputs)."""
+    results = launches(2)
+    ddp, zero1, fsdp = (results[name]["facts"]["saved"] for name in ("bf16-ddp2-gpt", "bf16-zero1x2", "bf16-zero3x2"))
+    assert ddp["residual_stream"] == ["bfloat16"], ddp
+    assert ddp["bytes"] == fsdp["bytes"], (ddp, fsdp)
+    assert ddp["bytes"]["bfloat16"] > 10 * ddp["bytes"].get("float32", 0), ddp
+    assert "float32" in zero1["residual_stream"], zero1

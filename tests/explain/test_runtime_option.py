@@ -49,4 +49,4 @@ def test_unknown_runtime_is_a_clear_error(tmp_path, capsys):
     path = tmp_path / "run.plan"
     path.write_text(plan_text(ROWS[0]))
     assert main(["explain", "--runtime", "megatron", str(path)]) == 1
-    assert "did you mean 'megatron-lm-2021'?" in capsys.readouterr().err
+    assert "did you mean 'megatron-lm-2021' or 'megatron-core-2024'?" in capsys.readouterr().err  # both start so

@@ -14,6 +14,7 @@ from pathlib import Path
 from planc.dsl.load import load_plan
 from planc.rundir.metrics_file import read_metrics
 from planc.runtime.reference import train_reference
+from planc.strategies.registry import load_registry
 
 FP32_TOLERANCE = 1e-5  # fp32, reductions in another order (the equivalence bound of every layout)
 
@@ -84,7 +85,7 @@ def losses(run_dir: Path) -> dict[int, float]:
 
 def reference(plan: Path, steps: int) -> dict[int, float]:
     """The single-process losses of ``plan``, by 1-based step."""
-    run = train_reference(load_plan(plan), steps=steps)
+    run = train_reference(load_plan(plan, strategies=load_registry()), steps=steps)
     return {step + 1: loss for step, loss in enumerate(run.losses)}
 
 

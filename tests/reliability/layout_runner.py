@@ -23,12 +23,13 @@ from planc.rundir.carry_over import write_resume_source
 from planc.runtime.compose import compose
 from planc.runtime.loop import shutdown, train
 from planc.spec import Layout, Plan
+from planc.strategies.registry import load_registry
 
 
 def run_case(case: dict) -> None:
     plan = Plan.model_validate(case["plan"])
     out = Path(case["out_dir"])
-    job = compose(plan, Layout(**case["layout"]))
+    job = compose(plan, Layout(**case["layout"]), load_registry())
     if job.rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         (out / "plan.json").write_text(json.dumps({"plan": case["plan"], "layout": case["layout"]}))

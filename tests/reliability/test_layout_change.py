@@ -23,6 +23,7 @@ import pytest
 
 from planc.cli import main
 from planc.dsl.load import load_plan
+from planc.strategies.registry import load_registry
 
 from .conftest import assert_matches_reference, env, losses, planc_run, reference, write_plan
 
@@ -75,7 +76,7 @@ def test_three_layout_changes_continue_the_reference(tmp_path, capsys):
             steps=4,
             checkpoint="every = 2  keep = 1",
         )
-        plans[world] = load_plan(path).model_dump(mode="json")
+        plans[world] = load_plan(path, strategies=load_registry()).model_dump(mode="json")
     out = tmp_path / "runs"
     step2 = "checkpoints/step-00000002"
     launch(2, [case("ddp2", plans, out, 2)], tmp_path)

@@ -49,7 +49,7 @@ def test_three_kills_then_two_damaged_checkpoints(tmp_path, capsys):
     out = tmp_path / "run"
     done = planc_run(plan, out, PLANC_FAULT=FAULTS)
     assert done.returncode == 0, done.stderr[-4000:]
-    expected = reference(plan, 7)
+    expected = reference(plan, 6)
     got = losses(out)
     assert sorted(got) == [1, 2, 3, 4, 5, 6]
     assert_matches_reference(got, expected)
@@ -77,8 +77,8 @@ def test_three_kills_then_two_damaged_checkpoints(tmp_path, capsys):
     assert "finished: all 6 step(s) trained" in report
     assert "restart 1" in report and "restart 3" in report and "torchrun agent was killed by SIGKILL" in report
 
-    # Damage the two newest checkpoints -- step 6 loses its last bytes, step 5 a whole shard -- and go on to
-    # step 7 in one process (a Job in a plain Python process): both are skipped, step 4 is resharded.
+    # Damage the two newest checkpoints -- step 6 loses its last bytes, step 5 a whole shard -- and train
+    # steps 5 and 6 again in one process (a Job in a plain Python process): both are skipped, step 4 is resharded.
     shard = out / "checkpoints" / "step-00000006" / "__1_0.distcp"
     shard.write_bytes(shard.read_bytes()[:-100])
     (out / "checkpoints" / "step-00000005" / "__0_0.distcp").unlink()
@@ -93,7 +93,7 @@ def test_three_kills_then_two_damaged_checkpoints(tmp_path, capsys):
     assert "step-00000006 is damaged, skipped" in longer.stderr and "__1_0.distcp has" in longer.stderr
     assert "step-00000005 is damaged, skipped" in longer.stderr and "__0_0.distcp is missing" in longer.stderr
     assert "resumed from step 4 (checkpoint" in longer.stdout
-    assert sorted(losses(out)) == list(range(1, 8))
+    assert sorted(losses(out)) == list(range(1, 7))
     assert_matches_reference(losses(out), expected)
     assert {e.path.name for e in list_checkpoints(out / "checkpoints") if e.state == "corrupt"} == {
         "step-00000005.corrupt",
@@ -107,9 +107,11 @@ from planc.codegen import compile_plan
 from planc.dsl.load import load_plan
 from planc.runtime.compose import compose
 from planc.runtime.loop import shutdown, train
-compiled = compile_plan(load_plan(sys.argv[1]))
+from planc.strategies.registry import load_registry
+registry = load_registry()
+compiled = compile_plan(load_plan(sys.argv[1], strategies=registry), registry)
 try:
-    train(compose(compiled.plan, compiled.layout), steps=7, out_dir=sys.argv[2])
+    train(compose(compiled.plan, compiled.layout, registry), steps=6, out_dir=sys.argv[2])
 finally:
     shutdown()
 """

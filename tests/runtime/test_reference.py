@@ -46,6 +46,18 @@ def test_bf16_autocast_tracks_fp32():
     assert fp32.losses != bf16.losses  # autocast really ran in bf16
 
 
+def test_bf16_weights_track_fp32_and_differ_from_autocast():
+    """bf16 copies of the parameters (FSDP2's policy): the whole forward in bf16, not only the
+    matmuls, so the trajectory differs from autocast's; masters and gradients stay fp32."""
+    fp32 = train_reference(tiny_plan(steps=5))
+    autocast = train_reference(tiny_plan(steps=5, precision="bf16"))
+    weights = train_reference(tiny_plan(steps=5, precision="bf16"), bf16_weights=True, micro_batch=8)
+    for a, b in zip(fp32.losses, weights.losses):
+        assert abs(a - b) < 0.02 * a
+    assert weights.losses != autocast.losses
+    assert train_reference(tiny_plan(steps=5), bf16_weights=True).losses == fp32.losses  # fp32 plans ignore it
+
+
 def test_command_line_prints_losses(tmp_path, capsys):
     path = tmp_path / "plan.json"
     path.write_text(tiny_plan(steps=3).to_json())

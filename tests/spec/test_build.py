@@ -126,3 +126,15 @@ def test_custom_device_needs_its_numbers():
         }
     )
     assert plan.hardware.memory == 96 * 2**30
+
+
+def test_bf16_on_a_device_without_bf16_is_refused_with_what_to_do():
+    """V100 (Volta) tensor cores take fp16 only (NVIDIA V100 data sheet; bf16 arrived with Ampere),
+    so a bf16 plan there would be costed at a rate the device cannot reach."""
+    found = issues_of(hardware={"device": "V100-32GB", "nodes": 1})
+    [(message, hint)] = [(m, h) for (p, m), h in found.items() if p == ("train", "precision")]
+    assert "V100-32GB has no bf16" in message
+    assert "precision = fp32" in hint and "bf16 = true" in hint
+    assert plan_with(hardware={"device": "V100-32GB", "nodes": 1}, train={"precision": "fp32"}).hardware.bf16 is False
+    assert plan_with(hardware={"device": "V100-32GB", "nodes": 1, "bf16": True}).train.precision == "bf16"
+    assert plan_with().hardware.bf16 is True  # A100: bf16 tensor cores

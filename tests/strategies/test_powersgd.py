@@ -64,7 +64,10 @@ def test_check_rejects_fsdp_and_single_rank():
     used = plan(uses=[("powersgd", {})])
     assert any("FSDP" in i.message for i in reg.check(used, layout(zero=3)))
     assert any("dp > 1" in i.message for i in reg.check(used, layout(dp=1, tp=8)))
-    assert not reg.check(used, layout())
+    # bf16 DDP runs FSDP2's replicate, which takes no DDP communication hook: say how to keep DDP.
+    assert any("bf16_weights = false" in i.message for i in reg.check(used, layout()))
+    assert not reg.check(plan(uses=[("powersgd", {}), ("ddp", {"bf16_weights": False})]), layout())
+    assert not reg.check(used, layout(zero=1))
 
 
 def test_matrix_compression_by_hand():

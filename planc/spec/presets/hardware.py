@@ -2,8 +2,26 @@
 
 Conventions (the cost model relies on them):
 
-- ``memory`` is the capacity the framework can allocate, in bytes. HBM stacks are built in
-  powers of two, so "80 GB" parts hold 80 GiB (``nvidia-smi`` shows 81920 MiB on an A100-80GB).
+- ``memory`` is what the driver reports to programs (``nvidia-smi``'s memory.total, which
+  ``torch.cuda.mem_get_info`` also returns; ``rocm-smi``'s VRAM total on AMD), not the marketing
+  figure: an "80 GB" H100 shows 81559 MiB = 79.6 GiB, an A100-80GB 81920 MiB = 80 GiB (the
+  driver keeps part of the HBM for itself on Hopper and later). :data:`NOMINAL_MEMORY` keeps
+  the data sheet's figure. Sources, as printed by the tools on the named part (nvidia-smi
+  outputs quoted in public logs; the same figures appear in every driver from 525 to 570):
+
+  ========== ============================== ==================
+  preset     reported total                 nominal
+  ========== ============================== ==================
+  V100-32GB  32768 MiB (Tesla V100-SXM2-32GB)  32 GB
+  A100-40GB  40960 MiB (A100-SXM4-40GB)      40 GB
+  A100-80GB  81920 MiB (A100-SXM4-80GB)      80 GB
+  H100-SXM   81559 MiB (H100 80GB HBM3)       80 GB
+  H200       143771 MiB (H200)               141 GB
+  B200       183359 MiB (B200)               180 GB (192 GB HBM3e)
+  MI300X     205822885888 B (rocm-smi)        192 GB
+  ========== ============================== ==================
+- the planner keeps ``headroom`` (default :data:`DEFAULT_HEADROOM`) of it free; see
+  docs/planner.md, "Headroom".
 - ``peak`` is the *dense* (no 2:4 sparsity) bf16 tensor-core rate per device; ``peak_fp32`` is the
   plain fp32 rate that ``torch.matmul`` gets with TF32 off (PyTorch's default for matmul).
 - ``intra_node_bw`` is NVLink (or Infinity Fabric) bandwidth per device *in one direction*:
@@ -35,7 +53,15 @@ Conventions (the cost model relies on them):
 from __future__ import annotations
 
 GiB = 2**30
+MiB = 2**20
 GB = 10**9
+
+#: Fraction of the device's memory the planner keeps free by default (``hardware.headroom``).
+#: The cost model already adds its allocator margin (5 %) and a fixed 1 GiB for the CUDA context;
+#: the headroom is for what it does not model and has not been checked against on a GPU:
+#: NCCL buffers that grow with the communicators a layout opens, per-stream cuBLAS workspaces, the
+#: optimizer step's temporaries, fragmentation spikes. 5 % is 4 GiB on an 80 GB part.
+DEFAULT_HEADROOM = 0.05
 TFLOPS = 1e12
 
 HARDWARE_PRESETS: dict[str, dict] = {
@@ -43,7 +69,7 @@ HARDWARE_PRESETS: dict[str, dict] = {
     # planc uses the fp16 rate for bf16 plans), 15.7 TFLOPS fp32, 900 GB/s HBM2, NVLink2 300 GB/s
     # total. DGX-1V: 4 x 100 Gb/s EDR IB for 8 GPUs = 6.25 GB/s per GPU.
     "V100-32GB": dict(
-        memory=32 * GiB,
+        memory=32768 * MiB,
         peak=125 * TFLOPS,
         peak_fp32=15.7 * TFLOPS,
         hbm_bw=900 * GB,
@@ -51,11 +77,12 @@ HARDWARE_PRESETS: dict[str, dict] = {
         inter_node_bw=6.25 * GB,
         per_node=8,
         efficiency=0.73,
+        bf16=False,  # Volta tensor cores take fp16 only (bf16 came with Ampere: A100 whitepaper, 2020)
     ),
     # NVIDIA A100 Tensor Core GPU data sheet (2021): 312 TFLOPS bf16 dense, 19.5 TFLOPS fp32,
     # 40GB: 1,555 GB/s; 80GB: 2,039 GB/s; NVLink3 600 GB/s total. DGX A100: 8 x 200 Gb/s HDR IB.
     "A100-40GB": dict(
-        memory=40 * GiB,
+        memory=40960 * MiB,
         peak=312 * TFLOPS,
         peak_fp32=19.5 * TFLOPS,
         hbm_bw=1555 * GB,
@@ -65,7 +92,7 @@ HARDWARE_PRESETS: dict[str, dict] = {
         efficiency=0.73,
     ),
     "A100-80GB": dict(
-        memory=80 * GiB,
+        memory=81920 * MiB,
         peak=312 * TFLOPS,
         peak_fp32=19.5 * TFLOPS,
         hbm_bw=2039 * GB,
@@ -77,7 +104,7 @@ HARDWARE_PRESETS: dict[str, dict] = {
     # NVIDIA H100 Tensor Core GPU data sheet (SXM5): 989 TFLOPS bf16 dense (1,979 with sparsity),
     # 67 TFLOPS fp32, 3.35 TB/s HBM3, NVLink4 900 GB/s total. DGX H100: 8 x 400 Gb/s ConnectX-7.
     "H100-SXM": dict(
-        memory=80 * GiB,
+        memory=81559 * MiB,
         peak=989 * TFLOPS,
         peak_fp32=67 * TFLOPS,
         hbm_bw=3350 * GB,
@@ -89,7 +116,7 @@ HARDWARE_PRESETS: dict[str, dict] = {
     # NVIDIA H200 data sheet (SXM): same compute as H100, 141 GB HBM3e at 4.8 TB/s;
     # nvidia-smi reports 143771 MiB = 140.4 GiB.
     "H200": dict(
-        memory=140 * GiB,
+        memory=143771 * MiB,
         peak=989 * TFLOPS,
         peak_fp32=67 * TFLOPS,
         hbm_bw=4800 * GB,
@@ -102,7 +129,7 @@ HARDWARE_PRESETS: dict[str, dict] = {
     # (dense) for 8 -> 2.25 PFLOPS bf16 dense per GPU; HBM3e 8 TB/s; NVLink5 1.8 TB/s total;
     # 8 x 400 Gb/s ConnectX-7.
     "B200": dict(
-        memory=180 * GB,
+        memory=183359 * MiB,
         peak=2250 * TFLOPS,
         peak_fp32=75 * TFLOPS,
         hbm_bw=8000 * GB,
@@ -115,7 +142,7 @@ HARDWARE_PRESETS: dict[str, dict] = {
     # 163.4 TFLOPS fp32 matrix; 7 Infinity Fabric links of 128 GB/s (bidirectional) each
     # -> 448 GB/s one direction; one 400 Gb/s NIC per GPU.
     "MI300X": dict(
-        memory=192 * GiB,
+        memory=205822885888,
         peak=1307.4 * TFLOPS,
         peak_fp32=163.4 * TFLOPS,
         hbm_bw=5300 * GB,
@@ -139,6 +166,17 @@ HARDWARE_PRESETS: dict[str, dict] = {
         intra_node_latency=20e-6,
         inter_node_latency=50e-6,
     ),
+}
+
+#: The data sheets' memory per device, in bytes (what explain and the preset table call nominal).
+NOMINAL_MEMORY: dict[str, float] = {
+    "V100-32GB": 32 * GB,
+    "A100-40GB": 40 * GB,
+    "A100-80GB": 80 * GB,
+    "H100-SXM": 80 * GB,
+    "H200": 141 * GB,
+    "B200": 180 * GB,
+    "MI300X": 192 * GB,
 }
 
 #: NCCL-like message start-up costs (alpha), used when a preset does not set its own.

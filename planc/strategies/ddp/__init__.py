@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from planc.legality import rules as legality
-from planc.spec.fields import Bytes
+from planc.spec.fields import Bytes, Flag
 from planc.strategies.api import StrategyOptions
 from planc.strategies.composition import after
 from planc.strategies.ddp.cost_pass import cost as cost  # the plan-time cost pass (a contract hook)
@@ -33,7 +33,13 @@ class Options(StrategyOptions):
     """Options of ``use ddp { ... }``."""
 
     bucket: Bytes = 25e6
-    """Gradient bucket size: gradients are all-reduced in buckets of about this many bytes (25 MB)."""
+    """Gradient bucket size: gradients are all-reduced in buckets of about this many bytes (25 MB).
+    DistributedDataParallel's; with bf16 weights ``replicate`` all-reduces one block at a time."""
+    bf16_weights: Flag = True
+    """With ``precision = bf16``: compute with bf16 copies of the fp32 parameters, as FSDP does
+    (FSDP2's ``replicate`` with the bf16 MixedPrecisionPolicy). false: DistributedDataParallel
+    under ``torch.autocast`` over fp32 parameters (slower, fp32 residual stream), which takes
+    DDP communication hooks such as the powersgd plugin."""
 
 
 def enabled(plan: Plan, layout: Layout) -> bool:
@@ -47,11 +53,15 @@ def check(plan: Plan, layout: Layout, options: Options) -> str | None:
 
 
 def apply(job: Job, options: Options) -> None:
-    """Wrap each local model part in DistributedDataParallel over the "dp" mesh dimension.
+    """Data parallelism over the "dp" mesh dimension: with bf16, ``replicate`` (FSDP2 machinery)
+    and the bf16 policy; else DistributedDataParallel around each local model part.
 
-    DDP needs real tensors (it broadcasts and buckets them), so the wrapping runs once the weights
-    are initialised (``job.after_init``).
+    DDP needs real tensors (it broadcasts and buckets them), so that wrapping runs once the weights
+    are initialised (``job.after_init``); ``replicate``, like ``fully_shard``, wraps the meta model.
     """
-    from planc.strategies.ddp.runtime import wrap_ddp
+    from planc.strategies.ddp.runtime import replicate_model_parts, wrap_ddp
 
-    job.after_init(lambda job: wrap_ddp(job, bucket_bytes=options.bucket))
+    if job.mp_policy is not None and options.bf16_weights:
+        replicate_model_parts(job)
+    else:
+        job.after_init(lambda job: wrap_ddp(job, bucket_bytes=options.bucket))

@@ -4,23 +4,60 @@ from __future__ import annotations
 
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import bucket_bytes, bucket_terms, grad_all_reduce, with_contention
-from planc.cost.estimate import CommCost, Estimate
+from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
+from planc.cost.memory import bf16_weights, fsdp_gather_bytes
+
+#: Bytes per parameter that FSDP2's ``replicate`` moves outside the GEMMs per micro-batch under
+#: bf16 (the same machinery as ``fully_shard``, on a shard of the whole parameter): the fp32 -> bf16
+#: cast into the all-gather input (read 4, write 2), the copy out of the (one-rank) all-gather
+#: buffer (read 2, write 2), and the bf16 gradient cast to the fp32 ``reduce_dtype`` (read 2, write 4).
+REPLICATE_BYTES_PER_PARAM = 6 + 4 + 6
 
 
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
-    """DistributedDataParallel: all-reduce of the fp32 gradients, 2 Psi (ZeRO paper Sec. 7.1)."""
+    """Data parallelism: all-reduce of the fp32 gradients, 2 Psi (ZeRO paper Sec. 7.1).
+
+    fp32: ``DistributedDataParallel`` with its buckets. bf16: ``replicate`` (FSDP2), one all-reduce
+    per unit (each block, the root) once per step, overlapping backward as DDP's buckets do; the
+    bf16 compute copies are model states (``runtime_state_bytes``); transient, one unit's bf16
+    gradients and their fp32 copy; the casts cost :data:`REPLICATE_BYTES_PER_PARAM` of memory
+    traffic per micro-batch."""
     lay = ctx.layout
     if lay.dp == 1:
         return est
     link = ctx.links["dp"]
-    nbytes, seconds, exposed = grad_all_reduce(ctx, bucket_bytes(options))
+    # planc's program (a profile without fixed state bytes derives them as planc's runtime does);
+    # another runtime's profile (Megatron-LM's DDP over bf16 parameters) keeps DDP's buckets.
+    replicated = ctx.profile.state_bytes is None and bf16_weights(
+        ctx.plan.train.precision, lay.zero, lay.dp, getattr(options, "bf16_weights", True)
+    )
+    if replicated:
+        units = max(st.layers + st.embedding + st.head for st in ctx.stages)
+        psi = max(st.params for st in ctx.stages)
+        nbytes, seconds, exposed = grad_all_reduce(ctx, ctx.grad_reduce_bytes * psi / units)
+        detail = f"all-reduce of {nbytes / 2**30:.2f} GiB fp32 gradients, one per block (replicate)"
+
+        def transient(s: StageMemory) -> tuple[Term, ...]:
+            st = ctx.stage(s.rank)
+            _, unit = fsdp_gather_bytes(st.largest_unit, 0, 0, 2, ctx.compute_bytes, ctx.grad_reduce_bytes)
+            return (Term("replicate: one block's bf16 gradients and their fp32 copy", unit),)
+
+        casts = ctx.micro_batches * REPLICATE_BYTES_PER_PARAM * psi / ctx.device.memory_rate
+    else:
+        nbytes, seconds, exposed = grad_all_reduce(ctx, bucket_bytes(options))
+        detail = f"all-reduce of {nbytes / 2**30:.2f} GiB fp32 gradients"
+
+        def transient(s: StageMemory) -> tuple[Term, ...]:
+            return bucket_terms(ctx, s.rank)
+
+        casts = 0.0
     comm = CommCost(
         "dp",
         volume=2 * (lay.dp - 1) / lay.dp * nbytes,
         total=seconds,
         exposed=exposed,
         medium=link.medium,
-        detail=f"all-reduce of {nbytes / 2**30:.2f} GiB fp32 gradients",
+        detail=detail,
     )
-    est = est.updated(stage_fn=lambda s: s.updated(transient=bucket_terms(ctx, s.rank)), comm=comm)
+    est = est.updated(stage_fn=lambda s: s.updated(transient=transient(s)), comm=comm, compute=est.compute + casts)
     return with_contention(ctx, est, seconds - exposed)

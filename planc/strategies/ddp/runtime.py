@@ -1,15 +1,25 @@
 """Run-time half of ``ddp`` (and of ``zero1``, whose gradients DDP averages): imports torch.
 
-DistributedDataParallel cannot take DTensor parameters, so with tensor parallelism each part's
-parameters become their local shards first (:mod:`planc.runtime.local_shards`).
+Two PyTorch wrappers, one per precision:
+
+* fp32: ``DistributedDataParallel``. It cannot take DTensor parameters, so with tensor
+  parallelism each part's parameters become their local shards first
+  (:mod:`planc.runtime.local_shards`).
+* bf16: the composable ``replicate`` built on FSDP2
+  (``torch.distributed._composable.replicate_with_fsdp``), per block and per part, with the
+  ``bf16`` strategy's ``MixedPrecisionPolicy``: the same bf16 working weights and activations as
+  FSDP (fp32 master parameters, bf16 copies for forward and backward, gradients all-reduced and
+  accumulated in fp32), instead of ``torch.autocast`` over fp32 parameters (why: docs/strategies.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 
 from planc.runtime.job import Job
@@ -56,3 +66,37 @@ def wrap_ddp(job: Job, *, bucket_bytes: float) -> None:
         return stack
 
     job.sync_controls.append(no_sync)
+
+
+def replicate_model_parts(job: Job) -> None:
+    """bf16 data parallelism: ``replicate`` (FSDP2's machinery, replicate-only mesh) every block, then
+    each model part's root, over the "dp" mesh dimension, taking the ``bf16`` policy.
+
+    Like ``fully_shard`` it works on the meta model (the parameters become replicated DTensors,
+    initialised later by ``job.init_weights``); gradients are all-reduced once per step: every
+    micro-batch but the last runs with ``set_requires_gradient_sync(False)``, and FSDP2 accumulates
+    those gradients in the policy's fp32 ``reduce_dtype``.
+    """
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+
+    policy = job.take_mixed_precision()
+    if policy is None:
+        raise RuntimeError("replicate_model_parts needs the bf16 strategy's policy (train.precision = bf16)")
+    mesh = job.mesh["dp"]
+    for part in job.transformers():
+        for block in part.layers.values():
+            replicate(block, mesh=mesh, mp_policy=policy)
+        replicate(part, mesh=mesh, mp_policy=policy)
+
+    @contextlib.contextmanager
+    def gradient_sync(sync: bool) -> Iterator[None]:
+        parts = [part for part in job.model_parts if isinstance(part, FSDPModule)]
+        for part in parts:
+            part.set_requires_gradient_sync(sync)
+        try:
+            yield
+        finally:
+            for part in parts:
+                part.set_requires_gradient_sync(True)
+
+    job.sync_controls.append(gradient_sync)

@@ -43,6 +43,13 @@ def check(plan, layout, options: Options) -> str | None:
             f"PowerSGD is a DistributedDataParallel communication hook; zero = {layout.zero} uses FSDP, which has "
             "none. Use zero = 0 or 1, or drop the use block"
         )
+    ddp_bf16_weights = all(use.options.get("bf16_weights", True) is not False for use in plan.uses if use.name == "ddp")
+    if layout.zero == 0 and plan.train.precision == "bf16" and ddp_bf16_weights:
+        return (
+            "PowerSGD is a DistributedDataParallel communication hook; with bf16, ddp computes with bf16 weights "
+            "through FSDP2's replicate, which has none. Add `use ddp { bf16_weights = false }` (DDP under "
+            "autocast), or use zero = 1, or drop the use block"
+        )
     return None
 
 

@@ -9,7 +9,7 @@ Hardware    4 x cpu (1 node(s) x 4)
 Batch       32 sequences = 4,096 tokens per step (4 per micro-batch, 2 micro-batch(es) per rank), fp32
 Layout      TP 1 × PP 1 × DP 4 · DDP · micro-batch 4
 Strategies  ddp
-Predicted   33.0 MiB of 4.0 GiB per device; step 0.125 s; 32,648 tokens/s
+Predicted   33.0 MiB of 3.8 GiB per device; step 0.125 s; 32,648 tokens/s
 """
 
 import argparse
@@ -50,9 +50,12 @@ PLAN = Plan.model_validate(
                   'hbm_bw': 20000000000.0,
                   'intra_node_bw': 2000000000.0,
                   'inter_node_bw': 1000000000.0,
+                  'inter_node_bw_per_node': None,
                   'intra_node_latency': 2e-05,
                   'inter_node_latency': 5e-05,
-                  'efficiency': 0.5},
+                  'efficiency': 0.5,
+                  'headroom': 0.05,
+                  'bf16': True},
      'train': {'global_batch': 32,
                'micro_batch': 4,
                'precision': 'fp32',
@@ -81,7 +84,7 @@ PLAN = Plan.model_validate(
                 'schedule': 'auto',
                 'virtual_stages': 'auto',
                 'sequence_parallel': 'auto',
-                'tolerance': 0.05},
+                'tolerance': 'auto'},
      'checkpoint': None,
      'uses': [],
      'source': 'plans/tiny-cpu.plan',
@@ -94,7 +97,7 @@ LAYOUT = Layout(tp=1, pp=1, dp=4, zero=0, recompute='none', schedule=None, micro
 
 # What planc predicted for this layout (`planc explain` shows how).
 PREDICTED = {'memory_bytes': 34591334,
- 'capacity_bytes': 4294967296,
+ 'capacity_bytes': 4080218931,
  'step_s': 0.1255,
  'tokens_per_s': 32648}
 

@@ -1,0 +1,108 @@
+"""The planner's advice (:mod:`planc.planner.advice`) in words, for explain's notes and ``--json``."""
+
+from __future__ import annotations
+
+from planc.planner.advice import Advice
+from planc.planner.margin import TIE_BAND
+from planc.units import format_bandwidth, format_bytes, format_seconds
+
+
+def _faster(gain: float) -> str:
+    return f"{gain:.1f}× faster" if gain >= 1.5 else f"{gain - 1:+.0%}"
+
+
+def advice_text(a: Advice) -> str:
+    """One sentence (or two) for one piece of advice."""
+    return _WORDS[a.kind](a)
+
+
+def _within_margin(a: Advice) -> str:
+    assert a.layout is not None and a.gain is not None and a.seconds is not None and a.margin is not None
+    m = a.margin
+    if a.rung == a.chosen_rung and a.memory_bytes is not None and a.other_memory_bytes is not None:
+        return (
+            f"{a.layout.describe()} would be {format_seconds(a.seconds)} ({a.gain - 1:.0%}) faster per step but "
+            f"needs {format_bytes(a.other_memory_bytes)} against {format_bytes(a.memory_bytes)}: a tie (under "
+            f"{TIE_BAND:.0%}), which goes to the headroom"
+        )
+    why = (
+        f"below the {m.floor_s * 1e3:g} ms floor"
+        if a.gain - 1 > m.relative / (1 - m.relative)
+        else f"within the model's uncertainty (±{m.relative:.0%})"
+        if m.from_uncertainty
+        else f"within the tolerance ({m.relative:.0%})"
+    )
+    return (
+        f"{a.rung} would be {format_seconds(a.seconds)} ({a.gain - 1:.0%}) faster per step "
+        f"({a.layout.describe()}), {why}: {a.chosen_rung} is kept (--tolerance 0 picks the fastest)"
+    )
+
+
+def _close_to_limit(a: Advice) -> str:
+    assert a.memory_bytes is not None and a.capacity_bytes is not None
+    text = (
+        f"warning: memory close to the limit: {format_bytes(a.memory_bytes)} of {format_bytes(a.capacity_bytes)} "
+        f"({a.memory_bytes / a.capacity_bytes:.0%}) — a longer sequence, another allocator or NCCL's buffers "
+        f"may not fit"
+    )
+    if a.layout is not None and a.gain is not None and a.other_memory_bytes is not None:
+        text += (
+            f"; roomier: {a.layout.describe()} at {format_bytes(a.other_memory_bytes)}, "
+            f"{a.gain - 1:+.0%} tokens/s (fix its keys to get it)"
+        )
+    return text
+
+
+def _headroom(a: Advice) -> str:
+    assert a.layout is not None and a.memory_bytes is not None and a.capacity_bytes is not None
+    return (
+        f"hint: {a.layout.describe()} needs {format_bytes(a.memory_bytes)}, within the device's "
+        f"{format_bytes(a.capacity_bytes)} but not within the headroom the planner keeps; hardware.headroom = 0 "
+        f"would accept it at {a.memory_bytes / a.capacity_bytes:.0%} of the device (no margin for what the "
+        f"model leaves out)"
+    )
+
+
+def _batch(a: Advice) -> str:
+    assert a.layout is not None and a.gain is not None and a.value is not None
+    return (
+        f"hint: the global batch divides badly over the devices; global_batch = {a.value} would give "
+        f"{a.layout.describe()} at {_faster(a.gain)} tokens/s"
+    )
+
+
+def _devices(a: Advice) -> str:
+    assert a.mfu is not None
+    text = f"warning: MFU {a.mfu:.0%}: more devices than this model and batch can use"
+    if a.value is not None and a.gain is not None and a.other_mfu is not None:
+        text += (
+            f"; {a.value} devices would reach {a.gain:.0%} of this throughput at MFU {a.other_mfu:.0%} "
+            f"({a.layout.describe() if a.layout else ''})"
+        )
+    return text
+
+
+def _fixed_key(a: Advice) -> str:
+    assert a.layout is not None and a.gain is not None
+    freed = " and ".join(k.split(" = ")[0] + " = auto" for k in a.keys)
+    return f"hint: the plan fixes {' and '.join(a.keys)}; {freed}: {_faster(a.gain)} tokens/s ({a.layout.describe()})"
+
+
+def _per_node_network(a: Advice) -> str:
+    assert a.bandwidth is not None and a.value is not None
+    return (
+        f"warning: inter_node_bw = {format_bandwidth(a.bandwidth)} is per device, but it looks like a per-node "
+        f"figure (more than one network port or NVLink gives); if it is the node's, write "
+        f"inter_node_bw_per_node = {format_bandwidth(a.bandwidth)} (planc divides it by per_node = {a.value})"
+    )
+
+
+_WORDS = {
+    "within_margin": _within_margin,
+    "close_to_limit": _close_to_limit,
+    "headroom": _headroom,
+    "batch": _batch,
+    "devices": _devices,
+    "fixed_key": _fixed_key,
+    "per_node_network": _per_node_network,
+}

@@ -1,0 +1,252 @@
+"""Explanations that name the right thing (issue 12, points 6-8): rejection rows name the real
+blocker and show a layout of their own rung; when nothing fits, the fewest fixed keys change;
+printed totals add up; link bandwidths say what they are per; the SVG legend stays inside the
+picture; the training totals carry the model's uncertainty; ``--json`` is always one object."""
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from itertools import combinations
+
+import pytest
+
+from planc.cli import main
+from planc.cost.uncertainty import step_time_uncertainty
+from planc.explain.report import render_text, to_dict
+from planc.explain.svg import render_svg, text_width
+from planc.explain.words import rejection_reason, suggestion_text
+from planc.planner import Limit, choose, rung_of, search
+from planc.planner.suggest import Suggestion, _freed, fixed_keys, growth
+from planc.spec import build_plan
+from planc.strategies.registry import load_registry
+
+GiB = 2**30
+
+
+def plan(model, device="H100-SXM", nodes=1, per_node=8, gb=8, layout=None, **train):
+    return build_plan(
+        {
+            "model": model,
+            "hardware": {"device": device, "nodes": nodes, "per_node": per_node},
+            "train": {"global_batch": gb, **train},
+            "layout": layout or {},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def long_context():
+    """Llama 3 8B at 128 k context on one H100 node (the issue's case)."""
+    p = plan({"preset": "llama3-8b", "seq_len": 131072})
+    return p, choose(p, load_registry())
+
+
+def test_recompute_rows_name_the_activations_not_the_model_states(long_context):
+    _, choice = long_context
+    rows = {r.strategy: r for r in choice.rejected}
+    # Under ZeRO-3 over 8 ranks the model states are 16 B x 8.03 B / 8 = 15 GiB, far below 80 GiB:
+    # what rules out recomputation without TP is the activations (the logits of 128 k tokens alone
+    # are 131072 x 128256 x 4 B = 62.6 GiB), not "model states alone".
+    for name in ("+ selective recompute", "+ full recompute"):
+        row = rows[name]
+        assert row.limit is not Limit.MODEL_STATES, rejection_reason(row)
+        assert row.memory_part and row.memory_part[0] == "activations", rejection_reason(row)
+    assert "logits and loss" in rejection_reason(rows["+ full recompute"])
+
+
+def test_every_row_shows_a_layout_of_its_own_rung(long_context):
+    _, choice = long_context
+    for row in choice.rejected:
+        if row.layout is not None and row.limit is not Limit.MODEL_STATES:
+            assert rung_of(row.layout) == row.rung, rejection_reason(row)
+    selective = next(r for r in choice.rejected if r.strategy == "+ selective recompute")
+    assert selective.layout.recompute == "selective" and "full recompute" not in rejection_reason(selective)
+
+
+@pytest.fixture(scope="module")
+def llama405_fixed():
+    """405B on 16 x 8 H100s with tp = 8, pp = 16 and recompute = none fixed: nothing fits."""
+    p = plan({"preset": "llama3-405b"}, nodes=16, gb=256, layout={"tp": 8, "pp": 16, "recompute": "none"}, steps=10)
+    return p, choose(p, load_registry())
+
+
+def test_when_nothing_fits_the_fewest_fixed_keys_change(llama405_fixed):
+    p, choice = llama405_fixed
+    s = choice.suggestion
+    assert not choice.fits and s is not None and s.layout is not None
+    changed = [k for k, _ in s.changed]
+    registry = load_registry()
+    # No smaller set of fixed keys lets anything fit (each freed set searched by the planner).
+    for size in range(1, len(changed)):
+        for subset in combinations(fixed_keys(p), size):
+            assert not search(_freed(p, subset), registry).fitting, subset
+    # The keys not named keep the plan's values.
+    for key in {"tp", "pp", "recompute"} - set(changed):
+        assert getattr(s.layout, key) == getattr(p.layout, key)
+    text = suggestion_text(s)
+    assert text.count(" = ") == len(changed) and "set " in text and "True" not in text
+
+
+def test_405b_with_recompute_none_is_told_to_set_recompute_full_under_megatron():
+    """The issue's case, predicted for Megatron-Core (receive buffers only for the micro-batches in
+    flight): freeing recompute alone fits, so that is the whole suggestion, and tp, pp stay.
+    Under planc's own program torch.distributed.pipelining holds one receive buffer per
+    chunk-micro-batch (512 x 64 MiB = 32 GiB at m = 256), so there pp must change too."""
+    from planc.cost import PROFILES
+
+    p = plan({"preset": "llama3-405b"}, nodes=16, gb=256, layout={"tp": 8, "pp": 16, "recompute": "none"})
+    choice = choose(p, load_registry(), profile=PROFILES["megatron-core-2024"])
+    assert choice.suggestion.changed == (("recompute", "full"),)
+    assert (choice.suggestion.layout.tp, choice.suggestion.layout.pp) == (8, 16)
+    assert "set recompute = full (not none) and it fits" in suggestion_text(choice.suggestion)
+
+
+def test_suggestions_print_values_as_the_plan_language_writes_them():
+    from planc.explain.words import plan_value
+    from planc.spec import Layout
+
+    layout = Layout(tp=2, pp=1, dp=4, zero=3, recompute="full", schedule=None, micro_batch=1)
+    s = Suggestion(GiB, freed=(("sequence_parallel", True),), changed=(("sequence_parallel", False),), layout=layout)
+    assert "set sequence_parallel = false (not true) and it fits" in suggestion_text(s)
+    assert suggestion_text(Suggestion(1.0, nodes=1, per_node=4)).endswith("4 devices (one node of 4)")
+    assert (plan_value(True), plan_value(False), plan_value(None)) == ("true", "false", "none")
+
+
+def test_a_one_device_box_grows_inside_its_node_first():
+    p = plan({"preset": "llama3-8b"}, device="A100-80GB", per_node=1)
+    # A100 servers hold 8 devices: 2, 4, 8 in one node, then nodes of 8.
+    assert growth(p)[:4] == [(1, 2), (1, 4), (1, 8), (2, 8)]
+    choice = choose(p, load_registry())
+    # Nothing fits: the least memory-hungry layout is shown (full recomputation keeps the least).
+    assert choice.layout.recompute == "full"
+    assert not choice.fits and choice.suggestion.nodes == 1 and "nodes ×" not in suggestion_text(choice.suggestion)
+
+
+def test_a_layout_that_does_not_fit_gets_no_mfu(llama405_fixed):
+    p, choice = llama405_fixed
+    text = render_text(p, choice)
+    assert not re.search(r"MFU \d", text) and "device-hours" not in text
+    assert "throughput none: the layout does not fit" in text
+    d = to_dict(p, choice)
+    assert d["throughput"] is None and d["training"] is None
+
+
+def _memory_groups(text):
+    """{group: (printed total, [printed rows])} and the printed total, from explain's memory list."""
+    lines = text.split("  memory per device")[1].split("\n\n")[0].splitlines()[1:]
+    groups, current, total = {}, None, None
+    for line in lines:
+        if line.strip().startswith("total"):
+            total = float(line.split()[1])
+            continue
+        name, value = line[:-8].strip(), float(line[-8:])
+        if line.startswith("      "):
+            groups[current][1].append(value)
+        else:
+            current = name
+            groups[current] = (value, [])
+    return groups, total
+
+
+def test_every_printed_memory_total_is_the_sum_of_its_rows(long_context):
+    p, choice = long_context
+    groups, total = _memory_groups(render_text(p, choice))
+    assert set(groups) == {"model states", "activations", "buffers and overheads"}
+    assert groups["activations"][1], "the logits and the recompute working set are listed under activations"
+    for name, (value, rows) in groups.items():
+        assert value == pytest.approx(sum(rows), abs=0.005 * len(rows) + 1e-9), name  # rounding of 2 decimals
+    assert total == pytest.approx(sum(v for v, _ in groups.values()), abs=0.015)
+
+
+def test_link_columns_say_what_is_per_device_and_what_is_aggregate():
+    # GPT-2 XL on 2 H100 nodes: DP 16 spans both nodes with 8 members in each, so its ring crosses
+    # each node through 8 NICs: 8 x 50 GB/s = 400 GB/s per node, 50 GB/s per device.
+    p = plan({"preset": "gpt2-xl"}, nodes=2, gb=512)
+    text = render_text(p, choose(p, load_registry()))
+    assert "network 50 GB/s per device" in text.splitlines()[2]
+    dp = next(line for line in text.splitlines() if line.strip().startswith("DP "))
+    assert dp.endswith("network 400 GB/s per node (8 NICs × 50 GB/s each)")
+    (comm,) = [c for c in to_dict(p, choose(p, load_registry()))["comm"] if c["group"] == "dp"]
+    assert comm["bandwidth"] == pytest.approx(8 * 50e9) and comm["bandwidth_per"] == "node"
+
+
+def test_the_svg_legend_stays_inside_the_picture(long_context):
+    from dataclasses import replace
+
+    p, choice = long_context
+    # The longest legend: every part present, each with a long number.
+    worst = choice.estimate.memory
+    m = replace(worst, params=999.9 * GiB, master=999.9 * GiB)
+    est = replace(choice.estimate, stages=tuple(m if s is worst else s for s in choice.estimate.stages))
+    svg = ET.fromstring(render_svg(p, replace(choice, estimate=est)))
+    width = float(svg.get("width"))
+    texts = [t for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    names = ("parameters", "master weights", "gradients", "optimizer", "activations", "buffers")
+    legend = [t for t in texts if (t.text or "").startswith(names)]
+    assert len(legend) == 6
+    for t in texts:
+        assert float(t.get("x")) + text_width(t.text, float(t.get("font-size"))) <= width, t.text
+    # The bound is conservative: at least Arial's average advance (0.55 em) per character.
+    assert all(text_width(t.text, 11) >= 0.55 * 11 * len(t.text) for t in legend)
+
+
+def test_explain_shows_the_time_to_train_the_plans_steps_with_its_band():
+    p = plan({"preset": "gpt2"}, device="A100-80GB", gb=16, steps=100)
+    choice = choose(p, load_registry())
+    d = to_dict(p, choice)
+    t = d["training"]
+    assert t["tokens"] == 100 * 16 * 1024  # steps x global_batch x seq_len
+    assert t["seconds"] == pytest.approx(100 * d["time"]["step_s"])
+    assert t["device_hours"] == pytest.approx(t["seconds"] * 8 / 3600)
+    band = step_time_uncertainty()
+    assert t["uncertainty"] == band and t["seconds_range"] == pytest.approx(
+        [t["seconds"] * (1 - band), t["seconds"] * (1 + band)]
+    )
+    text = render_text(p, choice)
+    assert f"±{band:.0%}" in text.split("step time")[1].split("=")[0]
+    assert "100 steps × 16.4 k tokens = 1.64 M tokens" in text and "device-hours" in text
+
+
+BAD = 'model { preset = "gpt2" }\nhardware { device = "A100-80GB" }\ntrain { global_batch = 64 }\nlayout { tp = 5 }\n'
+TOO_BIG = (
+    'model { preset = "llama3-70b" }\nhardware { device = "A100-80GB"  per_node = 1 }\ntrain { global_batch = 1 }\n'
+)
+
+
+@pytest.mark.parametrize("command", ["check", "explain"])
+@pytest.mark.parametrize("case", ["bad plan", "missing file", "cannot fit"])
+def test_json_output_is_one_object_with_an_error_on_failure(command, case, tmp_path, capsys):
+    path = tmp_path / "x.plan"
+    if case != "missing file":
+        path.write_text(BAD if case == "bad plan" else TOO_BIG)
+    code = main([command, "--json", str(path)])
+    out = capsys.readouterr().out
+    document = json.loads(out)  # exactly one JSON value: json.loads refuses trailing data
+    assert isinstance(document, dict)
+    if case == "cannot fit" and command == "check":
+        assert code == 0 and "error" not in document  # a valid plan; fitting is explain's question
+        return
+    assert code == 1 and set(document["error"]) >= {"message", "location", "hint"}
+    if case == "bad plan":
+        assert document["error"]["location"]["line"] == 4
+    if case == "cannot fit":
+        assert "fits" in document["error"]["message"] and document["fits"] is False
+
+
+def test_doctor_json_prints_an_error_object_for_a_missing_run(tmp_path, capsys):
+    assert main(["doctor", "--json", str(tmp_path / "no-run")]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert "is not a directory" in document["error"]["message"] and document["error"]["hint"]
+
+
+def test_with_tp_pp_and_dp_fixed_dp_follows_tp_and_pp():
+    # tp x pp x dp = 128 devices are all fixed: changing pp alone must change dp too, so dp is not
+    # a key of its own in the search for the fewest changes, and is named when it changes.
+    p = plan({"preset": "llama3-405b"}, nodes=16, gb=256, layout={"tp": 8, "pp": 16, "dp": 1, "recompute": "none"})
+    assert fixed_keys(p) == ["tp", "pp", "recompute"]
+    freed = _freed(p, ("pp",))
+    assert (freed.layout.pp, freed.layout.dp, freed.layout.tp) == ("auto", "auto", 8)
+    s = choose(p, load_registry()).suggestion
+    assert s.layout is not None and all(getattr(s.layout, k) != dict(s.freed)[k] for k, _ in s.changed)
+    if s.layout.pp != 16:
+        assert ("dp", s.layout.dp) in s.changed
