@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "compile": "planc.commands.compile",
     "run": "planc.commands.run",
     "calibrate": "planc.commands.calibrate",
+    "verify": "planc.commands.verify",
     "export": "planc.commands.export",
     "prepare": "planc.commands.prepare",
     "doctor": "planc.commands.doctor",

@@ -76,9 +76,31 @@ def read_plan(path_text: str, registry: Registry) -> Plan:
     return load_plan(path, strategies=registry)
 
 
+def _misfit(choice) -> PlanError | None:
+    """The error explain ends with when nothing fits (None when the choice fits)."""
+    from planc.explain.words import suggestion_text
+
+    if choice.fits:
+        return None
+    what = "the plan's fixed layout does not fit" if choice.fixed else "no layout fits"
+    return PlanError(
+        f"{what} in {choice.estimate.capacity / 2**30:.1f} GiB per device",
+        hint=suggestion_text(choice.suggestion) if choice.suggestion else None,
+    )
+
+
+def _measured(plan, layout) -> tuple[dict, str]:
+    """(explain --json's "measured", the text's table) from a `planc verify` of this very plan; empty without one."""
+    from planc.verify import measured, results
+
+    verified = results.load(plan, layout)
+    if not verified:
+        return {}, ""
+    return {"measured": measured.measured_dict(verified)}, "\n" + "\n".join(measured.measured_lines(verified)) + "\n"
+
+
 def run(args) -> int:
     from planc.explain.report import render_text, to_dict
-    from planc.explain.words import suggestion_text
     from planc.planner import NoLegalLayout, choose
 
     if args.top < 0:
@@ -108,25 +130,21 @@ def run(args) -> int:
     choice = replace(choice, advice=advise(plan, choice, registry, profile))
     for warning in registry.unused_uses(plan, choice.layout):
         print(f"warning: {warning}", file=sys.stderr)
-    misfit = None
-    if not choice.fits:
-        what = "the plan's fixed layout does not fit" if choice.fixed else "no layout fits"
-        misfit = PlanError(
-            f"{what} in {choice.estimate.capacity / 2**30:.1f} GiB per device",
-            hint=suggestion_text(choice.suggestion) if choice.suggestion else None,
-        )
+    misfit = _misfit(choice)
     if args.svg:  # before any output: a failure here must not follow a printed JSON object
         from planc.explain.svg import render_svg
         from planc.fileio import write_output
 
         write_output(Path(args.svg), render_svg(plan, choice), option="--svg", inputs=(Path(args.file),))
+    measured_json, measured_text = _measured(plan, choice.layout)
     if args.json:
         # One object: the explanation, and with "error" when nothing fits (exit status 1).
         error = {"error": error_dict(misfit)} if misfit else {}
-        json.dump({**error, **to_dict(plan, choice), "runtime": args.runtime}, sys.stdout, indent=2, default=str)
+        body = {**error, **to_dict(plan, choice), "runtime": args.runtime, **measured_json}
+        json.dump(body, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        text = render_text(plan, choice, top_k=args.top)
+        text = render_text(plan, choice, top_k=args.top) + measured_text
         if args.runtime != "planc":
             first, rest = text.split("\n", 1)
             text = f"{first}\n  runtime   {profile.name} (a prediction only: planc runs its own program)\n{rest}"

@@ -39,7 +39,7 @@ def base_estimate(ctx: CostContext) -> Estimate:
     stages = []
     for st in ctx.stages:
         states = model_state_bytes(st.params, 1, 0, ctx.state_bytes)
-        extra = (Term("logits and loss (1 micro-batch)", ctx.logits),) if st.head else ()
+        extra = (Term("logits and loss (1 micro-batch)", ctx.logits, "loss"),) if st.head else ()
         stages.append(
             StageMemory(
                 rank=st.rank,

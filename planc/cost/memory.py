@@ -288,13 +288,25 @@ ALLOCATOR_MARGIN = 0.05
 DDP_BUCKET_BYTES = 25e6
 
 
-def fsdp_gather_bytes(largest_unit: int, zero: int, compute_bytes: int, grad_reduce_bytes: int) -> float:
-    """Transient bytes of FSDP2 for the largest unit (a block, the embedding or the head).
+def fsdp_gather_bytes(
+    block: int, root: int, head: int, zero: int, compute_bytes: int, grad_reduce_bytes: int
+) -> tuple[float, float]:
+    """(held through backward, held while a block runs backward) bytes of FSDP2's buffers, for
+    ``block`` parameters per block unit, ``root`` in the model part's root unit (embedding,
+    final norm and head together: the parameters outside the blocks) and ``head`` of them in
+    the final norm and head.
 
-    ZeRO-3: the all-gathered parameters of the running unit and of the prefetched next one
-    (2 units x e bytes). Both stages: the unit's unsharded gradients in compute precision and
-    their fp32 copy handed to reduce-scatter (``MixedPrecisionPolicy(reduce_dtype=fp32)``).
+    Held through backward: under ZeRO-3 the root unit is gathered for the head's backward and
+    stays gathered until the embedding's gradient at the end (e x root; issue 13's simulation
+    found it twice the one unit, the larger of embedding and head, that was modelled), and the
+    head's unsharded gradient waits from the start of backward for the root's reduce-scatter at
+    the end (e x head). While a block runs backward: the running block's gathered parameters
+    and the prefetched next one's (ZeRO-3, 2 x e x block), and the block's unsharded gradients
+    in compute precision and their fp32 copy handed to reduce-scatter
+    (``MixedPrecisionPolicy(reduce_dtype=fp32)``). The root's own reduce-scatter comes after the
+    last block, when the activations are gone: never the peak.
     """
-    gathered = 2 * largest_unit * compute_bytes if zero == 3 else 0
-    grads = largest_unit * (compute_bytes + (grad_reduce_bytes if grad_reduce_bytes != compute_bytes else 0))
-    return gathered + grads
+    g = grad_reduce_bytes if grad_reduce_bytes != compute_bytes else 0
+    held = (root * compute_bytes if zero == 3 else 0.0) + head * compute_bytes
+    per_block = (2 * block * compute_bytes if zero == 3 else 0.0) + block * (compute_bytes + g)
+    return held, per_block

@@ -156,11 +156,12 @@ def _memory_dict(est: Estimate) -> dict[str, Any]:
         "params_bytes": worst.params,
         "master_bytes": worst.master,
         "grads_bytes": worst.grads,
-        "optimizer_bytes": worst.optimizer + worst.master,
+        "optimizer_bytes": worst.optimizer,  # Adam m and v (or momentum) only: master_bytes is its own part
         "activations_bytes": worst.activations,
         "transient_bytes": worst.transient_bytes,
         "total_bytes": worst.total,
         "capacity_bytes": est.capacity,
+        "peak_phase": worst.peak_phase,
         "activation_terms": {t.name: t.value for t in worst.act_extra},
         "transient_terms": {t.name: t.value for t in worst.transient},
     }
@@ -322,9 +323,14 @@ def memory_rows(est: Estimate) -> list[tuple[str, float, list[tuple[str, float]]
                 ("optimizer states", s.optimizer),
             ],
         ),
-        ("activations", s.activations, [(blocks, s.act_per_layer * s.act_layers), *s.act_extra]),
-        ("buffers and overheads", s.transient_bytes, list(s.transient)),
+        ("activations", s.activations, [(blocks, s.act_per_layer * s.act_layers), *_at_peak(s, s.act_extra)]),
+        ("buffers and overheads", s.transient_bytes, _at_peak(s, s.transient)),
     ]
+
+
+def _at_peak(s, terms) -> list[tuple[str, float]]:
+    """(name, bytes) of the terms held at the stage's peak (a term of another phase is not)."""
+    return [(t.name, t.value) for t in terms if s.at_peak(t)]
 
 
 def _memory_table(est: Estimate, plan: Plan) -> list[str]:
@@ -345,6 +351,10 @@ def _memory_table(est: Estimate, plan: Plan) -> list[str]:
     lines.append(
         f"    {'total':<{width}}{s.total / size:>8.2f}  of {format_bytes(est.capacity)}  ({share:.0%}){headroom}"
     )
+    elsewhere = [t for t in (*s.act_extra, *s.transient) if not s.at_peak(t)]
+    if elsewhere:  # held in another phase of the step than the peak: shown, not added
+        lines += ["", f"    not at the peak (the {s.peak_phase} phase is larger):"]
+        lines += [f"      {t.name} ({t.phase} phase){'':<4}{t.value / size:.2f} {unit}" for t in elsewhere]
     return lines
 
 

@@ -191,7 +191,7 @@ def largest_activation_term(est: Estimate) -> tuple[str, float] | None:
     s = est.memory
     if not s.act_extra:
         return None
-    name, value = max(s.act_extra, key=lambda t: t[1])
+    name, value, _ = max(s.act_extra, key=lambda t: t.value)
     return (name, value) if value >= max(0.4 * s.activations, s.act_per_layer * s.act_layers) else None
 
 

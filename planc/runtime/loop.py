@@ -14,6 +14,7 @@ process group.
 from __future__ import annotations
 
 import io
+import os
 import sys
 import time
 from pathlib import Path
@@ -68,11 +69,12 @@ def train(
     )
     sinks = _open_sinks(job, [*plan.train.log, *log], out_dir, start, predicted)
     records = []
+    run_step = _step_function(job, out_dir)
     with logger, sinks, attempt.guard() as stop_requested:
         for step in range(start, total):
             attempt.before_step(step + 1)
             began = time.perf_counter()
-            result = train_step(job, run_data.train.batch_for_step(step))
+            result = run_step(job, run_data.train.batch_for_step(step))
             if job.device.type == "cuda":
                 torch.cuda.synchronize(job.device)
             elapsed = time.perf_counter() - began
@@ -90,6 +92,16 @@ def train(
         else:
             attempt.finish()
     return records
+
+
+def _step_function(job, out_dir):
+    """``train_step``, or under ``planc verify`` (``PLANC_VERIFY`` set) the same steps measured
+    (:class:`planc.verify.probe.StepProbe`)."""
+    if not os.environ.get("PLANC_VERIFY"):
+        return train_step
+    from planc.verify.probe import StepProbe
+
+    return StepProbe(job, out_dir)
 
 
 def _steps_to_train(plan, steps: int | None) -> int:

@@ -91,6 +91,26 @@ def test_gqa_shrinks_k_and_v():
 
 
 def test_fsdp_buffers():
-    # ZeRO-3, unit of 1e6 params, bf16 gather, fp32 reduce: 2 gathered units x 2 B + grads (2 + 4) B
-    assert fsdp_gather_bytes(10**6, 3, 2, 4) == 2 * 2e6 + 6e6
-    assert fsdp_gather_bytes(10**6, 2, 2, 4) == 6e6
+    # blocks of 1e6 params, a root unit of 3e6 (embedding 1e6 + head 2e6), bf16 gather, fp32 reduce.
+    # ZeRO-3, held through backward: the gathered root 3e6 x 2 B + the head's bf16 gradient 2e6 x 2 B;
+    # per block backward: 2 gathered blocks x 2 B + the block's gradients (2 + 4) B
+    assert fsdp_gather_bytes(10**6, 3 * 10**6, 2 * 10**6, 3, 2, 4) == (6e6 + 4e6, 2 * 2e6 + 6e6)
+    # ZeRO-2 keeps the parameters gathered (counted as the working copy): no gathers here
+    assert fsdp_gather_bytes(10**6, 3 * 10**6, 2 * 10**6, 2, 2, 4) == (4e6, 6e6)
+
+
+def test_peak_is_the_largest_phase_not_the_sum_of_phases():
+    from planc.cost.estimate import StageMemory, Term
+
+    s = StageMemory(rank=0, params=10.0, master=0.0, grads=10.0, optimizer=20.0, act_per_layer=5.0, act_layers=4.0)
+    s = s.updated(
+        extra=(Term("logits and loss", 7.0, "loss"), Term("recompute working set", 2.0, "backward")),
+        transient=(Term("FSDP block buffers", 3.0, "backward"), Term("runtime", 1.0)),
+    )
+    # states 40 + activations 20 + runtime 1 + the larger phase: loss 7 > backward 2 + 3
+    assert s.peak_phase == "loss"
+    assert s.total == 40 + 20 + 1 + 7
+    # a larger backward phase takes over: 2 + 6 > 7
+    s = s.updated(transient=(Term("more block buffers", 3.0, "backward"),))
+    assert s.peak_phase == "backward" and s.total == 40 + 20 + 1 + 8
+    assert s.activations + s.transient_bytes + s.model_states == s.total

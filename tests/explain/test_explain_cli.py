@@ -77,7 +77,7 @@ def test_json_has_the_documented_keys(tmp_path, capsys):
     # the memory parts add up to the total
     m = d["memory"]
     parts = m["params_bytes"] + m["grads_bytes"] + m["optimizer_bytes"] + m["activations_bytes"] + m["transient_bytes"]
-    assert parts == pytest.approx(m["total_bytes"])
+    assert parts + m["master_bytes"] == pytest.approx(m["total_bytes"])
     # and the step time to its parts
     t = d["time"]
     assert t["step_s"] == pytest.approx(
@@ -128,3 +128,23 @@ def test_explain_never_imports_torch():
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_json_memory_parts_add_up_with_a_master_copy(tmp_path, capsys):
+    """bf16 under FSDP keeps an fp32 master apart from Adam's states: each is listed once.
+
+    Per parameter (planc.cost.memory.runtime_state_bytes, ZeRO-3 bf16, AdamW): master 4 B, Adam
+    m and v 8 B, both sharded over dp = 8; so optimizer_bytes is twice master_bytes exactly.
+    """
+    raw = {
+        "model": {"preset": "llama2-7b"},
+        "hardware": {"device": "A100-80GB", "nodes": 1},
+        "train": {"global_batch": 64, "micro_batch": 1, "precision": "bf16"},
+        "layout": {"tp": 1, "pp": 1, "dp": 8, "zero": 3},
+    }
+    assert main(["explain", write(tmp_path, "fsdp", raw), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["memory"]
+    assert m["master_bytes"] > 0
+    assert m["optimizer_bytes"] == pytest.approx(2 * m["master_bytes"])
+    parts = ("params_bytes", "master_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "transient_bytes")
+    assert sum(m[k] for k in parts) == pytest.approx(m["total_bytes"])

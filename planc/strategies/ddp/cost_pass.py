@@ -39,7 +39,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
 
         def transient(s: StageMemory) -> tuple[Term, ...]:
             st = ctx.stage(s.rank)
-            unit = fsdp_gather_bytes(st.largest_unit, 2, ctx.compute_bytes, ctx.grad_reduce_bytes)
+            _, unit = fsdp_gather_bytes(st.largest_unit, 0, 0, 2, ctx.compute_bytes, ctx.grad_reduce_bytes)
             return (Term("replicate: one block's bf16 gradients and their fp32 copy", unit),)
 
         casts = ctx.micro_batches * REPLICATE_BYTES_PER_PARAM * psi / ctx.device.memory_rate

@@ -7,6 +7,7 @@ from planc.cost.context import CostContext
 from planc.cost.data_parallel import shard_states, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import fsdp_gather_bytes
+from planc.cost.params import embedding_params_per_shard
 
 
 def parameter_gathers(zero: int, micro_batches: int, pp: int) -> int:
@@ -40,8 +41,11 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     gather and the last reduce-scatter of each pass stay exposed. One collective per FSDP unit
     (each block, the root), each paying the ring latency.
 
-    Memory: states sharded per ZeRO stage; transient one or two gathered blocks and one block's
-    unsharded gradients; and when sync is deferred with m > 1 micro-batches, FSDP2 keeps the
+    Memory: states sharded per ZeRO stage; held through backward, the root unit (embedding, final
+    norm and head; gathered under ZeRO-3) and the head's unsharded gradient; while a block runs
+    backward, two gathered blocks and its unsharded gradients
+    (:func:`~planc.cost.memory.fsdp_gather_bytes`; the "backward" phase, not held beside the
+    loss's buffers); and when sync is deferred with m > 1 micro-batches, FSDP2 keeps the
     *unsharded* fp32 gradients of the whole stage between them (``to_accumulated_grad_if_needed``),
     4 bytes per parameter that ZeRO's gradient sharding does not remove.
     """
@@ -82,11 +86,16 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         medium=link.medium,
         detail=f"{_gathers_text(zero, n_gathers, lay.pp)}, 1 gradient reduce-scatter {when}",
     )
-    label = f"FSDP gathered parameters and unsharded gradients (ZeRO-{zero})"
+    label = f"FSDP block backward: 2 gathered + gradients (ZeRO-{zero})"
 
     def buffers(s: StageMemory) -> tuple[Term, ...]:
         st = ctx.stage(s.rank)
-        terms = [Term(label, fsdp_gather_bytes(st.largest_unit, zero, e, g))]
+        root = st.params - st.layers * st.layer_params
+        head = root - (embedding_params_per_shard(ctx.model, lay.tp) if st.embedding else 0)
+        held, per_block = fsdp_gather_bytes(st.layer_params, root, head, zero, e, g)
+        terms = [Term(label, per_block, "backward")]
+        if held:
+            terms.append(Term("FSDP root unit and head gradient (all backward)", held))
         if deferred:
             terms.append(Term("unsharded fp32 gradients kept across micro-batches", g * st.params))
         if lay.pp > 1 and zero == 3 and m > 1:  # not resharded after backward (see n_gathers)

@@ -16,7 +16,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     - full: blocks keep only their input; the backward of each block first reruns its forward
       (one more forward of every block: Narayanan's 4 passes instead of 3), which under TP also
       reruns the forward's two all-reduces; one block's full activations are alive while it is
-      recomputed (the working set).
+      recomputed (the working set, held in the "backward" phase, not beside the loss's buffers).
     """
     mode = ctx.layout.recompute
     if mode == "none":
@@ -32,7 +32,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
 
     else:
         per_layer, extra = ctx.layer_act.full, m * layers * ctx.layer.forward
-        working = (Term("recompute working set (one block)", ctx.layer_act.none),)
+        working = (Term("recompute working set (one block)", ctx.layer_act.none, "backward"),)
 
         def stage_fn(s: StageMemory) -> StageMemory:
             return s.updated(act_per_layer=per_layer, extra=working)

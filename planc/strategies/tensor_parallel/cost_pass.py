@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
 from planc.cost.context import CostContext
-from planc.cost.estimate import CommCost, Estimate
+from planc.cost.estimate import CommCost, Estimate, StageMemory
 
 
 def tp_block_collectives(ctx: CostContext) -> tuple[float, float, float]:
@@ -48,13 +48,9 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     m = ctx.micro_batches
     fwd, bwd, sent = tp_block_collectives(ctx)
     layers = max(st.layers for st in ctx.stages)
-    edge_bytes = ctx.residual_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
-    if lay.sequence_parallel:
-        edges = reduce_scatter_seconds(edge_bytes, link) + 2 * all_gather_seconds(edge_bytes, link)
-    else:
-        edges = 2 * all_reduce_seconds(edge_bytes, link)
+    edges, edge_volume = _edge_collectives(ctx)
     total = m * (layers * (fwd + bwd) + edges)
-    volume = m * (layers * sent + 2 * edge_bytes * (t - 1) / t)
+    volume = m * (layers * sent + edge_volume)
     kind = "all-gather/reduce-scatter pairs" if lay.sequence_parallel else "all-reduces"
     mib = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden / 2**20
     comm = CommCost(
@@ -65,4 +61,45 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         medium=link.medium,
         detail=f"4 activation {kind} per block per micro-batch ({mib:.0f} MiB in bf16)",
     )
-    return est.updated(comm=comm)
+    return est.updated(comm=comm, stage_fn=lambda s: _replicated_embedding_grad(ctx, s))
+
+
+def _edge_collectives(ctx: CostContext) -> tuple[float, float]:
+    """(seconds, bytes sent) per micro-batch of the collectives outside the blocks, on the
+    pipeline rank with the most of them (counted by ``planc verify``'s collective counter).
+
+    Without SP: the vocab-parallel embedding all-reduces its output (forward) and the head's
+    replicated input gets its gradient all-reduced (backward): an all-reduce of the residual
+    stream each. With SP: the embedding reduce-scatters its output and all-gathers that
+    gradient, the head all-gathers its input and reduce-scatters that gradient, and a learned
+    position table (s x h, replicated) is all-gathered once more for the sequence shards. Under
+    pipelining a rank holds the embedding, the head or (ZBV's rank 0, or pp = 1) both.
+    """
+    link, t = ctx.links["tp"], ctx.layout.tp
+    edge = ctx.residual_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
+    best = (0.0, 0.0)
+    for st in ctx.stages:
+        if ctx.layout.sequence_parallel:
+            seconds = (st.embedding + st.head) * (reduce_scatter_seconds(edge, link) + all_gather_seconds(edge, link))
+            sent = (st.embedding + st.head) * 2 * edge * (t - 1) / t
+            if st.embedding and ctx.model.position == "learned":
+                table = ctx.residual_bytes * ctx.model.seq_len * ctx.model.hidden
+                seconds += all_gather_seconds(table, link)
+                sent += table * (t - 1) / t
+        else:
+            seconds = (st.embedding + st.head) * all_reduce_seconds(edge, link)
+            sent = (st.embedding + st.head) * 2 * edge * (t - 1) / t
+        best = max(best, (seconds, sent))
+    return best
+
+
+def _replicated_embedding_grad(ctx: CostContext, s: StageMemory) -> StageMemory:
+    """The vocab-parallel embedding's gradient comes out of backward as a *replicated* DTensor:
+    every TP rank holds the whole [V, h] gradient until ``zero_grad``, not its 1/t rows
+    (measured by ``planc verify``: torch 2.13, tp = 2, no data parallelism). Counted where it was
+    measured; under DDP/FSDP over TP the data-parallel wrapper owns the gradient's form."""
+    lay = ctx.layout
+    if lay.dp > 1 or not ctx.stage(s.rank).embedding:
+        return s
+    rows = ctx.model.padded_vocab - ctx.model.padded_vocab // lay.tp
+    return s.updated(grads=s.grads + ctx.state_bytes.grads * rows * ctx.model.hidden)

@@ -1,0 +1,104 @@
+"""`planc verify` over the CPU matrix: predicted vs measured for DDP, ZeRO-1/2/3, TP, TP+SP and PP.
+
+    python bench/verify_matrix.py            # every case (2 CPU processes each), then the table
+    python bench/verify_matrix.py --case tp  # one case
+
+Each case is a tiny plan (2 layers, hidden 128, 4 heads, sequence 64) on 2 CPU processes with
+one dimension of parallelism fixed; the script runs ``planc verify --json`` on it and prints the
+worst relative error (predicted / measured - 1) over both ranks of each quantity, beside the
+goals of issue 13: model states 1%, saved activations 10%, communication 2%. Peak memory and
+step time are printed for information (the CPU device has no calibration here; the peak is
+torch's MemTracker's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+MODEL = """model "tiny" {
+  layers  = 2
+  hidden  = 128
+  heads   = 4
+  vocab   = 256
+  seq_len = 64
+}
+hardware {
+  device   = "cpu"
+  nodes    = 1
+  per_node = 2
+}
+"""
+
+#: case -> (train block, layout block)
+CASES = {
+    "ddp": ("precision = fp32", "tp = 1  pp = 1  dp = 2  zero = 0"),
+    "zero1": ("precision = fp32", "tp = 1  pp = 1  dp = 2  zero = 1"),
+    "zero2": ("precision = fp32", "tp = 1  pp = 1  dp = 2  zero = 2"),
+    "zero3": ("precision = fp32", "tp = 1  pp = 1  dp = 2  zero = 3"),
+    "zero3-bf16": ("precision = bf16", "tp = 1  pp = 1  dp = 2  zero = 3"),
+    "tp": ("precision = fp32", "tp = 2  pp = 1  dp = 1  sequence_parallel = false"),
+    "tp-sp": ("precision = fp32", "tp = 2  pp = 1  dp = 1  sequence_parallel = true"),
+    "pp": ("precision = fp32", "tp = 1  pp = 2  dp = 1  schedule = 1f1b"),
+}
+SECTIONS = ("model states", "saved activations", "communication", "peak memory", "step time")
+GOALS = {"model states": 0.01, "saved activations": 0.10, "communication": 0.02}
+
+
+def plan_text(case: str) -> str:
+    train, layout = CASES[case]
+    return (
+        MODEL
+        + f"train {{\n  global_batch = 8\n  micro_batch = 2\n  {train}\n  steps = 20\n}}\n"
+        + f"layout {{\n  {layout}  recompute = none\n}}\n"
+    )
+
+
+def run_case(case: str, folder: Path) -> dict:
+    plan = folder / f"{case}.plan"
+    plan.write_text(plan_text(case))
+    env = {**os.environ, "PLANC_VERIFY_DIR": str(folder / "results")}
+    done = subprocess.run(
+        [sys.executable, "-m", "planc.cli", "verify", str(plan), "--json", "--out", str(folder / case)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{case}: planc verify failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout)
+
+
+def worst(result: dict) -> dict[str, float]:
+    errors: dict[str, float] = {}
+    for row in result["rows"]:
+        if row["error"] is None:
+            continue
+        section = row["section"]
+        if abs(row["error"]) >= abs(errors.get(section, 0.0)):
+            errors[section] = row["error"]
+    return errors
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", action="append", choices=sorted(CASES), help="run only this case (repeatable)")
+    args = parser.parse_args()
+    cases = args.case or list(CASES)
+    with tempfile.TemporaryDirectory() as tmp:
+        table = {case: worst(run_case(case, Path(tmp))) for case in cases}
+    print(f"{'case':<12}" + "".join(f"{s:>20}" for s in SECTIONS))
+    for case, errors in table.items():
+        cells = "".join(f"{(f'{errors[s]:+.1%}' if s in errors else '-'):>20}" for s in SECTIONS)
+        print(f"{case:<12}{cells}")
+    print(f"{'goal':<12}" + "".join(f"{(f'±{GOALS[s]:.0%}' if s in GOALS else '-'):>20}" for s in SECTIONS))
+    print("worst error over both ranks; error = predicted / measured - 1; load:", os.getloadavg()[0])
+
+
+if __name__ == "__main__":
+    main()

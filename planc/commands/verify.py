@@ -1,0 +1,160 @@
+"""``planc verify FILE``: run the emitted program for a few steps and hold its measurements
+against the cost model's prediction, per rank (see docs/verify.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+
+HELP = "run the plan's program for a few measured steps and compare with the prediction"
+DESCRIPTION = (
+    "Compile the plan, run the emitted program for a few steps with planc's measurement hook "
+    "(PLANC_VERIFY=1: same program, same arithmetic) and print, per rank, predicted beside measured: "
+    "model-state bytes, activation bytes saved for backward, communication bytes by mesh dimension, "
+    "peak memory and step time, with the relative error. Runs on the plan's hardware when this "
+    "machine has it, else on CPU processes with the same layout (shrinking the model, batch or data "
+    "parallelism where a CPU run needs it, and saying so). Results go to the run directory "
+    "(verify.json) and are shown by `planc explain` for the same plan."
+)
+
+#: warm-up, timed, communication + activations, peak memory (planc.verify.probe)
+MIN_STEPS = 4
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("file", help="the .plan file")
+    parser.add_argument(
+        "--steps", type=int, default=MIN_STEPS, help=f"steps to run (at least {MIN_STEPS}; default {MIN_STEPS})"
+    )
+    parser.add_argument("--out", help="run directory (default: runs/<plan>-verify-<timestamp>)")
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
+
+def run(args) -> int:
+    from planc import launch
+    from planc.codegen import compile_plan
+    from planc.commands.runtime import require_torch
+    from planc.dsl.load import load_plan
+    from planc.errors import PlanError
+    from planc.strategies.registry import load_registry
+    from planc.verify import results
+    from planc.verify.stand_in import CannotStandIn, stand_in
+
+    if args.steps < MIN_STEPS:
+        raise PlanError(
+            f"--steps must be at least {MIN_STEPS}, got {args.steps}",
+            hint="verify measures one thing per step after a warm-up step: time, traffic and activations, peak memory",
+        )
+    if launch.under_torchrun():
+        raise PlanError("planc verify launches its own processes", hint="run it outside torchrun")
+    require_torch("planc verify")
+    plan_path = Path(args.file)
+    registry = load_registry()
+    plan = load_plan(plan_path, strategies=registry)
+    compiled = compile_plan(plan, registry)
+    try:
+        chosen = stand_in(plan, compiled.layout, _cuda_devices())
+    except CannotStandIn as exc:
+        raise PlanError(
+            f"cannot run this plan here: {exc}", hint="check its memory at full size with planc verify --simulate"
+        ) from None
+    layout_as_planned = compiled.layout  # the key explain finds the result under
+    if chosen.changes:
+        compiled = compile_plan(chosen.plan, registry, force=True)
+    run_dir = Path(args.out) if args.out else launch.default_run_dir(plan_path.with_name(plan_path.stem + "-verify"))
+    launch.write_run_dir(run_dir, compiled)
+    for change in chosen.changes:
+        print(f"planc verify: stand-in: {change}", file=sys.stderr)
+    print(
+        f"planc verify: {compiled.layout.describe()} · {compiled.plan.world_size} process(es) · {run_dir}",
+        file=sys.stderr,
+    )
+
+    with _measuring_program_on_stderr():
+        outcome = launch.launch_local(compiled, run_dir, steps=args.steps)
+    status = getattr(outcome, "status", outcome)  # an Outcome (planc.supervise) or an exit status
+    if status != 0 or getattr(outcome, "stop_signal", None):
+        raise PlanError(f"the program failed (exit {status}); its output is above", hint=f"run directory: {run_dir}")
+    result = collect(compiled.plan, compiled.layout, registry, run_dir)
+    result.update(
+        key=results.plan_key(plan, layout_as_planned),
+        plan_source=str(plan_path),
+        stand_in=list(chosen.changes),
+    )
+    saved = results.save(result, run_dir)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(render(result))
+        print(f"\nwritten to {run_dir / 'verify.json'} (and {saved})")
+    return 0
+
+
+@contextlib.contextmanager
+def _measuring_program_on_stderr():
+    """PLANC_VERIFY=1 for the launched program, whose progress lines go to stderr: stdout is
+    verify's table (or JSON) alone."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    os.environ["PLANC_VERIFY"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("PLANC_VERIFY", None)
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _cuda_devices() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def collect(plan, layout, registry, run_dir: Path) -> dict:
+    """Read every rank's ``verify/rank<R>.json`` and put the prediction beside each number."""
+    from planc.cost.context import ContextCache, build_context
+    from planc.cost.driver import run_passes
+    from planc.errors import PlanError
+    from planc.verify.predicted import predicted_for_rank
+    from planc.verify.report import rows_for_rank
+
+    passes = registry.passes(plan, layout)
+    cache = ContextCache(plan)
+    ctx = build_context(plan, layout, cache.profile, cache, passes.stage_style)
+    estimate = run_passes(ctx, passes)
+    records = []
+    for rank in range(plan.world_size):
+        path = run_dir / "verify" / f"rank{rank}.json"
+        try:
+            records.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            raise PlanError(
+                f"rank {rank} wrote no measurements ({path})", hint="the program's output is above"
+            ) from None
+    rows = []
+    for record in records:
+        rows.extend(rows_for_rank(record, predicted_for_rank(ctx, estimate, record["coordinates"]["pp"])))
+    return {
+        "layout": layout.model_dump(mode="json"),
+        "describe": layout.describe(),
+        "world_size": plan.world_size,
+        "device": records[0].get("device", "cpu"),
+        "rows": [row.as_dict() for row in rows],
+        "ranks": records,
+    }
+
+
+def render(result: dict) -> str:
+    from planc.verify.report import Row, format_rows
+
+    rows = [Row(**{k: v for k, v in r.items() if k != "error"}) for r in result["rows"]]
+    head = [f"verify  {result['describe']} · {result['world_size']} process(es) on {result['device']}"]
+    for change in result.get("stand_in", []):
+        head.append(f"  stand-in: {change}")
+    head.append("  error = predicted / measured - 1")
+    return "\n".join(head) + "\n\n" + format_rows(rows)

@@ -1,0 +1,153 @@
+"""Count the bytes every collective of a step moves, by kind and mesh dimension.
+
+A :class:`~torch.utils._python_dispatch.TorchDispatchMode` sees each c10d op (``c10d::allreduce_``,
+``_allgather_base_``, ``send`` ... -- what ``torch.distributed``'s Python API, DDP's reducer,
+ZeroRedundancyOptimizer, FSDP2 and the pipelining schedules call: since torch 2.0 every
+``ProcessGroup`` method goes through the dispatcher) and each functional collective
+(``_c10d_functional::all_reduce`` ... -- what DTensor redistributions and tensor parallelism
+use). When an op's arguments include a DTensor the mode returns ``NotImplemented``, so DTensor
+first lowers it to the collectives on local tensors, which then come back through the mode
+(the same arrangement as torch's own ``CommDebugMode``).
+
+Bytes are counted the way the cost model states volumes (:mod:`planc.cost.comm`): what one
+device sends, for a buffer of ``n`` bytes (the full, unsharded size) over a group of ``p``:
+all-reduce ``2 (p-1)/p n``, all-gather and reduce-scatter ``(p-1)/p n``, broadcast ``(p-1)/p n``
+(every rank broadcasts its share in turn), point-to-point: the bytes sent plus received (the
+cost model counts both directions of a stage's link).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+#: c10d op -> (kind, index of the argument that holds the full buffer): the inputs of all-reduce,
+#: reduce-scatter and all-to-all, the output of all-gather, the tensors sent or received.
+_C10D = {
+    "allreduce_": ("all_reduce", 0),
+    "allreduce_coalesced_": ("all_reduce", 0),
+    "allgather_": ("all_gather", 0),
+    "_allgather_base_": ("all_gather", 0),
+    "allgather_into_tensor_coalesced_": ("all_gather", 0),
+    "allgather_coalesced_": ("all_gather", 0),
+    "reduce_scatter_": ("reduce_scatter", 1),
+    "_reduce_scatter_base_": ("reduce_scatter", 1),
+    "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1),
+    "broadcast_": ("broadcast", 0),
+    "alltoall_base_": ("all_to_all", 1),
+    "alltoall_": ("all_to_all", 1),
+    "send": ("send", 0),
+    "recv_": ("recv", 0),
+    "recv_any_source_": ("recv", 0),
+}
+_FUNCTIONAL = {
+    "all_reduce": "all_reduce",
+    "all_reduce_": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "all_reduce_coalesced_": "all_reduce",
+    "all_gather_into_tensor": "all_gather",
+    "all_gather_into_tensor_out": "all_gather",
+    "all_gather_into_tensor_coalesced": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "all_to_all_single": "all_to_all",
+    "broadcast": "broadcast",
+    "broadcast_": "broadcast",
+}
+_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "all_to_all": 1.0}
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+def _nbytes(tensors: list[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class CommCounter(TorchDispatchMode):
+    """``with CommCounter(names) as counter: ...`` then ``counter.bytes[(kind, dim)]`` (bytes sent
+    per device, as above) and ``counter.calls[(kind, dim)]``.
+
+    ``names`` maps a process group's name (``ProcessGroup.group_name``) to the mesh dimension it
+    serves ("dp", "tp", "pp"); other groups are reported under "world" or "other".
+    """
+
+    def __init__(self, names: dict[str, str], sizes: dict[str, int]):
+        super().__init__()
+        self.names, self.sizes = names, sizes
+        self.bytes: dict[tuple[str, str], float] = defaultdict(float)
+        self.calls: dict[tuple[str, str], int] = defaultdict(int)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if any(t.__name__ == "DTensor" for t in types):
+            return NotImplemented  # let DTensor lower the op to collectives on local tensors first
+        namespace = func.namespace
+        name = func.overloadpacket.__name__
+        if namespace == "c10d" and name in _C10D:
+            self._count_c10d(name, args)
+        elif namespace == "_c10d_functional" and name in _FUNCTIONAL:
+            self._count_functional(name, args)
+        return func(*args, **kwargs)
+
+    def _record(self, kind: str, group: str, nbytes: float) -> None:
+        size = self.sizes.get(group, 1)
+        if kind in _FACTOR:
+            nbytes = _FACTOR[kind] * (size - 1) / size * nbytes if size > 1 else 0.0
+        self.bytes[(kind, group)] += nbytes
+        self.calls[(kind, group)] += 1
+
+    def _group_of(self, value) -> str:
+        if isinstance(value, str):
+            name = value
+        else:  # c10d ops carry the group boxed as a ScriptObject
+            import torch.distributed as dist
+
+            try:
+                name = dist.ProcessGroup.unbox(value).group_name
+            except (RuntimeError, TypeError, AttributeError):
+                return "other"
+        return self.names.get(name, "other")
+
+    def _count_c10d(self, name: str, args) -> None:
+        kind, index = _C10D[name]
+        group = next((self._group_of(a) for a in args if isinstance(a, torch.ScriptObject)), "other")
+        self._record(kind, group, _nbytes(_tensors(args[index])))
+
+    def _count_functional(self, name: str, args) -> None:
+        kind = _FUNCTIONAL[name]
+        group = self._group_of(next((a for a in args if isinstance(a, str) and a not in _REDUCE_OPS), None))
+        size = self.sizes.get(group, 1)
+        nbytes = _nbytes(_tensors(args[0]))
+        if kind == "all_gather":
+            nbytes *= size  # the input is this rank's share; the full buffer is p of them
+        self._record(kind, group, nbytes)
+
+
+_REDUCE_OPS = {"sum", "avg", "product", "min", "max", "band", "bor", "bxor", "premul_sum"}
+
+
+def group_names(job) -> tuple[dict[str, str], dict[str, int]]:
+    """(process-group name -> "dp"/"tp"/"pp"/"world", name -> group size) for ``job``'s mesh."""
+    import torch.distributed as dist
+
+    names: dict[str, str] = {}
+    sizes: dict[str, int] = {}
+    world = dist.group.WORLD
+    if world is not None:
+        names[str(world.group_name)] = "world"
+        sizes["world"] = dist.get_world_size()
+    for dim in ("pp", "dp", "tp"):  # a dimension spanning the world is named for the dimension
+        group = job.group(dim)
+        name = str(group.group_name)
+        if dist.get_world_size(group) > 1 or name not in names:
+            names[name] = dim
+        sizes[dim] = dist.get_world_size(group)
+    return names, sizes

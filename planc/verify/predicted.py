@@ -1,0 +1,48 @@
+"""What the cost model predicts for each quantity ``planc verify`` measures, per pipeline rank.
+
+Pure and torch-free: the :class:`~planc.cost.context.CostContext` and the
+:class:`~planc.cost.estimate.Estimate` of the plan's chosen layout, read the way the probe
+measures (:mod:`planc.verify.probe`):
+
+- model states as they persist between steps: the parameters this rank stores (under FSDP the
+  sharded fp32 copy, the cost model's ``master``; its working copy exists only while a unit is
+  gathered), the gradients and the optimizer states;
+- saved activations of one micro-batch through one model chunk: blocks x bytes per block (the
+  cost model's per-block term; embedding, final norm and head are not a separate term there);
+- each group's communication volume per step (:class:`~planc.cost.estimate.CommCost`);
+- the rank's peak (its :class:`~planc.cost.estimate.StageMemory` total) and the step time.
+"""
+
+from __future__ import annotations
+
+from planc.cost.context import CostContext
+from planc.cost.estimate import Estimate, StageMemory
+from planc.cost.params import StageParams
+
+
+def stage_for(ctx: CostContext, est: Estimate, pp_rank: int) -> tuple[StageMemory, StageParams]:
+    """The representative stage (memory, parameters) standing for pipeline rank ``pp_rank``:
+    itself when represented, else the second stage (every middle rank is like it)."""
+    ranks = [s.rank for s in est.stages]
+    rank = pp_rank if pp_rank in ranks else (ranks[1] if len(ranks) > 2 else ranks[-1])
+    memory = next(s for s in est.stages if s.rank == rank)
+    return memory, ctx.stage(rank)
+
+
+def predicted_for_rank(ctx: CostContext, est: Estimate, pp_rank: int) -> dict:
+    """The numbers :mod:`planc.verify.report` holds against one rank's measurements (bytes, seconds)."""
+    memory, params = stage_for(ctx, est, pp_rank)
+    v = ctx.layout.virtual_stages
+    stored = memory.master if memory.master else memory.params
+    blocks_per_chunk = params.layers / v
+    per_block = {"none": ctx.layer_act.none, "selective": ctx.layer_act.selective, "full": ctx.layer_act.full}[
+        ctx.layout.recompute
+    ]
+    return {
+        "model_states": {"params": stored, "grads": memory.grads, "optimizer": memory.optimizer},
+        "activations": {"per_block_bytes": per_block, "blocks_bytes": per_block * blocks_per_chunk},
+        "comm": {c.group: c.volume for c in est.comm},
+        "peak_bytes": memory.total,
+        "step_s": est.step_s,
+        "step_parts": est.step_parts(),
+    }

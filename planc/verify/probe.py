@@ -1,0 +1,125 @@
+"""The measurement hook of the emitted program, for ``planc verify``.
+
+The training loop calls :class:`StepProbe` in place of ``train_step`` when the environment
+variable ``PLANC_VERIFY`` is set (``planc verify`` sets it; the program's text and arguments do
+not change). Each step still runs ``train_step`` unchanged -- same data, same arithmetic; the
+probe only watches, and one kind of measurement per step so that they do not disturb each other:
+
+====  ==========  =======================================================================
+step  measures    how
+====  ==========  =======================================================================
+1     nothing     warm-up: the optimizer creates its states, allocators and groups settle
+2     time        the step's wall time, nothing installed
+3     comm, act   :class:`~planc.verify.comm_counter.CommCounter` (bytes by collective and
+                  mesh dimension) and :class:`~planc.verify.saved_activations.SavedActivations`
+4     peak        torch's ``MemTracker`` (CPU; ``torch.cuda.max_memory_allocated`` on CUDA)
+5...  time        more timed steps (the median is reported)
+====  ==========  =======================================================================
+
+After every step the rank writes ``verify/rank<R>.json`` in the run directory (model-state
+bytes measured after the step, when gradients and optimizer states exist).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from planc.runtime.step import train_step
+from planc.verify.comm_counter import CommCounter, group_names
+from planc.verify.model_states import model_state_bytes
+from planc.verify.saved_activations import SavedActivations, measurable
+
+#: The environment variable that turns the probe on.
+ENVIRONMENT_VARIABLE = "PLANC_VERIFY"
+
+
+def enabled() -> bool:
+    return bool(os.environ.get(ENVIRONMENT_VARIABLE))
+
+
+class StepProbe:
+    """``probe(job, batch)`` runs one training step like ``train_step`` and records what it measured."""
+
+    def __init__(self, job, out_dir) -> None:
+        self.job = job
+        self.path = Path(out_dir or ".") / "verify" / f"rank{dist.get_rank()}.json"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.index = 0
+        self.record: dict = {"rank": dist.get_rank(), "coordinates": job.coordinates, "step_s": []}
+
+    def __call__(self, job, batch) -> dict:
+        phase = ("warmup", "time", "comm", "peak")[self.index] if self.index < 4 else "time"
+        self.index += 1
+        if phase == "comm":
+            result = self._measure_comm_and_activations(batch)
+        elif phase == "peak":
+            result = self._measure_peak(batch)
+        else:
+            began = time.perf_counter()
+            result = train_step(job, batch)
+            self._synchronize()
+            if phase == "time":
+                self.record["step_s"].append(time.perf_counter() - began)
+        self.record["model_states"] = model_state_bytes(job)
+        self.record["device"] = job.device.type
+        self.record["steps"] = self.index
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.record, indent=1))
+        tmp.replace(self.path)
+        return result
+
+    def _synchronize(self) -> None:
+        if self.job.device.type == "cuda":
+            torch.cuda.synchronize(self.job.device)
+
+    def _measure_comm_and_activations(self, batch) -> dict:
+        job = self.job
+        names, sizes = group_names(job)
+        saved = SavedActivations()
+        with CommCounter(names, sizes) as counter, saved.step(job.unwrapped_parts()):
+            result = train_step(job, batch)
+            self._synchronize()
+        self.record["comm"] = [
+            {"kind": kind, "group": group, "bytes": counter.bytes[(kind, group)], "calls": counter.calls[(kind, group)]}
+            for kind, group in sorted(counter.bytes)
+        ]
+        self.record["activations"] = saved.summary() if measurable(job) else None
+        return result
+
+    def _measure_peak(self, batch) -> dict:
+        job = self.job
+        if job.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(job.device)
+            result = train_step(job, batch)
+            self._synchronize()
+            self.record["peak"] = {"bytes": torch.cuda.max_memory_allocated(job.device), "source": "cuda"}
+            return result
+        from torch.distributed._tools.mem_tracker import MemTracker
+
+        tracker = MemTracker()
+        tracker.track_external(*job.model_parts, *job.optimizers)
+        roots = {id(part) for part in job.model_parts}  # outermost (a DDP wrapper, not what it wraps)
+
+        def new_iteration(module, args):  # the tracker refuses a second root forward (micro-batches)
+            if id(module) in roots:
+                tracker.reset_mod_stats()
+
+        handle = torch.nn.modules.module.register_module_forward_pre_hook(new_iteration)
+        try:
+            with tracker:
+                result = train_step(job, batch)
+        finally:
+            handle.remove()
+        peak = tracker.get_tracker_snapshot("peak").get(job.device, {})
+        self.record["peak"] = {
+            "bytes": peak.get("Total", 0),
+            "parts": {getattr(k, "value", str(k)): v for k, v in peak.items() if k != "Total"},
+            "source": "torch.distributed._tools.mem_tracker.MemTracker",
+        }
+        return result

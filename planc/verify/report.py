@@ -1,0 +1,138 @@
+"""Predicted beside measured: the comparison rows of ``planc verify`` and their text.
+
+Pure (no torch). One :class:`Row` per quantity and rank; ``error`` is ``predicted / measured - 1``
+(positive: the cost model predicts more than the program used), None where either side is
+missing or the measured value is 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from planc.units import format_bytes
+
+#: Goals from issue 13 (the benchmark prints them beside the errors; tests hold looser bounds).
+GOALS = {"model states": 0.01, "saved activations": 0.10, "communication": 0.02}
+
+
+@dataclass(frozen=True)
+class Row:
+    rank: int
+    section: str
+    """"model states", "saved activations", "communication", "peak memory" or "step time"."""
+    name: str
+    predicted: float | None
+    measured: float | None
+    unit: str = "B"
+    note: str = ""
+
+    @property
+    def error(self) -> float | None:
+        if self.predicted is None or not self.measured:
+            return None
+        return self.predicted / self.measured - 1
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "error": self.error}
+
+
+def rows_for_rank(measured: dict, predicted: dict) -> list[Row]:
+    """Every comparison for one rank's ``verify/rank<R>.json`` record and its prediction."""
+    rank = measured["rank"]
+    rows = [
+        Row(rank, "model states", name, predicted["model_states"][name], measured["model_states"][name])
+        for name in ("params", "grads", "optimizer")
+    ]
+    act = measured.get("activations")
+    if act:
+        rows.append(
+            Row(
+                rank,
+                "saved activations",
+                "per block",
+                predicted["activations"]["per_block_bytes"],
+                act["per_block_bytes"],
+            )
+        )
+        rows.append(
+            Row(
+                rank,
+                "saved activations",
+                f"{act['blocks']} block(s), 1 micro-batch",
+                predicted["activations"]["blocks_bytes"],
+                act["blocks_bytes"],
+            )
+        )
+        rows.append(
+            Row(rank, "saved activations", "embedding, final norm, head", None, act["outside_bytes"], note="not a term")
+        )
+    elif act is None and "comm" in measured:
+        rows.append(Row(rank, "saved activations", "per block", None, None, note="not measurable under recompute"))
+    rows.extend(_comm_rows(rank, measured.get("comm", []), predicted["comm"]))
+    peak = measured.get("peak")
+    if peak:
+        rows.append(Row(rank, "peak memory", "step peak", predicted["peak_bytes"], peak["bytes"], note=_source(peak)))
+    if measured.get("step_s"):
+        times = sorted(measured["step_s"])
+        rows.append(Row(rank, "step time", "median step", predicted["step_s"], times[len(times) // 2], unit="s"))
+    return rows
+
+
+def _source(peak: dict) -> str:
+    return "cuda max_memory_allocated" if peak.get("source") == "cuda" else "MemTracker"
+
+
+def _comm_rows(rank: int, comm: list[dict], predicted: dict[str, float]) -> list[Row]:
+    by_group: dict[str, float] = {}
+    kinds: dict[str, list[str]] = {}
+    for entry in comm:
+        group = entry["group"]
+        by_group[group] = by_group.get(group, 0.0) + entry["bytes"]
+        kinds.setdefault(group, []).append(f"{entry['calls']} {entry['kind']}")
+    rows = []
+    for group in sorted(set(by_group) | set(predicted)):
+        rows.append(
+            Row(
+                rank,
+                "communication",
+                group,
+                predicted.get(group),
+                by_group.get(group),
+                note=", ".join(kinds.get(group, [])),
+            )
+        )
+    return rows
+
+
+def value_text(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1e3:.1f} ms" if unit == "s" else format_bytes(value)
+
+
+def format_rows(rows: list[Row]) -> str:
+    """The table ``planc verify`` prints: one block per rank."""
+    lines = []
+    header = f"  {'':<20} {'':<28} {'predicted':>12} {'measured':>12} {'error':>8}  note"
+    current = None
+    for row in rows:
+        if row.rank != current:
+            current = row.rank
+            lines.extend(["", f"rank {row.rank}", header])
+        error = f"{row.error:+.1%}" if row.error is not None else "-"
+        lines.append(
+            f"  {row.section:<20} {row.name:<28} {value_text(row.predicted, row.unit):>12} "
+            f"{value_text(row.measured, row.unit):>12} {error:>8}  {row.note}"
+        )
+    return "\n".join(lines).lstrip("\n")
+
+
+def worst_errors(rows: list[Row]) -> dict[str, float]:
+    """The largest |error| of each section over all ranks (what the benchmark tabulates)."""
+    worst: dict[str, float] = {}
+    for row in rows:
+        if row.error is None:
+            continue
+        key = row.section
+        worst[key] = max(worst.get(key, 0.0), abs(row.error))
+    return worst

@@ -1,0 +1,29 @@
+"""The ranks' side of tests/verify/test_verify_dist.py: train each case 4 steps under planc verify's probe.
+
+    run_ranks("tests/verify/ranks_verify.py:measure", 2, cases)
+
+``cases``: ``[{"plan": Plan JSON, "layout": Layout fields, "out_dir": str}]``. Each case builds its
+job through :func:`planc.runtime.compose.compose` (as the emitted program's strategy calls do)
+and trains with ``PLANC_VERIFY=1``, so every rank writes ``out_dir/verify/rank<R>.json``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch.distributed as dist
+
+from planc.runtime.compose import compose
+from planc.runtime.loop import train
+from planc.spec import Layout, Plan
+from planc.strategies.registry import load_registry
+
+
+def measure(cases: list[dict]) -> dict:
+    registry = load_registry()
+    os.environ["PLANC_VERIFY"] = "1"
+    for case in cases:
+        job = compose(Plan.model_validate(case["plan"]), Layout(**case["layout"]), registry)
+        train(job, steps=4, out_dir=case["out_dir"], quiet=True)
+        dist.barrier()
+    return {"cases": len(cases)}

@@ -1,0 +1,122 @@
+"""``planc verify``'s plan-time half: the CPU stand-in, the result key, the comparison rows, and
+explain's measured table. (The measurements themselves: test_verify_dist.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from planc.cli import main
+from planc.dsl.load import load_plan
+from planc.planner import choose
+from planc.spec import build_plan
+from planc.strategies.registry import load_registry
+from planc.verify import results
+from planc.verify.report import Row, rows_for_rank
+from planc.verify.stand_in import MAX_CPU_PARAMS, MAX_CPU_PROCESSES, CannotStandIn, stand_in
+
+PLANS = Path(__file__).resolve().parents[2] / "plans"
+REGISTRY = load_registry()
+
+
+def _chosen(name: str):
+    plan = load_plan(PLANS / name, strategies=REGISTRY)
+    return plan, choose(plan, REGISTRY).layout
+
+
+def test_a_cpu_plan_runs_as_written():
+    plan, layout = _chosen("cpu-3d.plan")
+    assert stand_in(plan, layout, cuda_devices=0).changes == ()
+
+
+def test_a_gpu_plan_gets_a_cpu_stand_in_with_the_same_layout_and_says_what_changed():
+    plan, layout = _chosen("llama3-8b-8xh100.plan")
+    chosen = stand_in(plan, layout, cuda_devices=0)
+    small = chosen.plan
+    assert small.hardware.device == "cpu" and small.world_size <= MAX_CPU_PROCESSES
+    assert small.model.params <= MAX_CPU_PARAMS < plan.model.params
+    # the model keeps its kind: GQA ratio, MLP, norm, positions
+    assert small.model.heads // small.model.kv_heads == plan.model.heads // plan.model.kv_heads
+    assert (small.model.mlp, small.model.norm, small.model.position) == (
+        plan.model.mlp,
+        plan.model.norm,
+        plan.model.position,
+    )
+    # the planner's choice for the real plan is fixed in the stand-in
+    again = choose(small, REGISTRY).layout
+    assert (again.tp, again.pp, again.zero, again.recompute) == (layout.tp, layout.pp, layout.zero, layout.recompute)
+    assert any("CPU processes" in c for c in chosen.changes) and any("model" in c for c in chosen.changes)
+    # the same machine with the GPUs runs it as written
+    assert stand_in(plan, layout, cuda_devices=8).changes == ()
+
+
+def test_a_layout_wider_than_a_cpu_run_is_refused():
+    plan, layout = _chosen("gpt3-175b-1024xa100.plan")
+    assert layout.tp * layout.pp > MAX_CPU_PROCESSES  # TP 8 x PP 8 (the plan fixes them)
+    with pytest.raises(CannotStandIn):
+        stand_in(plan, layout, cuda_devices=0)
+
+
+def test_the_result_key_follows_content_and_layout_not_the_file():
+    plan, layout = _chosen("cpu-3d.plan")
+    moved = plan.model_copy(update={"source": "elsewhere/cpu-3d.plan"})
+    assert results.plan_key(moved, layout) == results.plan_key(plan, layout)
+    assert results.plan_key(plan, layout.model_copy(update={"micro_batch": 1})) != results.plan_key(plan, layout)
+    longer = plan.model_copy(update={"train": plan.train.model_copy(update={"lr": 1e-4})})
+    assert results.plan_key(longer, layout) != results.plan_key(plan, layout)
+
+
+def test_rows_hold_each_measurement_beside_its_prediction():
+    measured = {
+        "rank": 1,
+        "model_states": {"params": 100, "grads": 100, "optimizer": 200},
+        "activations": {"per_block_bytes": 50, "blocks_bytes": 100, "blocks": 2, "outside_bytes": 7},
+        "comm": [{"kind": "all_reduce", "group": "dp", "bytes": 190.0, "calls": 3}],
+        "peak": {"bytes": 1000, "source": "cuda"},
+        "step_s": [0.3, 0.1, 0.2],
+    }
+    predicted = {
+        "model_states": {"params": 100, "grads": 101, "optimizer": 200},
+        "activations": {"per_block_bytes": 55, "blocks_bytes": 110},
+        "comm": {"dp": 200.0},
+        "peak_bytes": 900,
+        "step_s": 0.25,
+    }
+    rows = {(r.section, r.name): r for r in rows_for_rank(measured, predicted)}
+    assert rows[("model states", "grads")].error == pytest.approx(0.01)  # 101 / 100 - 1
+    assert rows[("saved activations", "per block")].error == pytest.approx(0.1)  # 55 / 50 - 1
+    assert rows[("communication", "dp")].error == pytest.approx(200 / 190 - 1)
+    assert rows[("peak memory", "step peak")].error == pytest.approx(-0.1)  # 900 / 1000 - 1
+    assert rows[("step time", "median step")].measured == 0.2  # the median of 3
+    assert rows[("saved activations", "embedding, final norm, head")].error is None  # no such term
+    assert Row(0, "x", "y", 1.0, 0.0).error is None
+
+
+def test_explain_shows_the_measured_table_for_the_same_plan_only(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PLANC_VERIFY_DIR", str(tmp_path / "results"))
+    raw = {
+        "model": {"layers": 2, "hidden": 64, "heads": 4, "vocab": 128, "seq_len": 32},
+        "hardware": {"device": "cpu", "nodes": 1, "per_node": 2},
+        "train": {"global_batch": 8, "micro_batch": 2, "precision": "fp32"},
+        "layout": {"tp": 1, "pp": 1, "dp": 2, "zero": 0, "recompute": "none"},
+    }
+    path = tmp_path / "tiny.json"
+    plan = build_plan(raw, source="tiny")
+    path.write_text(plan.to_json())
+    assert main(["explain", str(path)]) == 0
+    assert "measured by planc verify" not in capsys.readouterr().out
+    row = Row(0, "model states", "params", 1000.0, 990.0)
+    result = {"key": results.plan_key(plan, choose(plan, REGISTRY).layout), "rows": [row.as_dict()], "world_size": 2}
+    results.save({**result, "device": "cpu"}, tmp_path)
+    assert main(["explain", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "measured by planc verify" in out and "+1.0%" in out  # 1000 / 990 - 1
+    assert main(["explain", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["measured"]["rows"][0]["measured"] == 990.0
+
+
+def test_verify_needs_its_measurement_steps(tmp_path, capsys):
+    assert main(["verify", str(PLANS / "tiny-cpu.plan"), "--steps", "2"]) == 1
+    assert "at least 4" in capsys.readouterr().err

@@ -1,0 +1,70 @@
+"""``planc verify``'s measurements against the cost model, on 2 CPU processes: DDP, FSDP, TP.
+
+One launch trains the three cases 4 steps each under the probe (tests/verify/ranks_verify.py);
+then, here, :func:`planc.commands.verify.collect` puts the prediction beside every rank's numbers.
+The goals of issue 13 are model states within 1%, saved activations within 10% and communication
+within 2% (bench/verify_matrix.py prints them); these bounds are looser, the measurement exact
+in its own terms: model-state bytes are storage sizes, activations what autograd saved, traffic
+every collective the step issued.
+"""
+
+from __future__ import annotations
+
+import pytest
+from ranks import run_ranks
+
+from planc.commands.verify import collect
+from planc.spec import build_plan
+from planc.strategies.registry import load_registry
+
+TINY = {"layers": 2, "hidden": 64, "heads": 4, "vocab": 128, "seq_len": 32}
+CASES = {
+    "ddp": {"tp": 1, "pp": 1, "dp": 2, "zero": 0},
+    "fsdp": {"tp": 1, "pp": 1, "dp": 2, "zero": 3},
+    "tp": {"tp": 2, "pp": 1, "dp": 1, "sequence_parallel": False},
+}
+BOUNDS = {"model states": 0.02, "saved activations": 0.15, "communication": 0.05}
+
+
+def _plan(layout: dict):
+    return build_plan(
+        {
+            "model": TINY,
+            "hardware": {"device": "cpu", "nodes": 1, "per_node": 2},
+            "train": {"global_batch": 8, "micro_batch": 2, "precision": "fp32", "steps": 10},
+            "layout": {**layout, "recompute": "none"},
+        },
+        source="verify-test",
+    )
+
+
+@pytest.mark.dist
+def test_measured_model_states_activations_and_traffic_match_the_prediction(tmp_path):
+    from planc.planner import choose
+
+    registry = load_registry()
+    chosen = {name: choose(_plan(layout), registry) for name, layout in CASES.items()}
+    cases = [
+        {
+            "plan": _plan(CASES[name]).model_dump(mode="json", exclude_computed_fields=True),
+            "layout": choice.layout.model_dump(mode="json"),
+            "out_dir": str(tmp_path / name),
+        }
+        for name, choice in chosen.items()
+    ]
+    run_ranks("tests/verify/ranks_verify.py:measure", 2, cases)
+    for name, choice in chosen.items():
+        result = collect(_plan(CASES[name]), choice.layout, registry, tmp_path / name)
+        rows = result["rows"]
+        sections = {row["section"] for row in rows if row["error"] is not None}
+        # every quantity was measured on both ranks
+        assert {"model states", "saved activations", "communication", "peak memory", "step time"} <= sections, name
+        assert {row["rank"] for row in rows} == {0, 1}
+        for row in rows:
+            bound = BOUNDS.get(row["section"])
+            if bound is not None and row["error"] is not None:
+                assert abs(row["error"]) <= bound, (name, row)
+        # the traffic went where the layout says: data parallelism moves gradients over "dp",
+        # tensor parallelism activations over "tp"
+        groups = {row["name"] for row in rows if row["section"] == "communication" and row["measured"]}
+        assert groups == ({"tp"} if name == "tp" else {"dp"}), (name, groups)
