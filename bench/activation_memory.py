@@ -204,7 +204,9 @@ def predicted_bytes(
     family: str, precision: str, tp: int, sp: bool, recompute: str, bf16_params: bool = False, profile=PLANC_RUNTIME_CPU
 ) -> float:
     plan = make_plan(family, 1, precision, tp)
-    e, r = dtypes(plan, 3 if bf16_params else 0, 2, profile)
+    # bf16 parameters: FSDP2's policy (zero 3 over 2 ranks); otherwise the measured program has no data
+    # parallelism, so bf16 runs under autocast over fp32 parameters (dp 1: no replicate either).
+    e, r = dtypes(plan, 3 if bf16_params else 0, 2 if bf16_params else 1, profile)
     act = layer_activation_bytes(plan.model, MICRO_BATCH, tp, sp, e, r, profile)
     return getattr(act, recompute)
 

@@ -1,7 +1,9 @@
 """``heartbeats/rank-N.json``: each rank's latest step and state, rewritten (atomically) every step.
 
-The per-step ``training`` beat is written by a background thread (the step does not wait for the
-file system); every other state is on disk before :meth:`Heartbeat.beat` returns.
+The routine beat at the start of every step (``beat(..., background=True)``) is written by a
+background thread, so the step does not wait for the file system; every other beat -- the first
+``training`` beat of an attempt, saves, failures, stops -- is on disk before :meth:`Heartbeat.beat`
+returns.
 
 A heartbeat is ``{"rank", "pid", "host", "attempt", "step", "state", "time", ...}``: ``step`` counts
 the optimizer steps this rank has finished, ``state`` is one of
@@ -28,10 +30,6 @@ from typing import Any
 HEARTBEAT_DIR = "heartbeats"
 #: States after which a rank does no more work in this attempt.
 FINAL_STATES = ("timed_out", "failed", "deadline_exceeded", "stopped", "finished")
-#: The routine beat of every step: written by a background thread, off the step's critical path
-#: (a file write and a rename, ~1 ms on a loaded machine: 4% of a 30 ms CPU step, bench/overhead.py).
-#: Every other state is written before beat() returns, so a failure's record is on disk at once.
-ROUTINE_STATE = "training"
 
 
 def heartbeat_path(run_dir: str | Path, rank: int) -> Path:
@@ -56,12 +54,16 @@ class Heartbeat:
         except OSError:
             pass
 
-    def beat(self, step: int, state: str, **detail: Any) -> None:
+    def beat(self, step: int, state: str, *, background: bool = False, **detail: Any) -> None:
+        """Record ``state`` after ``step`` finished steps. ``background``: the routine beat of a step,
+        written off the step's critical path (a file write and a rename, ~1 ms on a loaded machine:
+        4% of a 30 ms CPU step, bench/overhead.py); if the process dies first, the previous beat
+        (written at once) still says which attempt and step it was in."""
         record = {**self.fixed, "step": step, "state": state, "time": round(time.time(), 3), **detail}
         self.last = record
         with self._lock:
             self._sequence += 1
-            if state == ROUTINE_STATE:
+            if background:
                 self._pending = (self._sequence, record)
                 self._start_writer()
                 self._wake.set()
