@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from planc.cost.comm import all_gather_seconds, reduce_scatter_seconds
+from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import shard_states, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
@@ -44,19 +44,30 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     unsharded gradients; and when sync is deferred with m > 1 micro-batches, FSDP2 keeps the
     *unsharded* fp32 gradients of the whole stage between them (``to_accumulated_grad_if_needed``),
     4 bytes per parameter that ZeRO's gradient sharding does not remove.
+
+    HSDP (``shard_group`` = s of the dp ranks, r = dp / s replicas): gathers and reduce-scatters
+    run over the shard group (inside a node when s fits one), and after each unit's reduce-scatter
+    FSDP2 all-reduces the 1/s gradient shard across the r replicas; states are sharded 1/s.
     """
     lay = ctx.layout
     zero = lay.zero
     if lay.dp == 1:
         return est
-    link = ctx.links["dp"]
+    hybrid = bool(lay.shard_group)
+    link = ctx.links["dp_shard" if hybrid else "dp"]
     e, g = ctx.compute_bytes, ctx.grad_reduce_bytes
     m = ctx.micro_batches
     psi = max(st.params for st in ctx.stages)
     unit = max(st.layer_params for st in ctx.stages)
     units = max(st.layers + st.embedding + st.head for st in ctx.stages)
+
+    def reduce_grads(nbytes: float) -> float:
+        """Reduce-scatter ``nbytes`` of gradients; HSDP then all-reduces the shard across replicas."""
+        seconds = reduce_scatter_seconds(nbytes, link)
+        return seconds + (all_reduce_seconds(nbytes / lay.shard_degree, ctx.links["dp_replicate"]) if hybrid else 0.0)
+
     gather = units * all_gather_seconds(e * psi / units, link)
-    scatter = units * reduce_scatter_seconds(g * psi / units, link)
+    scatter = units * reduce_grads(g * psi / units)
     deferred = m > 1 and (lay.pp > 1 or bool(getattr(options, "accumulate_unsharded", False)))
     scatters = 1 if deferred else m
     n_gathers = parameter_gathers(zero, m, lay.pp)
@@ -66,21 +77,25 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         first_gather = all_gather_seconds(e * unit, link)
         fwd = max(0.0, gather - slow.forward) + first_gather
         bwd_gather = (max(0.0, gather - slow.backward) + first_gather) if zero == 3 else 0.0
-        bwd_scatter = max(0.0, (gather if zero == 3 else 0.0) + scatter - slow.backward) + reduce_scatter_seconds(
-            g * unit, link
-        )
+        bwd_scatter = max(0.0, (gather if zero == 3 else 0.0) + scatter - slow.backward) + reduce_grads(g * unit)
         exposed = min(total, m * fwd + (m - scatters) * bwd_gather + scatters * bwd_scatter)
     else:
         exposed = total
-    frac = (lay.dp - 1) / lay.dp
+    shards, replicas = lay.shard_degree, lay.replicate_groups
+    frac = (shards - 1) / shards
+    # Ring all-reduce of the 1/s shard over r replicas: 2 (r - 1) / r of its g * psi / s bytes.
+    replica_volume = scatters * 2 * (replicas - 1) / replicas * g * psi / shards
     when = "per step" if scatters == 1 else "per micro-batch"
+    detail = f"{_gathers_text(zero, n_gathers, lay.pp)}, 1 gradient reduce-scatter {when}"
+    if hybrid:
+        detail += f" over groups of {shards}, + all-reduce of the 1/{shards} gradient shard across {replicas} replicas"
     comm = CommCost(
         "dp",
-        volume=frac * psi * (n_gathers * e + scatters * g),
+        volume=frac * psi * (n_gathers * e + scatters * g) + replica_volume,
         total=total,
         exposed=exposed,
         medium=link.medium,
-        detail=f"{_gathers_text(zero, n_gathers, lay.pp)}, 1 gradient reduce-scatter {when}",
+        detail=detail,
     )
     label = f"FSDP gathered parameters and unsharded gradients (ZeRO-{zero})"
 
