@@ -7,6 +7,8 @@ from planc.cost.context import CostContext
 from planc.cost.data_parallel import shard_states, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import fsdp_gather_bytes
+from planc.hardware.topology import GroupLink
+from planc.spec.layout import Layout
 
 
 def parameter_gathers(zero: int, micro_batches: int, pp: int) -> int:
@@ -23,6 +25,22 @@ def _gathers_text(zero: int, per_step: int, pp: int) -> str:
     if pp > 1:
         return f"{per_step} parameter all-gather(s) per step"
     return f"{2 if zero == 3 else 1} parameter all-gather(s) per micro-batch"
+
+
+def reduce_gradients_seconds(nbytes: float, link: GroupLink, replicas: GroupLink | None, shards: int) -> float:
+    """Reduce-scatter ``nbytes`` of gradients over ``link``; with HSDP (``replicas``) FSDP2 then
+    all-reduces each rank's 1/``shards`` shard across the replica group."""
+    seconds = reduce_scatter_seconds(nbytes, link)
+    return seconds + (all_reduce_seconds(nbytes / shards, replicas) if replicas is not None else 0.0)
+
+
+def _traffic_text(lay: Layout, n_gathers: int, scatters: int) -> str:
+    when = "per step" if scatters == 1 else "per micro-batch"
+    text = f"{_gathers_text(lay.zero, n_gathers, lay.pp)}, 1 gradient reduce-scatter {when}"
+    if lay.shard_group:
+        s, r = lay.shard_group, lay.replicate_groups
+        text += f" over groups of {s}, + all-reduce of the 1/{s} gradient shard across {r} replicas"
+    return text
 
 
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
@@ -60,11 +78,10 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     psi = max(st.params for st in ctx.stages)
     unit = max(st.layer_params for st in ctx.stages)
     units = max(st.layers + st.embedding + st.head for st in ctx.stages)
+    replicas = ctx.links["dp_replicate"] if hybrid else None
 
     def reduce_grads(nbytes: float) -> float:
-        """Reduce-scatter ``nbytes`` of gradients; HSDP then all-reduces the shard across replicas."""
-        seconds = reduce_scatter_seconds(nbytes, link)
-        return seconds + (all_reduce_seconds(nbytes / lay.shard_degree, ctx.links["dp_replicate"]) if hybrid else 0.0)
+        return reduce_gradients_seconds(nbytes, link, replicas, lay.shard_degree)
 
     gather = units * all_gather_seconds(e * psi / units, link)
     scatter = units * reduce_grads(g * psi / units)
@@ -81,21 +98,17 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         exposed = min(total, m * fwd + (m - scatters) * bwd_gather + scatters * bwd_scatter)
     else:
         exposed = total
-    shards, replicas = lay.shard_degree, lay.replicate_groups
+    shards, copies_of_states = lay.shard_degree, lay.replicate_groups
     frac = (shards - 1) / shards
     # Ring all-reduce of the 1/s shard over r replicas: 2 (r - 1) / r of its g * psi / s bytes.
-    replica_volume = scatters * 2 * (replicas - 1) / replicas * g * psi / shards
-    when = "per step" if scatters == 1 else "per micro-batch"
-    detail = f"{_gathers_text(zero, n_gathers, lay.pp)}, 1 gradient reduce-scatter {when}"
-    if hybrid:
-        detail += f" over groups of {shards}, + all-reduce of the 1/{shards} gradient shard across {replicas} replicas"
+    replica_volume = scatters * 2 * (copies_of_states - 1) / copies_of_states * g * psi / shards
     comm = CommCost(
         "dp",
         volume=frac * psi * (n_gathers * e + scatters * g) + replica_volume,
         total=total,
         exposed=exposed,
         medium=link.medium,
-        detail=detail,
+        detail=_traffic_text(lay, n_gathers, scatters),
     )
     label = f"FSDP gathered parameters and unsharded gradients (ZeRO-{zero})"
 
