@@ -159,7 +159,8 @@ def emit_program(
     else:
         prediction_block, predicted_print = "", ""
     predicted_argument = ", predicted=PREDICTED" if prediction is not None else ""
-    layout_data = layout.model_dump(mode="json")
+    # shard_group (HSDP) only when set: a plain-FSDP program reads as it did before HSDP existed.
+    layout_data = layout.model_dump(mode="json", exclude={"shard_group"} if layout.shard_group is None else set())
     return f'''"""{_docstring(plan, layout, strategies, prediction, program_name)}"""
 
 {chr(10).join(imports)}

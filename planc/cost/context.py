@@ -32,7 +32,7 @@ from planc.cost.memory import (
 )
 from planc.cost.params import StageParams, stage_params
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile, StateBytes, on_hardware
-from planc.hardware.topology import Topology, topology_for
+from planc.hardware.topology import Topology, group_ranks, topology_for
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
 from planc.stages import StageStyle, micro_batches, representative_ranks
@@ -152,7 +152,7 @@ class ContextCache:
         return found
 
     def links(self, layout: Layout) -> dict:
-        key = (layout.tp, layout.dp, layout.pp)
+        key = (layout.tp, layout.dp, layout.pp, layout.shard_group)
         found = self._links.get(key)
         if found is None:
             dims, topo = layout.dims, self.topology
@@ -162,6 +162,12 @@ class ContextCache:
                 "pp": topo.group("pp", dims),
                 "pp_p2p": topo.pipeline_p2p(dims),
             }
+            if layout.shard_group:
+                # HSDP splits the dp group (ranks dp_rank * tp apart) into shard groups of adjacent
+                # dp ranks and replicate groups of every shard_group-th one (mesh order, fsdp/runtime.py).
+                dp_ranks = group_ranks("dp", dims)
+                found["dp_shard"] = topo.link_of(dp_ranks[: layout.shard_group])
+                found["dp_replicate"] = topo.link_of(dp_ranks[:: layout.shard_group])
             self._links[key] = found
         return found
 

@@ -66,8 +66,9 @@ def shard_states(
     comm: CommCost,
 ) -> Estimate:
     """Shard the model states over the dp ranks (ZeRO stage ``zero``), add ``buffers(stage)``
-    and the data-parallel traffic ``comm``."""
-    n_d = ctx.layout.dp
+    and the data-parallel traffic ``comm``. With HSDP the states are sharded over the shard group
+    only (each replica holds a full set)."""
+    n_d = ctx.layout.shard_degree
 
     def shard(s: StageMemory) -> StageMemory:
         states = model_state_bytes(ctx.stage(s.rank).params, n_d, zero, ctx.state_bytes)

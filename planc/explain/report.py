@@ -20,6 +20,7 @@ from planc.explain.words import layout_dict, rejection_dict, rejection_reason, s
 from planc.hardware.topology import GroupLink
 from planc.planner.choose import Choice
 from planc.planner.explore import Candidate
+from planc.spec.layout import Layout
 from planc.spec.plan import Plan
 from planc.units import format_bandwidth, format_bytes, format_count, format_seconds, format_tflops
 
@@ -29,6 +30,13 @@ GiB = 2**30
 def _medium(name: str, cpu: bool) -> str:
     """How to call a link: CPU processes of one machine talk over gloo, not NVLink."""
     return "intra-node" if cpu and name == "nvlink" else name
+
+
+def shown_links(plan: Plan, layout: Layout) -> dict[str, GroupLink]:
+    """The links of the layout's groups as explain shows them: with HSDP the "dp" row's gathers and
+    reduce-scatters run over the shard group (its replica all-reduce is named in the row's detail)."""
+    links = ContextCache(plan).links(layout)
+    return {**links, "dp": links["dp_shard"]} if "dp_shard" in links else links
 
 
 def link_text(link: GroupLink, medium: str, inter_node_bw: float) -> str:
@@ -70,7 +78,7 @@ def bottleneck(est: Estimate, links: dict[str, GroupLink], *, cpu: bool = False,
 def to_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
     """The ``--json`` object."""
     est, lay = choice.estimate, choice.layout
-    links = ContextCache(plan).links(lay)
+    links = shown_links(plan, lay)
     return {
         "plan": plan.source,
         **_plan_dict(plan, est),
@@ -200,7 +208,7 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
     """The human-readable explanation: the plan, the choice, memory, time, why not simpler,
     the alternatives, the pipeline timeline and the notes."""
     est, lay = choice.estimate, choice.layout
-    links = ContextCache(plan).links(lay)
+    links = shown_links(plan, lay)
     cpu = plan.hardware.is_cpu
     sections = [
         _header(plan, choice),

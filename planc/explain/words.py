@@ -20,7 +20,10 @@ LAYOUT_KEYS = ("tp", "pp", "dp", "zero", "recompute", "schedule", "micro_batch",
 
 def layout_dict(layout: Layout) -> dict[str, Any]:
     """The resolved layout keys (what ``--json`` shows of a layout)."""
-    return {k: getattr(layout, k) for k in LAYOUT_KEYS}
+    shown = {k: getattr(layout, k) for k in LAYOUT_KEYS}
+    if layout.shard_group is not None:  # HSDP: only when the layout uses it
+        shown["shard_group"] = layout.shard_group
+    return shown
 
 
 def rejection_reason(r: Rejection) -> str:

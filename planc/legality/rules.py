@@ -196,6 +196,33 @@ def schedule_needs_stages(schedule: str | None, pp: int) -> Violation | None:
     return None
 
 
+def hybrid_shard_group(
+    shard_group: int | None, dp: int, zero: object, tp: object = 1, pp: object = 1
+) -> Violation | None:
+    """HSDP shards ZeRO-2/3 states over groups of ``shard_group`` dp ranks, replicated across
+    ``dp / shard_group`` groups: the group must divide dp, leave at least two replicas, and there
+    must be sharded states (zero 2 or 3). Pure data parallelism only for now: with tp or pp the
+    2-D mesh has never been tested against the one-process reference."""
+    if shard_group is None:
+        return None
+    where = ("layout", "shard_group")
+    if tp != 1 or pp != 1:
+        return Violation(
+            where,
+            "shard_group (HSDP) is supported only with tp = 1 and pp = 1 so far",
+            "set tp = 1 and pp = 1, or remove shard_group",
+        )
+    if zero in (0, 1):
+        return Violation(
+            where, f"shard_group needs zero = 2 or 3 (FSDP), not zero = {zero}", "set zero = 3 or remove shard_group"
+        )
+    if dp == 1 or dp % shard_group or shard_group >= dp:
+        groups = [g for g in range(1, dp) if dp % g == 0 and g > 1]
+        hint = f"use one of {groups}" if groups else "remove shard_group (it needs dp of at least 4)"
+        return Violation(where, f"shard_group = {shard_group} must divide dp = {dp} and be less than it", hint)
+    return None
+
+
 def virtual_stages_need_stages(v: int, pp: int) -> Violation | None:
     if v > 1 and pp == 1:
         return Violation(

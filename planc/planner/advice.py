@@ -22,6 +22,7 @@ from planc.legality.rules import AUTO
 from planc.planner.choose import Choice, pick
 from planc.planner.explore import Candidate, search
 from planc.planner.margin import Margin
+from planc.planner.suggest import freed_values
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
 
@@ -201,7 +202,7 @@ def too_many_devices(plan: Plan, choice: Choice, registry: Registry, profile: Ru
 
 def fixed_keys(plan: Plan, choice: Choice, registry: Registry, profile: RuntimeProfile) -> list[Advice]:
     """For the plan's fixed layout keys: what freeing them gains, when it beats the margin."""
-    fixed = [k for k in LAYOUT_KEYS if getattr(plan.layout, k) != AUTO]
+    fixed = [k for k in LAYOUT_KEYS if getattr(plan.layout, k) not in (AUTO, None)]
     if not fixed or choice.margin is None:
         return []
     freed_all = _free(plan, fixed)
@@ -234,7 +235,7 @@ def _written(value: object) -> str:
 
 
 def _free(plan: Plan, keys: list[str]) -> Plan:
-    return plan.model_copy(update={"layout": plan.layout.model_copy(update=dict.fromkeys(keys, AUTO))})
+    return plan.model_copy(update={"layout": plan.layout.model_copy(update=freed_values(keys))})
 
 
 def _layout_auto(plan: Plan, key: str) -> bool:

@@ -99,6 +99,7 @@ def fixed_layout(plan: Plan) -> Layout | None:
         micro_batch=mb,
         virtual_stages=v,
         sequence_parallel=sp,
+        shard_group=lay.shard_group,
     )
 
 

@@ -84,7 +84,7 @@ def fixed_keys(plan: Plan) -> list[str]:
     """The layout keys (and micro_batch) the plan fixes, as a user would change them: with tp, pp
     and dp all fixed their product is the device count, so dp is not a key of its own -- it
     follows tp and pp (:func:`_freed` frees it with either)."""
-    keys = [k for k, v in plan.layout.model_dump().items() if v != AUTO and k != "tolerance"]
+    keys = [k for k, v in plan.layout.model_dump().items() if v not in (AUTO, None) and k != "tolerance"]
     if {"tp", "pp", "dp"} <= set(keys):
         keys.remove("dp")
     return keys + (["micro_batch"] if fixed(plan.train.micro_batch) else [])
@@ -115,10 +115,16 @@ def _freed(plan: Plan, keys: tuple[str, ...]) -> Plan:
     layout_keys = [k for k in keys if k != "micro_batch"]
     if {"tp", "pp"} & set(keys) and all(fixed(getattr(plan.layout, d)) for d in ("tp", "pp", "dp")):
         layout_keys.append("dp")  # the product of the three is the device count
-    update: dict[str, object] = {"layout": plan.layout.model_copy(update=dict.fromkeys(layout_keys, AUTO))}
+    update: dict[str, object] = {"layout": plan.layout.model_copy(update=freed_values(layout_keys))}
     if "micro_batch" in keys:
         update["train"] = plan.train.model_copy(update={"micro_batch": AUTO})
     return plan.model_copy(update=update)
+
+
+def freed_values(keys: list[str]) -> dict[str, object]:
+    """``keys`` left to the planner: auto, except ``shard_group`` (HSDP), which the planner does not
+    search -- freeing it means plain FSDP (None)."""
+    return {k: None if k == "shard_group" else AUTO for k in keys}
 
 
 def _written(plan: Plan, key: str) -> object:

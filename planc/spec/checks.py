@@ -121,6 +121,23 @@ def check_sequence_parallel(plan: Plan) -> Iterable[SpecIssue]:
     return _issues(rules.sequence_parallel(plan.model, lay.tp, True))
 
 
+def check_shard_group(plan: Plan) -> Iterable[SpecIssue]:
+    """HSDP (``shard_group``) is taken as written: the planner does not search it yet, so dp and
+    zero must be fixed beside it."""
+    lay = plan.layout
+    if lay.shard_group is None:
+        return []
+    if not (fixed(lay.dp) and fixed(lay.zero)):
+        return [
+            SpecIssue(
+                ("layout", "shard_group"),
+                "shard_group needs dp and zero fixed (the planner does not search hybrid sharding yet)",
+                "set dp and zero = 3 beside shard_group, or remove shard_group",
+            )
+        ]
+    return _issues(rules.hybrid_shard_group(lay.shard_group, lay.dp, lay.zero, lay.tp, lay.pp))
+
+
 def check_learning_rate(plan: Plan) -> Iterable[SpecIssue]:
     tr = plan.train
     if tr.min_lr > tr.lr:
@@ -165,6 +182,7 @@ CHECKS: tuple[Check, ...] = (
     check_world_size,
     check_batch,
     check_sequence_parallel,
+    check_shard_group,
     check_learning_rate,
     check_precision_on_device,
     check_checkpoint,

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from planc.legality.rules import resolved_layout
+from planc.legality.rules import hybrid_shard_group, resolved_layout
 from planc.spec.fields import Auto, Flag, PositiveInt, PositiveIntOrAuto, SpecModel
 from planc.stages import micro_batches
 
@@ -38,6 +38,11 @@ class LayoutSpec(SpecModel):
     """Model chunks per pipeline rank for the interleaved schedule (v); 1 otherwise."""
     sequence_parallel: Flag | Auto = "auto"
     """Shard norms and dropout along the sequence over the tensor-parallel group."""
+    shard_group: PositiveInt | None = None
+    """Hybrid sharding (HSDP) with ZeRO-2/3: data-parallel ranks per shard group (typically one
+    node); parameters, gradients and optimizer state are sharded inside a group and replicated
+    across the dp / shard_group groups. Must divide dp and be less than it; needs dp and zero fixed,
+    and tp = pp = 1 for now (the planner does not search it yet). Unset: shard over all dp ranks."""
     tolerance: Annotated[float, Field(ge=0, lt=1)] | Auto = "auto"
     """The planner picks the simplest layout within this fraction of the best throughput (auto: the
     cost model's measured uncertainty, and at least 5 ms per step; docs/planner.md)."""
@@ -64,13 +69,29 @@ class Layout(SpecModel):
     """Model chunks per pipeline rank (> 1 only for the interleaved schedule)."""
     sequence_parallel: bool = False
     """Sequence parallelism over the TP group (only when tp > 1)."""
+    shard_group: PositiveInt | None = None
+    """HSDP: ZeRO-2/3 shards over groups of this many dp ranks and replicates across
+    ``dp // shard_group`` groups; None shards over all dp ranks (plain FSDP)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Layout:
         problem = resolved_layout(self.tp, self.pp, self.schedule, self.virtual_stages, self.sequence_parallel)
         if problem is not None:
             raise ValueError(problem.message)
+        problem = hybrid_shard_group(self.shard_group, self.dp, self.zero, self.tp, self.pp)
+        if problem is not None:
+            raise ValueError(problem.message)
         return self
+
+    @property
+    def replicate_groups(self) -> int:
+        """HSDP: how many replicas of the sharded model states (1 without a shard group)."""
+        return self.dp // self.shard_group if self.shard_group else 1
+
+    @property
+    def shard_degree(self) -> int:
+        """Ranks the ZeRO-sharded states are divided over: the shard group, else all of dp."""
+        return self.shard_group or self.dp
 
     @property
     def dims(self):
@@ -88,6 +109,8 @@ class Layout(SpecModel):
         parts = [f"TP {self.tp} × PP {self.pp} × DP {self.dp}"]
         if self.dp > 1:
             parts.append({0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3/FSDP"}[self.zero])
+            if self.shard_group:
+                parts.append(f"HSDP: shard in groups of {self.shard_group}, replicate ×{self.replicate_groups}")
         if self.pp > 1 and self.schedule is not None:
             parts.append(self.schedule + (f" (v={self.virtual_stages})" if self.virtual_stages > 1 else ""))
         parts.append(f"micro-batch {self.micro_batch}")

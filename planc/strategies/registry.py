@@ -297,6 +297,7 @@ def _layout_key(layout: Layout) -> tuple[object, ...]:
         layout.schedule,
         layout.virtual_stages,
         layout.sequence_parallel,
+        layout.shard_group,
     )
 
 

@@ -159,6 +159,11 @@ CASES = [
     # -- 4 processes ------------------------------------------------------------------------------
     case("resume-tp2-dp2-zero1-sp", 4, "llama", tp=2, dp=2, zero=1, sequence_parallel=True, resume_at=3),
     case("resume-tp2-dp2-zero3", 4, "gpt", tp=2, dp=2, zero=3, resume_at=3),
+    # HSDP: shard over pairs of dp ranks, replicate across the two pairs (FSDP2 on a 2-D mesh).
+    case("hsdp2x2-zero3-accum", 4, "llama", dp=4, zero=3, shard_group=2, micro_batch=1),
+    case(
+        "resume-bf16-hsdp2x2-zero2", 4, "gpt", precision="bf16", dp=4, zero=2, shard_group=2, micro_batch=2, resume_at=3
+    ),
     case("tp2-dp2-ddp-sp", 4, "llama", tp=2, dp=2, sequence_parallel=True, micro_batch=2),
     case("tp2-dp2-zero1", 4, "gpt", tp=2, dp=2, zero=1),
     case("tp2-dp2-zero3-selective", 4, "gpt", tp=2, dp=2, zero=3, recompute="selective"),

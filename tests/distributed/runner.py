@@ -67,6 +67,15 @@ def gather_facts(job) -> dict:
         "fsdp": any(
             isinstance(m, FSDPModule) and not isinstance(m, ReplicateModule) for part in parts for m in part.modules()
         ),
+        "fsdp_mesh": next(
+            (
+                list(m._get_fsdp_state()._fsdp_param_group.mesh_info.mesh.mesh_dim_names)
+                for part in parts
+                for m in part.modules()
+                if isinstance(m, FSDPModule) and not isinstance(m, ReplicateModule)
+            ),
+            None,
+        ),
         "replicate": any(isinstance(m, ReplicateModule) for part in parts for m in part.modules()),
         "stages": job.stage_indices,
         "schedule": type(job.schedule).__name__ if job.schedule is not None else None,

@@ -76,6 +76,10 @@ def expected_facts(case: dict) -> dict:
     facts = {
         "loss_parallel": lay.tp > 1,
         "fsdp": lay.dp > 1 and lay.zero in (2, 3),
+        # HSDP shards over a 2-D mesh (replicate, shard); plain FSDP over the 1-D "dp" dimension.
+        "fsdp_mesh": (["dp_replicate", "dp_shard"] if lay.shard_group else ["dp"])
+        if lay.dp > 1 and lay.zero in (2, 3)
+        else None,
         "optimizer": "ZeroRedundancyOptimizer"
         if lay.dp > 1 and lay.zero == 1
         else {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}[plan.train.optimizer],

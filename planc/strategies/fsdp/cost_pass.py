@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from planc.cost.comm import all_gather_seconds, reduce_scatter_seconds
+from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import shard_states, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import fsdp_gather_bytes
 from planc.cost.params import embedding_params_per_shard
+from planc.hardware.topology import GroupLink
+from planc.spec.layout import Layout
 
 
 def parameter_gathers(zero: int, micro_batches: int, pp: int) -> int:
@@ -24,6 +26,35 @@ def _gathers_text(zero: int, per_step: int, pp: int) -> str:
     if pp > 1:
         return f"{per_step} parameter all-gather(s) per step"
     return f"{2 if zero == 3 else 1} parameter all-gather(s) per micro-batch"
+
+
+def reduce_gradients_seconds(nbytes: float, link: GroupLink, replicas: GroupLink | None, shards: int) -> float:
+    """Reduce-scatter ``nbytes`` of gradients over ``link``; with HSDP (``replicas``) FSDP2 then
+    all-reduces each rank's 1/``shards`` shard across the replica group."""
+    seconds = reduce_scatter_seconds(nbytes, link)
+    return seconds + (all_reduce_seconds(nbytes / shards, replicas) if replicas is not None else 0.0)
+
+
+def _traffic_text(lay: Layout, n_gathers: int, scatters: int) -> str:
+    when = "per step" if scatters == 1 else "per micro-batch"
+    text = f"{_gathers_text(lay.zero, n_gathers, lay.pp)}, 1 gradient reduce-scatter {when}"
+    if lay.shard_group:
+        s, r = lay.shard_group, lay.replicate_groups
+        text += f" over groups of {s}, + all-reduce of the 1/{s} gradient shard across {r} replicas"
+    return text
+
+
+def _exposed_with_prefetch(
+    ctx: CostContext, zero: int, gather: float, scatter: float, first: tuple[float, float], scatters: int
+) -> float:
+    """Exposed seconds when each unit's gather is prefetched behind the previous unit's compute:
+    what exceeds the pass's compute, plus the first gather (and the last unit's reduce-scatter)."""
+    slow, m = ctx.slowest, ctx.micro_batches
+    first_gather, last_scatter = first
+    fwd = max(0.0, gather - slow.forward) + first_gather
+    bwd_gather = (max(0.0, gather - slow.backward) + first_gather) if zero == 3 else 0.0
+    bwd_scatter = max(0.0, (gather if zero == 3 else 0.0) + scatter - slow.backward) + last_scatter
+    return m * fwd + (m - scatters) * bwd_gather + scatters * bwd_scatter
 
 
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
@@ -48,43 +79,48 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     loss's buffers); and when sync is deferred with m > 1 micro-batches, FSDP2 keeps the
     *unsharded* fp32 gradients of the whole stage between them (``to_accumulated_grad_if_needed``),
     4 bytes per parameter that ZeRO's gradient sharding does not remove.
+
+    HSDP (``shard_group`` = s of the dp ranks, r = dp / s replicas): gathers and reduce-scatters
+    run over the shard group (inside a node when s fits one), and after each unit's reduce-scatter
+    FSDP2 all-reduces the 1/s gradient shard across the r replicas; states are sharded 1/s.
     """
     lay = ctx.layout
     zero = lay.zero
     if lay.dp == 1:
         return est
-    link = ctx.links["dp"]
+    hybrid = bool(lay.shard_group)
+    link = ctx.links["dp_shard" if hybrid else "dp"]
     e, g = ctx.compute_bytes, ctx.grad_reduce_bytes
     m = ctx.micro_batches
     psi = max(st.params for st in ctx.stages)
     unit = max(st.layer_params for st in ctx.stages)
     units = max(st.layers + st.embedding + st.head for st in ctx.stages)
+    replicas = ctx.links["dp_replicate"] if hybrid else None
+
+    def reduce_grads(nbytes: float) -> float:
+        return reduce_gradients_seconds(nbytes, link, replicas, lay.shard_degree)
+
     gather = units * all_gather_seconds(e * psi / units, link)
-    scatter = units * reduce_scatter_seconds(g * psi / units, link)
+    scatter = units * reduce_grads(g * psi / units)
     deferred = m > 1 and (lay.pp > 1 or bool(getattr(options, "accumulate_unsharded", False)))
     scatters = 1 if deferred else m
     n_gathers = parameter_gathers(zero, m, lay.pp)
     total = n_gathers * gather + scatters * scatter
+    exposed = total
     if ctx.profile.dp_overlap:
-        slow = ctx.slowest
-        first_gather = all_gather_seconds(e * unit, link)
-        fwd = max(0.0, gather - slow.forward) + first_gather
-        bwd_gather = (max(0.0, gather - slow.backward) + first_gather) if zero == 3 else 0.0
-        bwd_scatter = max(0.0, (gather if zero == 3 else 0.0) + scatter - slow.backward) + reduce_scatter_seconds(
-            g * unit, link
-        )
-        exposed = min(total, m * fwd + (m - scatters) * bwd_gather + scatters * bwd_scatter)
-    else:
-        exposed = total
-    frac = (lay.dp - 1) / lay.dp
-    when = "per step" if scatters == 1 else "per micro-batch"
+        first = (all_gather_seconds(e * unit, link), reduce_grads(g * unit))
+        exposed = min(total, _exposed_with_prefetch(ctx, zero, gather, scatter, first, scatters))
+    shards, copies_of_states = lay.shard_degree, lay.replicate_groups
+    frac = (shards - 1) / shards
+    # Ring all-reduce of the 1/s shard over r replicas: 2 (r - 1) / r of its g * psi / s bytes.
+    replica_volume = scatters * 2 * (copies_of_states - 1) / copies_of_states * g * psi / shards
     comm = CommCost(
         "dp",
-        volume=frac * psi * (n_gathers * e + scatters * g),
+        volume=frac * psi * (n_gathers * e + scatters * g) + replica_volume,
         total=total,
         exposed=exposed,
         medium=link.medium,
-        detail=f"{_gathers_text(zero, n_gathers, lay.pp)}, 1 gradient reduce-scatter {when}",
+        detail=_traffic_text(lay, n_gathers, scatters),
     )
     label = f"FSDP block backward: 2 gathered + gradients (ZeRO-{zero})"
 

@@ -6,16 +6,30 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from planc.runtime.job import Job
+
+
+def shard_mesh(job: Job) -> DeviceMesh:
+    """The mesh FSDP2 shards over: the "dp" dimension, or with a shard group (HSDP) that
+    dimension unflattened into ("dp_replicate", "dp_shard") -- shard groups of adjacent dp ranks
+    (inside a node, as tp is innermost), replicated across groups. FSDP2 treats a 2-D mesh as
+    HSDP: it shards over the last dimension and all-reduces gradients over the first."""
+    group = job.layout.shard_group
+    if not group:
+        return job.mesh["dp"]
+    names = ("dp_replicate", "dp_shard")
+    hybrid = job.mesh._unflatten("dp", (job.layout.replicate_groups, group), names)
+    return hybrid[names]
 
 
 def shard_model_parts(job: Job, *, reshard: bool, accumulate_unsharded: bool) -> None:
     """``fully_shard`` every block, then each model part's root, over the "dp" mesh dimension, with
     the ``bf16`` policy when there is one; optionally defer gradient reduction to the last
     micro-batch of a step."""
-    kwargs: dict[str, Any] = {"mesh": job.mesh["dp"], "reshard_after_forward": reshard}
+    kwargs: dict[str, Any] = {"mesh": shard_mesh(job), "reshard_after_forward": reshard}
     policy = job.take_mixed_precision()
     if policy is not None:
         kwargs["mp_policy"] = policy

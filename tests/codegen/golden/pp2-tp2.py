@@ -86,6 +86,7 @@ PLAN = Plan.model_validate(
                 'schedule': '1f1b',
                 'virtual_stages': 'auto',
                 'sequence_parallel': True,
+                'shard_group': None,
                 'tolerance': 'auto'},
      'checkpoint': None,
      'uses': [],

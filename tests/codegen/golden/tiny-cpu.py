@@ -86,6 +86,7 @@ PLAN = Plan.model_validate(
                 'schedule': 'auto',
                 'virtual_stages': 'auto',
                 'sequence_parallel': 'auto',
+                'shard_group': None,
                 'tolerance': 'auto'},
      'checkpoint': None,
      'uses': [],
