@@ -103,7 +103,7 @@ class Attempt:
 
     def before_step(self, step: int) -> None:
         """``step`` (1-based) is about to run."""
-        self._beat("training", background=True, current_step=step)
+        self._beat("training", current_step=step)
         faults.at_step_start(step)
 
     def after_step(self, step: int) -> None:
@@ -201,9 +201,9 @@ class Attempt:
 
         return str(step_dir(self.checkpoint_dir, step)) if self.checkpoint_dir is not None else None
 
-    def _beat(self, state: str, *, background: bool = False, **detail: Any) -> None:
+    def _beat(self, state: str, **detail: Any) -> None:
         if self.heartbeat is not None:
-            self.heartbeat.beat(self.step, state, background=background, **detail)
+            self.heartbeat.beat(self.step, state, **detail)
 
     def _event(self, name: str, **fields: Any) -> None:
         if self.rank == 0:
