@@ -15,15 +15,14 @@ Two PyTorch wrappers, one per precision:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
 from torch import nn
-from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 
 from planc.runtime.job import Job
 from planc.runtime.local_shards import localize_dtensor_parameters
+from planc.strategies.fsdp.runtime import fsdp_gradient_sync
 
 
 def wrap_ddp(job: Job, *, bucket_bytes: float) -> None:
@@ -88,15 +87,4 @@ def replicate_model_parts(job: Job) -> None:
             replicate(block, mesh=mesh, mp_policy=policy)
         replicate(part, mesh=mesh, mp_policy=policy)
 
-    @contextlib.contextmanager
-    def gradient_sync(sync: bool) -> Iterator[None]:
-        parts = [part for part in job.model_parts if isinstance(part, FSDPModule)]
-        for part in parts:
-            part.set_requires_gradient_sync(sync)
-        try:
-            yield
-        finally:
-            for part in parts:
-                part.set_requires_gradient_sync(True)
-
-    job.sync_controls.append(gradient_sync)
+    job.sync_controls.append(fsdp_gradient_sync(job))

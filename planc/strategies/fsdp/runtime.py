@@ -43,6 +43,13 @@ def shard_model_parts(job: Job, *, reshard: bool, accumulate_unsharded: bool) ->
     if not accumulate_unsharded:
         return  # FSDP2 reduce-scatters after every backward and accumulates into the sharded grads
 
+    job.sync_controls.append(fsdp_gradient_sync(job))
+
+
+def fsdp_gradient_sync(job: Job):
+    """The ``sync_controls`` entry for FSDP2-managed parts (``fully_shard`` or ``replicate``): turns
+    their gradient reduction off for the micro-batches that only accumulate."""
+
     @contextlib.contextmanager
     def gradient_sync(sync: bool) -> Iterator[None]:
         parts = [part for part in job.model_parts if isinstance(part, FSDPModule)]
@@ -54,4 +61,4 @@ def shard_model_parts(job: Job, *, reshard: bool, accumulate_unsharded: bool) ->
             for part in parts:
                 part.set_requires_gradient_sync(True)
 
-    job.sync_controls.append(gradient_sync)
+    return gradient_sync
