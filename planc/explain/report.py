@@ -20,6 +20,7 @@ from planc.explain.words import layout_dict, rejection_dict, rejection_reason, s
 from planc.hardware.topology import GroupLink
 from planc.planner.choose import Choice
 from planc.planner.explore import Candidate
+from planc.planner.ladder import rung_name
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
 from planc.units import format_bandwidth, format_bytes, format_count, format_seconds, format_tflops
@@ -83,7 +84,7 @@ def to_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
         "plan": plan.source,
         **_plan_dict(plan, est),
         "layout": layout_dict(lay),
-        "rung": choice.rung.label,
+        "rung": rung_name(choice.layout),
         "fits": choice.fits,
         "fixed": choice.fixed,
         "suggestion": suggestion_text(choice.suggestion) if choice.suggestion else None,
@@ -272,7 +273,7 @@ def _header(plan: Plan, choice: Choice) -> list[str]:
         lines.append("            fixed by the plan")
     else:
         lines.append(
-            f"            rung: {choice.rung.label} · {choice.scored} layouts scored in "
+            f"            rung: {rung_name(choice.layout)} · {choice.scored} layouts scored in "
             f"{choice.search_seconds:.2f} s · margin {choice.margin.describe() if choice.margin else choice.tolerance}"
         )
     if not choice.fits:

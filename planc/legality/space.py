@@ -9,6 +9,10 @@ the rules of :mod:`planc.legality.rules` allow:
 - pp: divisors of world / tp, at most ``layers``;
 - dp: the rest, world / (tp x pp), which must divide ``global_batch``;
 - zero: 0..3 when dp > 1, else 0;
+- shard_group (HSDP): with zero = 3, tp = pp = 1 and dp spanning whole nodes (dp > per_node,
+  per_node divides dp), plain FSDP and one node per shard group (``shard_group = per_node``:
+  the parameter gathers stay on the node's NVLink, the gradients cross nodes once per replica);
+  only when the plan leaves it ``auto``, or unset with dp or zero left to the planner;
 - recompute: none, selective, full;
 - sequence_parallel: false, and true when tp > 1 divides seq_len;
 - schedule (pp > 1): 1F1B, interleaved with v in {2, 4, 8}, zero-bubble with v in {1, 2, 4, 8}
@@ -110,6 +114,23 @@ def zero_options(plan: Plan, dp: int) -> list[ZeroStage]:
     if fixed(zero):
         return [zero]
     return [0, 1, 2, 3] if dp > 1 else [0]
+
+
+def shard_group_options(plan: Plan, tp: int, pp: int, dp: int, zero: ZeroStage) -> list[int | None]:
+    """Plain FSDP (None) and, where HSDP can help, one node per shard group. A fixed shard_group is
+    the only value tried (where it is legal); unset with dp and zero fixed means plain FSDP, as
+    written. Other group sizes are not tried: a group of whole nodes gathers over the slow
+    network like plain FSDP, and a group smaller than a node holds more state per device and sends
+    a larger gradient shard across nodes."""
+    sg, lay = plan.layout.shard_group, plan.layout
+    if fixed(sg) and sg is not None:
+        return [sg] if rules.hybrid_shard_group(sg, dp, zero, tp, pp) is None else []
+    if sg is None and fixed(lay.dp) and fixed(lay.zero):
+        return [None]
+    per_node = plan.hardware.per_node
+    if zero == 3 and tp == 1 and pp == 1 and dp > per_node > 1 and dp % per_node == 0:
+        return [None, per_node]
+    return [None]
 
 
 def recompute_options(plan: Plan) -> list[Recompute]:

@@ -21,6 +21,7 @@ from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.legality.rules import AUTO
 from planc.planner.choose import Choice, pick
 from planc.planner.explore import Candidate, search
+from planc.planner.ladder import rung_name
 from planc.planner.margin import Margin
 from planc.planner.suggest import freed_values
 from planc.spec.layout import Layout
@@ -97,8 +98,8 @@ def within_margin(choice: Choice) -> Advice | None:
     return Advice(
         "within_margin",
         layout=best.layout,
-        rung=best.rung.label,
-        chosen_rung=choice.rung.label,
+        rung=rung_name(best.layout),
+        chosen_rung=rung_name(choice.layout),
         gain=best.tokens_per_s / est.tokens_per_s,
         seconds=saved,
         margin=margin,
@@ -170,7 +171,11 @@ def nearby_batch(plan: Plan, choice: Choice, registry: Registry, profile: Runtim
         return None
     batch, c = best
     return Advice(
-        "batch", layout=c.layout, rung=c.rung.label, gain=c.tokens_per_s / choice.estimate.tokens_per_s, value=batch
+        "batch",
+        layout=c.layout,
+        rung=rung_name(c.layout),
+        gain=c.tokens_per_s / choice.estimate.tokens_per_s,
+        value=batch,
     )
 
 
@@ -224,7 +229,7 @@ def _fixed_advice(plan: Plan, keys: list[str], c: Candidate, choice: Choice) -> 
     return Advice(
         "fixed_key",
         layout=c.layout,
-        rung=c.rung.label,
+        rung=rung_name(c.layout),
         gain=c.tokens_per_s / choice.estimate.tokens_per_s,
         keys=written,
     )

@@ -88,6 +88,8 @@ def fixed_layout(plan: Plan) -> Layout | None:
             v = lay.virtual_stages
     if tp > 1 and not fixed(lay.sequence_parallel):
         return None
+    if lay.shard_group == AUTO:  # plain FSDP or HSDP: the planner decides
+        return None
     sp = lay.sequence_parallel is True and tp > 1
     return Layout(
         tp=tp,

@@ -107,7 +107,7 @@ class SearchResult:
 
 @dataclass(frozen=True)
 class Family:
-    """One (tp, pp, dp, zero) and the values the search tries for the other keys."""
+    """One (tp, pp, dp, zero, shard_group) and the values the search tries for the other keys."""
 
     tp: int
     pp: int
@@ -117,6 +117,8 @@ class Family:
     schedules: tuple[ScheduleChoice, ...]
     sps: tuple[bool, ...]
     micro_batches: tuple[int, ...]
+    shard_group: int | None = None
+    """HSDP's shard group (None: plain ZeRO over all of dp)."""
 
     def layout(self, recompute: Recompute, schedule: ScheduleChoice, sp: bool, micro_batch: int) -> Layout:
         """A member, without re-validation (the search only builds consistent layouts)."""
@@ -130,6 +132,7 @@ class Family:
             micro_batch=micro_batch,
             virtual_stages=schedule[1],
             sequence_parallel=sp,
+            shard_group=self.shard_group,
         )
 
     def leanest(self, micro_batch: int) -> Layout:
@@ -170,7 +173,8 @@ def hunger(layout: Layout) -> tuple[int, bool, bool, int]:
 
 
 def families(plan: Plan) -> Iterator[Family]:
-    """Every (tp, pp, dp, zero) of the plan's legal space that has schedules and micro-batches."""
+    """Every (tp, pp, dp, zero, shard_group) of the plan's legal space that has schedules and
+    micro-batches."""
     recomputes = tuple(space.recompute_options(plan))
     for tp, pp, dp in space.degree_options(plan):
         schedules = tuple(space.schedule_options(plan, pp))
@@ -179,7 +183,8 @@ def families(plan: Plan) -> Iterator[Family]:
         if not schedules or not mbs or not sps:
             continue
         for zero in space.zero_options(plan, dp):
-            yield Family(tp, pp, dp, zero, recomputes, schedules, sps, mbs)
+            for group in space.shard_group_options(plan, tp, pp, dp, zero):
+                yield Family(tp, pp, dp, zero, recomputes, schedules, sps, mbs, group)
 
 
 class Scorer:
@@ -219,8 +224,9 @@ def states_lower_bound(plan: Plan, cache: ContextCache, family: Family) -> float
     per_param = cache.profile.state_bytes or runtime_state_bytes(
         train.precision, train.optimizer, family.zero, family.dp, ddp_replicates(plan)
     )
+    shards = family.shard_group or family.dp  # HSDP shards over its group only
     worst = max(
-        model_state_bytes(st.params, family.dp, family.zero, per_param).total
+        model_state_bytes(st.params, shards, family.zero, per_param).total
         for st in cache.stages(family.tp, family.pp, 1)
     )
     return worst + (0.0 if plan.hardware.is_cpu else DEVICE_RUNTIME_OVERHEAD)

@@ -18,9 +18,12 @@ thing an engineer has to understand, debug and pay for):
 12 + PP (zero-bubble)
 
 The **complexity rank** is the tuple (rung, recompute, ZeRO stage, sequence parallel, tp, pp,
-virtual stages), compared left to right: first the rung; within a rung the techniques below it
-(so PP with DDP is simpler than PP with FSDP, and no recomputation simpler than full); last
-the sizes (a larger TP or PP degree is more complex: more groups, more communication).
+virtual stages, HSDP), compared left to right: first the rung; within a rung the techniques below it
+(so PP with DDP is simpler than PP with FSDP, and no recomputation simpler than full); then
+the sizes (a larger TP or PP degree is more complex: more groups, more communication); last
+hybrid sharding (HSDP, ZeRO-3 sharded inside a node and replicated across nodes: a 2-D mesh and
+one more collective than plain ZeRO-3, so it wins only by beating plain ZeRO-3 by the margin;
+it is not a rung of its own: it changes where ZeRO-3's collectives run, not what the rung does).
 """
 
 from __future__ import annotations
@@ -124,6 +127,8 @@ class LayoutKeys(Protocol):
     def sequence_parallel(self) -> bool: ...
     @property
     def virtual_stages(self) -> int: ...
+    @property
+    def shard_group(self) -> int | None: ...
 
 
 def schedule_rung(schedule: str) -> Rung:
@@ -144,6 +149,13 @@ def rung_of(layout: LayoutKeys) -> Rung:
     return Rung.SINGLE_DEVICE
 
 
+def rung_name(layout: LayoutKeys) -> str:
+    """How explain names a layout's place on the ladder: the rung's label, with "+ HSDP" when the
+    layout shards in groups (HSDP sits on its ZeRO rung, last in the complexity rank)."""
+    label = rung_of(layout).label
+    return f"{label} + HSDP" if layout.shard_group is not None else label
+
+
 def complexity(layout: LayoutKeys) -> tuple[int, ...]:
     """The complexity rank: smaller is simpler."""
     return (
@@ -154,4 +166,5 @@ def complexity(layout: LayoutKeys) -> tuple[int, ...]:
         layout.tp,
         layout.pp,
         layout.virtual_stages,
+        int(layout.shard_group is not None),
     )

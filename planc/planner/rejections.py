@@ -96,7 +96,8 @@ class Rejection:
 def why_not_simpler(
     plan: Plan, result: SearchResult, chosen: Candidate, best: Candidate | None, tolerance: float
 ) -> list[Rejection]:
-    """One :class:`Rejection` per rung below the chosen one (the single device only on one device)."""
+    """One :class:`Rejection` per rung below the chosen one (the single device only on one device),
+    and under a chosen HSDP layout one more for its own rung without HSDP (plain ZeRO)."""
     fastest: dict[Rung, Candidate] = {}
     for c in result.fitting:
         if c.rung not in fastest or c.tokens_per_s > fastest[c.rung].tokens_per_s:
@@ -109,7 +110,28 @@ def why_not_simpler(
             rows.append(_slower(rung, fastest[rung], chosen, best, tolerance))
             continue
         rows.append(_closest_miss(result, rung, chosen.estimate.capacity) or _not_scored(plan, result, rung))
+    if chosen.layout.shard_group is not None:
+        rows += _without_hsdp(result, chosen, best, tolerance)
     return rows
+
+
+def _without_hsdp(result: SearchResult, chosen: Candidate, best: Candidate | None, tolerance: float) -> list[Rejection]:
+    """The chosen HSDP layout's rung and degrees sharded over all of dp: its fastest fitting layout
+    (slower by more than the margin, or the rule would have taken it: it ranks simpler), else
+    its closest miss; nothing when it was not scored (a plan that fixes shard_group)."""
+    lay = chosen.layout
+
+    def plain(c: Candidate) -> bool:
+        same = (c.layout.tp, c.layout.pp, c.layout.dp, c.layout.zero) == (lay.tp, lay.pp, lay.dp, lay.zero)
+        return same and c.layout.shard_group is None and c.rung == chosen.rung
+
+    fitting = [c for c in result.fitting if plain(c)]
+    if fitting:
+        return [_slower(chosen.rung, max(fitting, key=lambda c: c.tokens_per_s), chosen, best, tolerance)]
+    misfit = result.tightest_misfit.get(chosen.rung)
+    if misfit is not None and plain(misfit):
+        return [_misfit(chosen.rung, Limit.MEMORY, misfit, chosen.estimate.capacity)]
+    return []
 
 
 def _not_scored(plan: Plan, result: SearchResult, rung: Rung) -> Rejection:

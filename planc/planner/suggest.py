@@ -122,8 +122,8 @@ def _freed(plan: Plan, keys: tuple[str, ...]) -> Plan:
 
 
 def freed_values(keys: list[str]) -> dict[str, object]:
-    """``keys`` left to the planner: auto, except ``shard_group`` (HSDP), which the planner does not
-    search -- freeing it means plain FSDP (None)."""
+    """``keys`` left to the planner: auto, except ``shard_group`` (HSDP): freeing it means unset
+    (plain FSDP where dp and zero stay fixed, the planner's choice otherwise)."""
     return {k: None if k == "shard_group" else AUTO for k in keys}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from planc.legality import rules
-from planc.legality.rules import Violation, divisors, fixed, near_divisor
+from planc.legality.rules import AUTO, Violation, divisors, fixed, near_divisor
 from planc.legality.space import why_no_layout
 from planc.spec.issues import SpecIssue
 from planc.spec.model import ModelSpec
@@ -122,17 +122,17 @@ def check_sequence_parallel(plan: Plan) -> Iterable[SpecIssue]:
 
 
 def check_shard_group(plan: Plan) -> Iterable[SpecIssue]:
-    """HSDP (``shard_group``) is taken as written: the planner does not search it yet, so dp and
-    zero must be fixed beside it."""
+    """A fixed HSDP group (``shard_group = N``) is taken as written, so dp and zero must be fixed
+    beside it; ``auto`` leaves plain FSDP or HSDP to the planner (it needs nothing else)."""
     lay = plan.layout
-    if lay.shard_group is None:
+    if lay.shard_group is None or lay.shard_group == AUTO:
         return []
     if not (fixed(lay.dp) and fixed(lay.zero)):
         return [
             SpecIssue(
                 ("layout", "shard_group"),
-                "shard_group needs dp and zero fixed (the planner does not search hybrid sharding yet)",
-                "set dp and zero = 3 beside shard_group, or remove shard_group",
+                "a fixed shard_group needs dp and zero fixed (the planner searches only one node per group)",
+                "set dp and zero = 3 beside shard_group, or write shard_group = auto",
             )
         ]
     return _issues(rules.hybrid_shard_group(lay.shard_group, lay.dp, lay.zero, lay.tp, lay.pp))

@@ -38,11 +38,13 @@ class LayoutSpec(SpecModel):
     """Model chunks per pipeline rank for the interleaved schedule (v); 1 otherwise."""
     sequence_parallel: Flag | Auto = "auto"
     """Shard norms and dropout along the sequence over the tensor-parallel group."""
-    shard_group: PositiveInt | None = None
+    shard_group: PositiveInt | Auto | None = None
     """Hybrid sharding (HSDP) with ZeRO-2/3: data-parallel ranks per shard group (typically one
     node); parameters, gradients and optimizer state are sharded inside a group and replicated
-    across the dp / shard_group groups. Must divide dp and be less than it; needs dp and zero fixed,
-    and tp = pp = 1 for now (the planner does not search it yet). Unset: shard over all dp ranks."""
+    across the dp / shard_group groups. A number must divide dp and be less than it, and needs dp
+    and zero fixed and tp = pp = 1. ``auto``: the planner weighs plain ZeRO-3 against one node per
+    shard group (where tp = pp = 1 and dp spans whole nodes). Unset: the same as ``auto`` when dp or
+    zero is left to the planner; plain FSDP (shard over all dp ranks) when both are fixed."""
     tolerance: Annotated[float, Field(ge=0, lt=1)] | Auto = "auto"
     """The planner picks the simplest layout within this fraction of the best throughput (auto: the
     cost model's measured uncertainty, and at least 5 ms per step; docs/planner.md)."""
