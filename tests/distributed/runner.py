@@ -72,7 +72,10 @@ def gather_facts(job) -> dict:
                 list(m._get_fsdp_state()._fsdp_param_group.mesh_info.mesh.mesh_dim_names)
                 for part in parts
                 for m in part.modules()
-                if isinstance(m, FSDPModule) and not isinstance(m, ReplicateModule)
+                if isinstance(m, FSDPModule)
+                and not isinstance(m, ReplicateModule)
+                # a unit with no parameters of its own (e.g. a later pipeline stage's root) has no group
+                and m._get_fsdp_state()._fsdp_param_group is not None
             ),
             None,
         ),
