@@ -127,7 +127,8 @@ def test_an_installed_wheel_checks_without_torch_and_carries_its_docs(tmp_path):
     where = planc("docs", "weights", "--path")
     assert where.returncode == 0, where.stderr
     assert where.stdout.strip() == str(env_dir / "share" / "planc" / "docs" / "weights.md")
-    assert "getting-started" in planc("docs").stdout and "gpu" in planc("docs").stdout
+    listing = planc("docs").stdout
+    assert "getting-started" in listing and "gpu" in listing and "course/08-tensor-parallel" in listing
     assert "planc docs" in planc("--help").stdout
     checked = planc("check", "tiny.plan")
     assert checked.returncode == 0 and "ok" in checked.stdout, checked.stderr
