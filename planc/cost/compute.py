@@ -255,7 +255,7 @@ COMPOSITE_RMSNORM_FIXED_BYTES = 28
 #: element of Q and K.
 ROPE_BYTES_PER_ELEMENT = 48
 
-#: torchtitan's complex-number RoPE in eager PyTorch (``RuntimeProfile.rope = "complex"``): upcast
+#: torchtitan's complex-number RoPE in eager PyTorch (``RuntimeProfile.rope_kernel = "complex"``): upcast
 #: (read e, write 4), complex multiply (read 4, write 4; the frequencies broadcast from a small
 #: table), downcast (read 4, write e): 2e + 16 bytes per element of Q and K.
 COMPLEX_ROPE_FIXED_BYTES = 16
@@ -297,7 +297,7 @@ def block_elementwise_bytes(
         attn_copies, mlp_copies = gemm_input_copies(model, e, r)
         casts = (attn_copies + mlp_copies) * (r + e) * T * h if r != e else 0.0
         residual = 2 * (2 * r + e) * T * h_s
-        rope_bytes = ROPE_BYTES_PER_ELEMENT if profile.rope == "planc" else 2 * e + COMPLEX_ROPE_FIXED_BYTES
+        rope_bytes = ROPE_BYTES_PER_ELEMENT if profile.rope_kernel == "planc" else 2 * e + COMPLEX_ROPE_FIXED_BYTES
         rope = rope_bytes * T * (h + kv) / tp if model.position == "rope" else 0.0
         copies = 2 * e * T * h / tp if profile.attention_output_copies > 1 else 0.0
     # repeat_kv: K and V each read at kv and written at h columns (fused or not: the copy stays).

@@ -81,7 +81,7 @@ class RuntimeProfile:
     torchtitan's op-level policy (``_save_list`` in its ``parallelize_llama.py``, 2024) saves the
     output of every compute op except every second ``aten.mm`` of a block: wk, wo and the MLP's
     second matmul are recomputed. Only the time differs here; the saved bytes are planc's."""
-    rope: Literal["planc", "complex"] = "planc"
+    rope_kernel: Literal["planc", "complex"] = "planc"
     """The eager RoPE kernel chain (time only). ``planc``: planc's ``apply_rope`` (upcast, four
     multiplies and two adds over half-size views, a stack, a downcast). ``complex``: torchtitan's
     ``apply_rotary_emb`` (2024, ``models/llama/model.py``): ``view_as_complex(x.float())``, one

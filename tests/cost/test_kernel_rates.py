@@ -85,7 +85,7 @@ def test_torchtitan_complex_rope_and_repeat_kv_traffic():
     plan = _plan()
     m, T, h, kv = plan.model, 2 * 8192, 4096, 1024  # Llama 3 8B: 8 KV heads of 128
     base = block_elementwise_bytes(m, T, 1, False, 2, 2, PLANC_RUNTIME)
-    complex_rope = block_elementwise_bytes(m, T, 1, False, 2, 2, replace(PLANC_RUNTIME, rope="complex"))
+    complex_rope = block_elementwise_bytes(m, T, 1, False, 2, 2, replace(PLANC_RUNTIME, rope_kernel="complex"))
     # planc's RoPE 48 bytes per element of Q and K; torchtitan's complex RoPE 2 + 4 (upcast),
     # 4 + 4 (complex multiply), 4 + 2 (downcast) = 20
     assert base - complex_rope == pytest.approx((48 - 20) * T * (h + kv))
