@@ -255,6 +255,11 @@ COMPOSITE_RMSNORM_FIXED_BYTES = 28
 #: element of Q and K.
 ROPE_BYTES_PER_ELEMENT = 48
 
+#: torchtitan's complex-number RoPE in eager PyTorch (``RuntimeProfile.rope_kernel = "complex"``): upcast
+#: (read e, write 4), complex multiply (read 4, write 4; the frequencies broadcast from a small
+#: table), downcast (read 4, write e): 2e + 16 bytes per element of Q and K.
+COMPLEX_ROPE_FIXED_BYTES = 16
+
 
 def block_elementwise_bytes(
     model: ModelSpec, tokens: int, tp: int, sp: bool, compute_bytes: int, residual_bytes: int, profile: RuntimeProfile
@@ -265,7 +270,9 @@ def block_elementwise_bytes(
     two norms 2 x 2r T h_s (a composite RMSNorm 2 x (r + 3e + 28) T h_s,
     :data:`COMPOSITE_RMSNORM_FIXED_BYTES`); autocast's casts of the GEMM inputs, one per linear
     (:func:`~planc.cost.memory.gemm_input_copies`), (r + e) T h each (none when r = e); RoPE on
-    Q and K :data:`ROPE_BYTES_PER_ELEMENT` x T (h + kv)/t; the contiguous copy of the attention
+    Q and K :data:`ROPE_BYTES_PER_ELEMENT` x T (h + kv)/t (torchtitan's complex RoPE
+    (2e + :data:`COMPLEX_ROPE_FIXED_BYTES`) x T (h + kv)/t); a GQA ``repeat_kv`` copy of K and V
+    2 e T (kv + h)/t (``gqa_repeat``, fused or not); the contiguous copy of the attention
     output 2 e T h/t; two residual adds 2 x (2r + e) T h_s; GELU 2 e T f/t or SwiGLU's SiLU and
     product 5 e T f/t. Fused (Megatron): LayerNorm 2 x 2e T h_s; bias-dropout-add
     2 x (3e + 1) T h_s; bias-GeLU 2 e T f/t; scale-mask-softmax and its dropout over the scores
@@ -290,12 +297,15 @@ def block_elementwise_bytes(
         attn_copies, mlp_copies = gemm_input_copies(model, e, r)
         casts = (attn_copies + mlp_copies) * (r + e) * T * h if r != e else 0.0
         residual = 2 * (2 * r + e) * T * h_s
-        rope = ROPE_BYTES_PER_ELEMENT * T * (h + kv) / tp if model.position == "rope" else 0.0
+        rope_bytes = ROPE_BYTES_PER_ELEMENT if profile.rope_kernel == "planc" else 2 * e + COMPLEX_ROPE_FIXED_BYTES
+        rope = rope_bytes * T * (h + kv) / tp if model.position == "rope" else 0.0
         copies = 2 * e * T * h / tp if profile.attention_output_copies > 1 else 0.0
+    # repeat_kv: K and V each read at kv and written at h columns (fused or not: the copy stays).
+    repeat = 2 * e * T * (kv + h) / tp if profile.gqa_repeat and kv < h else 0.0
     scores = 0.0
     if profile.attention == "materialized":
         scores = (2 * e + ((2 * e + 1) if profile.dropout else 0)) * a * s * T / tp
-    return norms + casts + residual + rope + copies + act + scores
+    return norms + casts + residual + rope + copies + repeat + act + scores
 
 
 def block_times(

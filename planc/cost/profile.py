@@ -81,6 +81,17 @@ class RuntimeProfile:
     torchtitan's op-level policy (``_save_list`` in its ``parallelize_llama.py``, 2024) saves the
     output of every compute op except every second ``aten.mm`` of a block: wk, wo and the MLP's
     second matmul are recomputed. Only the time differs here; the saved bytes are planc's."""
+    rope_kernel: Literal["planc", "complex"] = "planc"
+    """The eager RoPE kernel chain (time only). ``planc``: planc's ``apply_rope`` (upcast, four
+    multiplies and two adds over half-size views, a stack, a downcast). ``complex``: torchtitan's
+    ``apply_rotary_emb`` (2024, ``models/llama/model.py``): ``view_as_complex(x.float())``, one
+    complex multiply by the broadcast frequencies, ``view_as_real(...).type_as(x)``. Fused
+    programs (``fused_elementwise``) run either as one kernel."""
+    gqa_repeat: bool = False
+    """With grouped-query attention, K and V are copied to every query head before attention
+    (torchtitan's ``repeat_kv``: ``expand`` + ``reshape``, a materialized copy) instead of SDPA
+    reading the shared heads (time only: under torchtitan's op-level or full recomputation the
+    copies are not kept for backward)."""
     loss: Literal["chunked", "whole", "megatron"] = "chunked"
     """How the cross-entropy holds the logits (:func:`planc.cost.memory.logits_bytes`).
     ``chunked``: planc's loss (``planc/runtime/loss.py``), float32 in chunks under activation

@@ -81,6 +81,22 @@ def test_composite_rmsnorm_moves_r_plus_3e_plus_28_bytes_per_element():
     assert composite - fused == pytest.approx(2 * (36 - 4) * T * h)
 
 
+def test_torchtitan_complex_rope_and_repeat_kv_traffic():
+    plan = _plan()
+    m, T, h, kv = plan.model, 2 * 8192, 4096, 1024  # Llama 3 8B: 8 KV heads of 128
+    base = block_elementwise_bytes(m, T, 1, False, 2, 2, PLANC_RUNTIME)
+    complex_rope = block_elementwise_bytes(m, T, 1, False, 2, 2, replace(PLANC_RUNTIME, rope_kernel="complex"))
+    # planc's RoPE 48 bytes per element of Q and K; torchtitan's complex RoPE 2 + 4 (upcast),
+    # 4 + 4 (complex multiply), 4 + 2 (downcast) = 20
+    assert base - complex_rope == pytest.approx((48 - 20) * T * (h + kv))
+    repeat = block_elementwise_bytes(m, T, 1, False, 2, 2, replace(PLANC_RUNTIME, gqa_repeat=True))
+    # repeat_kv copies K and V: each reads 2 kv and writes 2 h bytes per token
+    assert repeat - base == pytest.approx(2 * 2 * T * (kv + h))
+    fused = replace(PLANC_RUNTIME, fused_elementwise=True)
+    fused_repeat = block_elementwise_bytes(m, T, 1, False, 2, 2, replace(fused, gqa_repeat=True))
+    assert fused_repeat - block_elementwise_bytes(m, T, 1, False, 2, 2, fused) == pytest.approx(2 * 2 * T * (kv + h))
+
+
 def test_every_other_mm_policy_reruns_wk_wo_and_the_mlp_second_matmul():
     plan = _plan()
     device = device_for(plan.hardware, "bf16")
