@@ -175,12 +175,14 @@ def layer_activation_bytes(
     Selective recomputation: for materialized attention, Korthikanti's (recompute the s^2
     part). For fused attention there is no s^2 part; planc's policy (op-level activation
     checkpointing, ``planc.strategies.recompute.runtime``) keeps the outputs of the QKV and
-    MLP-in matmuls, of attention and of the TP collectives, and recomputes norms, casts, RoPE,
-    activation functions and the attention-out matmul: block input r T h_s; under SP the two
-    all-gathered norm outputs r T h; QKV output e T h (1 + 2g) / t; O and the log-sum-exp;
-    under TP the outputs of the two collectives after the output projections, e T h_s each;
-    the MLP-in output(s) e T f / t. The output projections' own matmul outputs (unreduced
-    partial sums under TP) are not kept: no-recompute never keeps them either.
+    MLP-in matmuls, of attention and of the reducing TP collectives, and recomputes norms, casts,
+    RoPE, activation functions, the attention-out matmul and SP's all-gathers: block input
+    r T h_s; QKV output e T h (1 + 2g) / t; O and the log-sum-exp; under TP the outputs of the
+    two collectives after the output projections, e T h_s each; the MLP-in output(s) e T f / t.
+    The output projections' own matmul outputs (unreduced partial sums under TP) are not kept:
+    no-recompute never keeps them either. Under SP every term is divided by t, as in
+    Korthikanti's Table 2 (34/t): the all-gathered norm outputs (r T h each, t times a shard)
+    are gathered again in backward instead of kept (their Sec. 4.2.2).
 
     Full recomputation keeps the block input only: r T h_s (Korthikanti Table 2: 2 s b h / t
     with SP).
@@ -217,11 +219,8 @@ def layer_activation_bytes(
     if profile.attention == "materialized":
         selective = none - attention_core
     else:
-        gathered = 2 * r * T * h if (sp and tp > 1) else 0.0
         reduced = 2 * e * T * h_s if tp > 1 else 0.0
-        selective = (
-            block_input + gathered + qkv + e * T * h / tp + 4.0 * T * a / tp + reduced + mlp_in_outputs * e * T * f / tp
-        )
+        selective = block_input + qkv + e * T * h / tp + 4.0 * T * a / tp + reduced + mlp_in_outputs * e * T * f / tp
     return LayerActivations(none=none, selective=selective, full=block_input)
 
 

@@ -80,6 +80,34 @@ def test_planc_runtime_activations_golden():
     assert act.full == pytest.approx(4 * s * b * h)
 
 
+def test_sequence_parallel_divides_selective_activations_by_t():
+    # Korthikanti et al. 2022, Table 2: with TP + SP, selective recomputation keeps 34 s b h / t --
+    # every saved tensor is divided by t, none is replicated (Sec. 4.2.2: the column-parallel
+    # linear keeps its 1/t input shard and all-gathers it again in backward). planc's fused-attention
+    # block in bf16 (e = r = 2), MHA, GELU f = 4h, selective, TP t with SP keeps per s b h / t:
+    #   block input r = 2; QKV 3 e = 6; O e = 2; the two reduce-scatter outputs after the output
+    #   projections 2 e = 4; MLP-in output e x 4 = 8  -> 22, plus the fp32 log-sum-exp 4 a s b / t.
+    # (Before the fix the two all-gathered sub-layer inputs, 2 r s b h, were kept undivided.)
+    m = gpt()
+    s, b, h, a = 2048, 1, 1024, 16
+    for t in (2, 4, 8):
+        act = layer_activation_bytes(m, b, t, True, 2, 2, PLANC_RUNTIME)
+        assert act.selective == pytest.approx((22 * s * b * h + 4 * a * s * b) / t)
+    # the bug as reported: Llama 3 8B, 32 k context, TP 8, fp32 residual stream under autocast
+    # (e = 2, r = 4): SP must keep less than TP alone under selective recomputation, not more
+    llama = build_plan(
+        {
+            "model": {"preset": "llama3-8b", "seq_len": 32768},
+            "hardware": {"device": "H100-SXM"},
+            "train": {"global_batch": 8},
+        }
+    ).model
+    for r in (2, 4):
+        with_sp = layer_activation_bytes(llama, 1, 8, True, 2, r, PLANC_RUNTIME).selective
+        without = layer_activation_bytes(llama, 1, 8, False, 2, r, PLANC_RUNTIME).selective
+        assert with_sp < without / 2
+
+
 def test_gqa_shrinks_k_and_v():
     mha, gqa = gpt(), gpt(kv_heads=4)
     # K and V are kv_heads / heads = 1/4 the size of Q: 2 e (1 - 1/4) s b h fewer bytes

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from planc.cost.context import CostContext
-from planc.cost.estimate import Estimate, StageMemory, Term, replace
-from planc.strategies.tensor_parallel.cost_pass import tp_block_collectives
+from planc.cost.estimate import CommCost, Estimate, StageMemory, Term, replace
+from planc.strategies.tensor_parallel.cost_pass import sp_regather, tp_block_collectives
 
 
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
@@ -12,7 +12,8 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
 
     - selective: blocks keep ``layer_act.selective`` bytes; recomputing costs
       ``layer.selective_recompute`` per block and micro-batch (planc's policy: the elementwise
-      kernels and the attention-out GEMM; no communication).
+      kernels and the attention-out GEMM); under SP also the two all-gathers of the sub-layer
+      inputs, rerun instead of kept (:func:`sp_regather`).
     - full: blocks keep only their input; the backward of each block first reruns its forward
       (one more forward of every block: Narayanan's 4 passes instead of 3), which under TP also
       reruns the forward's two all-reduces; one block's full activations are alive while it is
@@ -30,6 +31,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         def stage_fn(s: StageMemory) -> StageMemory:
             return replace(s, act_per_layer=per_layer)
 
+        comm = _with_regather(ctx, est)
     else:
         per_layer, extra = ctx.layer_act.full, m * layers * ctx.layer.forward
         working = (Term("recompute working set (one block)", ctx.layer_act.none, "backward"),)
@@ -49,3 +51,19 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
                 detail=tp.detail + ", +2 in the recomputed forward",
             )
     return est.updated(stage_fn=stage_fn, comm=comm, compute=est.compute + extra, recompute=est.recompute + extra)
+
+
+def _with_regather(ctx: CostContext, est: Estimate) -> CommCost | None:
+    """The TP traffic with selective recomputation's extra all-gathers under SP (None: no change)."""
+    tp = est.comm_of("tp")
+    seconds, sent = sp_regather(ctx)
+    if tp is None or seconds == 0.0:
+        return None
+    blocks = ctx.micro_batches * max(st.layers for st in ctx.stages)
+    return replace(
+        tp,
+        total=tp.total + blocks * seconds,
+        exposed=tp.exposed + blocks * seconds,
+        volume=tp.volume + blocks * sent,
+        detail=tp.detail + ", +2 all-gathers rerun in backward",
+    )

@@ -31,6 +31,23 @@ def tp_block_collectives(ctx: CostContext) -> tuple[float, float, float]:
     return fwd, bwd, sent
 
 
+def sp_regather(ctx: CostContext) -> tuple[float, float]:
+    """(seconds, bytes sent) per block and micro-batch of the all-gathers that selective
+    recomputation reruns in backward under SP: the inputs of the attention and MLP sub-layers
+    (r bytes per element, as in the forward), gathered again rather than kept (Korthikanti et
+    al. 2022, Sec. 4.2.2: "we only store the Y_i^s part ... and perform an extra all-gather in
+    the backward pass"). Zero without SP, and in a program that keeps the shard in every mode
+    (``profile.sp_saves_gathered_input`` false: Megatron), which issues that all-gather
+    asynchronously behind the input-gradient GEMM of its column-parallel linear (Megatron-LM
+    ``LinearWithGradAccumulationAndAsyncCommunication.backward``): hidden there, and not
+    specific to recomputation."""
+    if not ctx.layout.sequence_parallel or ctx.layout.tp == 1 or not ctx.profile.sp_saves_gathered_input:
+        return 0.0, 0.0
+    t = ctx.layout.tp
+    r = ctx.residual_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
+    return 2 * all_gather_seconds(r, ctx.links["tp"]), 2 * r * (t - 1) / t
+
+
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     """Tensor parallelism (Shoeybi et al. 2019, Sec. 3; Narayanan et al. 2021, Sec. 3.2).
 
