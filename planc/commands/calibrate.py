@@ -113,6 +113,12 @@ def _summarise(out: Path) -> None:
     if m.memory_bandwidth:
         print(f"  memory: {format_bandwidth(m.memory_bandwidth)} (triad)")
     print(f"  eager dispatch: {format_seconds(m.seconds_per_op)} per aten op")
+    w = m.wrappers
+    print(
+        f"  wrappers: DDP {format_seconds(w.ddp_per_tensor)} per parameter tensor, FSDP "
+        f"{format_seconds(w.fsdp_per_unit)} per unit, TP {format_seconds(w.tp_per_linear)} per linear "
+        "(per micro-batch)"
+    )
     for c in profile.collectives:
         speed = f"{format_bandwidth(c.bandwidth)}, latency {format_seconds(c.latency)}"
         print(f"  {c.kind} x{c.group_size} ({c.medium}): {speed}")

@@ -8,6 +8,7 @@ from planc.cost.data_parallel import shard_states, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import fsdp_gather_bytes
 from planc.cost.params import embedding_params_per_shard
+from planc.cost.wrappers import fsdp_seconds, with_wrapper_time
 from planc.hardware.topology import GroupLink
 from planc.spec.layout import Layout
 
@@ -142,4 +143,5 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     # casts the gradients to fp32 for the reduce-scatter (read e, write g): memory traffic.
     copies = psi * (n_gathers * 2 * e + scatters * (e + g)) / ctx.device.memory_rate
     est = shard_states(ctx, est, zero, buffers, comm)
+    est = with_wrapper_time(est, "FSDP hooks and copies (measured)", fsdp_seconds(ctx, units))
     return with_contention(ctx, est.replace(compute=est.compute + copies), comm.total - comm.exposed)

@@ -1,0 +1,163 @@
+"""What each strategy's PyTorch wrapper adds to a step, measured on small real runs of the wrapper.
+
+The cost model prices a step as kernels + eager ops (:mod:`planc.calibrate.dispatch`) +
+collectives (:mod:`planc.calibrate.collectives`). The wrappers add host work of their own on top
+(DDP's autograd hooks and bucket copies, FSDP2's pre/post forward/backward hooks and all-gather /
+reduce-scatter copy-in/out, DTensor's dispatch and sharding propagation); at the CPU matrix's
+sizes that dominates the step. Each is measured the same way, on every rank of the real process
+group at once:
+
+    overhead per unit = (wrapped step - plain step - the wrapper's collectives, timed bare) / units
+
+on a stack of :data:`UNITS` MLP units (``Linear(H, 4H)``, GELU, ``Linear(4H, H)``: a block's
+linears and their biases, what the wrappers touch), forward and backward of one micro-batch; the
+plain step is the same stack unwrapped; the collectives are timed bare at the sizes the wrapper
+issues (so the cost model, which prices them from the collective fits, does not count them twice).
+A negative difference (noise on a fast device) is stored as 0.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from planc.calibrate.timing import timed
+from planc.spec.hardware_profile import WrapperOverheads
+
+#: Units of the measured stack; hidden size and tokens of its micro-batch (the CPU matrix's hidden 32).
+UNITS = 4
+HIDDEN = 32
+TOKENS = (8, 16)
+
+
+def _stack(device: torch.device) -> nn.Sequential:
+    torch.manual_seed(0)
+    units = [
+        nn.Sequential(nn.Linear(HIDDEN, 4 * HIDDEN), nn.GELU(), nn.Linear(4 * HIDDEN, HIDDEN)) for _ in range(UNITS)
+    ]
+    return nn.Sequential(*units).to(device)
+
+
+def _step_fn(model: nn.Module, x: torch.Tensor):
+    def step():
+        model(x).sum().backward()
+        for p in model.parameters():
+            p.grad = None
+
+    return step
+
+
+def _bare(fn, device: torch.device, budget: float) -> float:
+    """Median seconds of ``fn`` on every rank (the ranks enter together: the collectives keep them in step)."""
+    dist.barrier()
+    return timed(fn, device, budget)
+
+
+def measure_wrappers(device: torch.device, budget: float) -> WrapperOverheads:
+    """Per-unit host overhead of DDP, FSDP2 and DTensor TP over the default process group."""
+    world = dist.get_world_size()
+    x = torch.randn(*TOKENS, HIDDEN, device=device)
+    plain = _stack(device)
+    t_plain = _bare(_step_fn(plain, x), device, budget)
+    tensors = sum(1 for _ in plain.parameters())
+    numel = sum(p.numel() for p in plain.parameters())
+    return WrapperOverheads(
+        ddp_per_tensor=_ddp(plain, x, t_plain, tensors, numel, device, budget),
+        fsdp_per_unit=_fsdp(plain, x, t_plain, numel, world, device, budget),
+        tp_per_linear=_tp(plain, x, t_plain, world, device, budget),
+        pp_per_action=_pp(x, world, device, budget),
+    )
+
+
+def _ddp(plain, x, t_plain, tensors, numel, device, budget) -> float:
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(copy.deepcopy(plain))
+    t_ddp = _bare(_step_fn(ddp, x), device, budget)
+    grads = torch.zeros(numel, device=device)  # one bucket: the stack is far below 25 MiB
+    t_reduce = _bare(lambda: dist.all_reduce(grads), device, budget)
+    return max(0.0, (t_ddp - t_plain - t_reduce) / tensors)
+
+
+def _fsdp(plain, x, t_plain, numel, world, device, budget) -> float:
+    from torch.distributed.fsdp import fully_shard
+
+    model = copy.deepcopy(plain)
+    for unit in model:
+        fully_shard(unit)
+    fully_shard(model)
+    t_fsdp = _bare(_step_fn(model, x), device, budget)
+    # Per unit: an all-gather in forward, again in backward (resharded after forward), a reduce-scatter.
+    shard = -(-numel // UNITS // world)
+    local, full = torch.zeros(shard, device=device), torch.zeros(shard * world, device=device)
+
+    def unit_collectives():
+        dist.all_gather_into_tensor(full, local)
+        dist.all_gather_into_tensor(full, local)
+        dist.reduce_scatter_tensor(local, full)
+
+    t_comm = UNITS * _bare(unit_collectives, device, budget)
+    return max(0.0, (t_fsdp - t_plain - t_comm) / UNITS)
+
+
+def _tp(plain, x, t_plain, world, device, budget) -> float:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh(device.type, (world,))
+    model = copy.deepcopy(plain)
+    for unit in model:
+        parallelize_module(unit, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    t_tp = _bare(_step_fn(model, x), device, budget)
+    # Per unit: the row-parallel output's all-reduce in forward, the column-parallel input
+    # gradient's in backward, both of the activation's size.
+    activation = torch.zeros(x.numel(), device=device)
+    t_comm = UNITS * 2 * _bare(lambda: dist.all_reduce(activation), device, budget)
+    return max(0.0, (t_tp - t_plain - t_comm) / (2 * UNITS))
+
+
+#: Micro-batches of the measured pipeline step.
+MICRO_BATCHES = 4
+
+
+def _pp(x, world, device, budget) -> float:
+    """GPipe over every rank, ``UNITS`` units per stage: the step less what the cost model prices
+    (``(M + p - 1)`` stage slots of forward + backward, one send/recv per micro-batch each way),
+    per action (``2 M`` per rank: each micro-batch's forward and backward)."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    rank = dist.get_rank()
+    stage_module = _stack(device)
+    t_slot = _bare(_step_fn(stage_module, x), device, budget)
+    stage = PipelineStage(stage_module, rank, world, device)
+    schedule = ScheduleGPipe(stage, n_microbatches=MICRO_BATCHES, loss_fn=lambda out, target: out.sum())
+    batch = torch.cat([x] * MICRO_BATCHES)
+
+    def step():
+        if rank == 0:
+            schedule.step(batch)
+        elif rank == world - 1:
+            schedule.step(target=batch)
+        else:
+            schedule.step()
+        for p in stage_module.parameters():
+            p.grad = None
+
+    t_pp = _bare(step, device, budget)
+    t_p2p = 2 * MICRO_BATCHES * _bare(lambda: _ring_exchange(x, rank, world), device, budget)
+    modelled = (MICRO_BATCHES + world - 1) * t_slot + t_p2p
+    return max(0.0, (t_pp - modelled) / (2 * MICRO_BATCHES))
+
+
+def _ring_exchange(x: torch.Tensor, rank: int, world: int) -> None:
+    """Each rank sends an activation to its next neighbour and receives one from its previous."""
+    received = torch.empty_like(x)
+    ops = [
+        dist.P2POp(dist.isend, x, (rank + 1) % world),
+        dist.P2POp(dist.irecv, received, (rank - 1) % world),
+    ]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
