@@ -24,13 +24,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from planc.calibrate.timing import timed
+from planc.calibrate.timing import median_seconds, repeats_for
 from planc.spec.hardware_profile import WrapperOverheads
 
 #: Units of the measured stack; hidden size and tokens of its micro-batch (the CPU matrix's hidden 32).
 UNITS = 4
 HIDDEN = 32
-TOKENS = (8, 16)
+TOKENS = 128
 
 
 def _stack(device: torch.device) -> nn.Sequential:
@@ -51,15 +51,20 @@ def _step_fn(model: nn.Module, x: torch.Tensor):
 
 
 def _bare(fn, device: torch.device, budget: float) -> float:
-    """Median seconds of ``fn`` on every rank (the ranks enter together: the collectives keep them in step)."""
-    dist.barrier()
-    return timed(fn, device, budget)
+    """Median seconds of ``fn``, the slowest rank's, with the same repetitions on every rank (``fn``
+    runs collectives: a rank that stopped early would leave the others waiting)."""
+    probe = torch.tensor([median_seconds(fn, device, repeats=1, warmup=1)], device=device)
+    dist.all_reduce(probe, op=dist.ReduceOp.MAX)
+    repeats = repeats_for(float(probe), budget)
+    seconds = torch.tensor([median_seconds(fn, device, repeats=repeats, warmup=1)], device=device)
+    dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+    return float(seconds)
 
 
 def measure_wrappers(device: torch.device, budget: float) -> WrapperOverheads:
     """Per-unit host overhead of DDP, FSDP2 and DTensor TP over the default process group."""
     world = dist.get_world_size()
-    x = torch.randn(*TOKENS, HIDDEN, device=device)
+    x = torch.randn(TOKENS, HIDDEN, device=device)
     plain = _stack(device)
     t_plain = _bare(_step_fn(plain, x), device, budget)
     tensors = sum(1 for _ in plain.parameters())
@@ -94,10 +99,14 @@ def _fsdp(plain, x, t_plain, numel, world, device, budget) -> float:
     shard = -(-numel // UNITS // world)
     local, full = torch.zeros(shard, device=device), torch.zeros(shard * world, device=device)
 
+    # torch 2.13 names them *_single (the *_tensor names warn); older torch has only *_tensor.
+    gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+    scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+
     def unit_collectives():
-        dist.all_gather_into_tensor(full, local)
-        dist.all_gather_into_tensor(full, local)
-        dist.reduce_scatter_tensor(local, full)
+        gather(full, local)
+        gather(full, local)
+        scatter(local, full)
 
     t_comm = UNITS * _bare(unit_collectives, device, budget)
     return max(0.0, (t_fsdp - t_plain - t_comm) / UNITS)

@@ -117,7 +117,7 @@ def _summarise(out: Path) -> None:
     print(
         f"  wrappers: DDP {format_seconds(w.ddp_per_tensor)} per parameter tensor, FSDP "
         f"{format_seconds(w.fsdp_per_unit)} per unit, TP {format_seconds(w.tp_per_linear)} per linear "
-        "(per micro-batch)"
+        f"(per micro-batch), pipeline {format_seconds(w.pp_per_action)} per schedule action"
     )
     for c in profile.collectives:
         speed = f"{format_bandwidth(c.bandwidth)}, latency {format_seconds(c.latency)}"
