@@ -10,7 +10,8 @@ group at once:
     overhead per unit = (wrapped step - plain step - the wrapper's collectives, timed bare) / units
 
 on a stack of :data:`UNITS` MLP units (``Linear(H, 4H)``, GELU, ``Linear(4H, H)``: a block's
-linears and their biases, what the wrappers touch), forward and backward of one micro-batch; the
+linears and their biases, what the wrappers touch), forward and backward of one micro-batch
+(DDP and ``replicate`` synchronising); the
 plain step is the same stack unwrapped; the collectives are timed bare at the sizes the wrapper
 issues (so the cost model, which prices them from the collective fits, does not count them twice).
 A negative difference (noise on a fast device) is stored as 0.
@@ -62,7 +63,8 @@ def _bare(fn, device: torch.device, budget: float) -> float:
 
 
 def measure_wrappers(device: torch.device, budget: float) -> WrapperOverheads:
-    """Per-unit host overhead of DDP, FSDP2 and DTensor TP over the default process group."""
+    """Per-unit host overhead of DDP, FSDP2 (fully_shard, replicate), DTensor TP and the pipeline
+    schedule over the default process group."""
     world = dist.get_world_size()
     x = torch.randn(TOKENS, HIDDEN, device=device)
     plain = _stack(device)
@@ -72,6 +74,7 @@ def measure_wrappers(device: torch.device, budget: float) -> WrapperOverheads:
     return WrapperOverheads(
         ddp_per_tensor=_ddp(plain, x, t_plain, tensors, numel, device, budget),
         fsdp_per_unit=_fsdp(plain, x, t_plain, numel, world, device, budget),
+        replicate_per_unit=_replicate(plain, x, t_plain, numel, device, budget),
         tp_per_linear=_tp(plain, x, t_plain, world, device, budget),
         pp_per_action=_pp(x, world, device, budget),
     )
@@ -110,6 +113,22 @@ def _fsdp(plain, x, t_plain, numel, world, device, budget) -> float:
 
     t_comm = UNITS * _bare(unit_collectives, device, budget)
     return max(0.0, (t_fsdp - t_plain - t_comm) / UNITS)
+
+
+def _replicate(plain, x, t_plain, numel, device, budget) -> float:
+    """FSDP2's ``replicate`` on each unit and the root: per unit, one gradient all-reduce."""
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    model = copy.deepcopy(plain)
+    for unit in model:
+        replicate(unit, mesh=mesh)
+    replicate(model, mesh=mesh)
+    t_replicate = _bare(_step_fn(model, x), device, budget)
+    grads = torch.zeros(-(-numel // UNITS), device=device)
+    t_comm = UNITS * _bare(lambda: dist.all_reduce(grads), device, budget)
+    return max(0.0, (t_replicate - t_plain - t_comm) / UNITS)
 
 
 def _tp(plain, x, t_plain, world, device, budget) -> float:

@@ -5,9 +5,10 @@ Beside the plain model's eager ops (:mod:`planc.cost.dispatch`) and the collecti
 holds what one unit costs (:class:`~planc.spec.hardware_profile.WrapperOverheads`, measured by
 ``planc.calibrate.wrappers``) and this module counts the units of a layout:
 
-- DDP: every parameter tensor of a rank, per micro-batch (its autograd hook fires each backward);
-- FSDP2 (``fully_shard`` and bf16 DDP's ``replicate``): every unit (each block, the root), per
-  micro-batch;
+- DDP (and ZeRO-1, which runs DDP): every parameter tensor of a rank, once per step (the
+  reducer's hooks and bucket copies run on the synchronising micro-batch; ``no_sync`` skips them);
+- FSDP2 ``fully_shard`` and bf16 DDP's ``replicate``: every unit (each block, the root), per
+  micro-batch (their pre/post forward and backward hooks run every micro-batch);
 - DTensor TP: every column/row-parallel linear of a rank's blocks, per micro-batch;
 - the pipeline schedule: every action of a rank (each of its v chunks' forward and backward of
   each micro-batch; zero-bubble splits the backward in two, input and weight gradients).
@@ -56,11 +57,15 @@ def with_wrapper_time(est: Estimate, name: str, seconds: float) -> Estimate:
 
 
 def ddp_seconds(ctx: CostContext) -> float:
-    return ctx.micro_batches * tensors_per_rank(ctx) * measured_overheads(ctx).ddp_per_tensor
+    return tensors_per_rank(ctx) * measured_overheads(ctx).ddp_per_tensor
 
 
 def fsdp_seconds(ctx: CostContext, units: int) -> float:
     return ctx.micro_batches * units * measured_overheads(ctx).fsdp_per_unit
+
+
+def replicate_seconds(ctx: CostContext, units: int) -> float:
+    return ctx.micro_batches * units * measured_overheads(ctx).replicate_per_unit
 
 
 def tp_seconds(ctx: CostContext) -> float:

@@ -74,7 +74,10 @@ class WrapperOverheads(BaseModel):
 
     model_config = _FROZEN
     ddp_per_tensor: float = Field(default=0.0, ge=0)
-    """``DistributedDataParallel``: autograd hook and bucket copy of one parameter tensor, per micro-batch."""
+    """``DistributedDataParallel``: autograd hook, bucket copy and reducer bookkeeping of one
+    parameter tensor, per step (micro-batches under ``no_sync`` skip the reducer)."""
+    replicate_per_unit: float = Field(default=0.0, ge=0)
+    """FSDP2's ``replicate`` (bf16 data parallelism): one unit's hooks and copies, per micro-batch."""
     fsdp_per_unit: float = Field(default=0.0, ge=0)
     """FSDP2 ``fully_shard``: one unit's pre/post forward and backward hooks, all-gather copy-in/out
     and reduce-scatter copy-in/out, per micro-batch (forward and backward together)."""

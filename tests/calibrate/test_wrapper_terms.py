@@ -11,6 +11,7 @@ from planc.strategies.registry import load_registry
 from tests.calibrate.test_profile import plan_with, profile_dict
 
 DDP_PER_TENSOR = 20e-6
+REPLICATE_PER_UNIT = 300e-6
 FSDP_PER_UNIT = 1e-3
 TP_PER_LINEAR = 100e-6
 PP_PER_ACTION = 300e-6
@@ -35,6 +36,7 @@ def calibrated(tmp_path):
         tmp_path,
         wrapper_profile(
             ddp_per_tensor=DDP_PER_TENSOR,
+            replicate_per_unit=REPLICATE_PER_UNIT,
             fsdp_per_unit=FSDP_PER_UNIT,
             tp_per_linear=TP_PER_LINEAR,
             pp_per_action=PP_PER_ACTION,
@@ -46,18 +48,21 @@ def fp32(plan):
     return plan.model_copy(update={"train": plan.train.model_copy(update={"precision": "fp32"})})
 
 
-def test_ddp_charges_every_parameter_tensor_per_micro_batch(calibrated):
-    # fp32 DistributedDataParallel; gpt, 2 layers, global batch 8 on dp 2 at micro-batch 2: 2 micro-batches per step.
+def test_ddp_charges_every_parameter_tensor_once_per_step(calibrated):
+    # fp32 DistributedDataParallel; gpt, 2 layers, global batch 8 on dp 2 at micro-batch 2: 2
+    # micro-batches, the first under no_sync (no reducer work), so once per step.
     # Tensors: per block 6 linears + 6 biases + 2 LayerNorms x 2 = 16; embeddings 2 (token,
     # learned position); final LayerNorm 2; untied head 1: 2 x 16 + 5 = 37.
-    terms = other_terms(fp32(calibrated), dp=2)
-    assert terms["DDP hooks and buckets (measured)"] == pytest.approx(2 * 37 * DDP_PER_TENSOR)
+    name = "DDP hooks and buckets (measured)"
+    assert other_terms(fp32(calibrated), dp=2)[name] == pytest.approx(37 * DDP_PER_TENSOR)
+    # ZeRO-1 runs DDP under its ZeroRedundancyOptimizer: the same term.
+    assert other_terms(fp32(calibrated), dp=2, zero=1)[name] == pytest.approx(37 * DDP_PER_TENSOR)
 
 
 def test_bf16_ddp_is_replicate_and_charges_fsdp_units(calibrated):
     # bf16 data parallelism runs FSDP2's replicate: 2 micro-batches x 4 units (2 blocks, embedding, head).
     terms = other_terms(calibrated, dp=2)
-    assert terms == {"replicate hooks and copies (measured)": pytest.approx(2 * 4 * FSDP_PER_UNIT)}
+    assert terms == {"replicate hooks and copies (measured)": pytest.approx(2 * 4 * REPLICATE_PER_UNIT)}
 
 
 def test_fsdp_charges_every_unit_per_micro_batch(calibrated):
@@ -88,5 +93,5 @@ def test_no_wrapper_term_without_measurement(tmp_path):
     assert HardwareProfile.model_validate(old).measured.wrappers.fsdp_per_unit == 0.0
     # ... and neither it nor a plan without a profile adds a term.
     for plan in (plan_with(tmp_path, old), plan_with(tmp_path, None), fp32(plan_with(tmp_path, old))):
-        for layout in ({"dp": 2}, {"dp": 2, "zero": 3}, {"tp": 2}, {"pp": 2, "schedule": "1f1b"}):
+        for layout in ({"dp": 2}, {"dp": 2, "zero": 1}, {"dp": 2, "zero": 3}, {"tp": 2}, {"pp": 2, "schedule": "1f1b"}):
             assert not any("(measured)" in name for name in other_terms(plan, **layout))
