@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from planc.calibrate.timing import median_seconds, repeats_for
+from planc.calibrate.tp_block import measure_tp_blocks
 from planc.spec.hardware_profile import WrapperOverheads
 
 #: Units of the measured stack; hidden size and tokens of its micro-batch (the CPU matrix's hidden 32).
@@ -71,11 +72,13 @@ def measure_wrappers(device: torch.device, budget: float) -> WrapperOverheads:
     t_plain = _bare(_step_fn(plain, x), device, budget)
     tensors = sum(1 for _ in plain.parameters())
     numel = sum(p.numel() for p in plain.parameters())
+    tp_block, tp_sp_block = measure_tp_blocks(device, lambda fn: _bare(fn, device, budget))
     return WrapperOverheads(
         ddp_per_tensor=_ddp(plain, x, t_plain, tensors, numel, device, budget),
         fsdp_per_unit=_fsdp(plain, x, t_plain, numel, world, device, budget),
         replicate_per_unit=_replicate(plain, x, t_plain, numel, device, budget),
-        tp_per_linear=_tp(plain, x, t_plain, world, device, budget),
+        tp_per_block=tp_block,
+        tp_sp_per_block=tp_sp_block,
         pp_per_action=_pp(x, world, device, budget),
     )
 
@@ -129,22 +132,6 @@ def _replicate(plain, x, t_plain, numel, device, budget) -> float:
     grads = torch.zeros(-(-numel // UNITS), device=device)
     t_comm = UNITS * _bare(lambda: dist.all_reduce(grads), device, budget)
     return max(0.0, (t_replicate - t_plain - t_comm) / UNITS)
-
-
-def _tp(plain, x, t_plain, world, device, budget) -> float:
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-    mesh = init_device_mesh(device.type, (world,))
-    model = copy.deepcopy(plain)
-    for unit in model:
-        parallelize_module(unit, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
-    t_tp = _bare(_step_fn(model, x), device, budget)
-    # Per unit: the row-parallel output's all-reduce in forward, the column-parallel input
-    # gradient's in backward, both of the activation's size.
-    activation = torch.zeros(x.numel(), device=device)
-    t_comm = UNITS * 2 * _bare(lambda: dist.all_reduce(activation), device, budget)
-    return max(0.0, (t_tp - t_plain - t_comm) / (2 * UNITS))
 
 
 #: Micro-batches of the measured pipeline step.

@@ -117,7 +117,8 @@ def _summarise(out: Path) -> None:
     print(
         f"  wrappers: DDP {format_seconds(w.ddp_per_tensor)} per parameter tensor per step, replicate "
         f"{format_seconds(w.replicate_per_unit)} per unit, FSDP "
-        f"{format_seconds(w.fsdp_per_unit)} per unit, TP {format_seconds(w.tp_per_linear)} per linear "
+        f"{format_seconds(w.fsdp_per_unit)} per unit, TP {format_seconds(w.tp_per_block)} per block "
+        f"({format_seconds(w.tp_sp_per_block)} with SP) "
         f"(per micro-batch), pipeline {format_seconds(w.pp_per_action)} per schedule action"
     )
     for c in profile.collectives:

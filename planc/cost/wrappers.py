@@ -9,7 +9,8 @@ holds what one unit costs (:class:`~planc.spec.hardware_profile.WrapperOverheads
   reducer's hooks and bucket copies run on the synchronising micro-batch; ``no_sync`` skips them);
 - FSDP2 ``fully_shard`` and bf16 DDP's ``replicate``: every unit (each block, the root), per
   micro-batch (their pre/post forward and backward hooks run every micro-batch);
-- DTensor TP: every column/row-parallel linear of a rank's blocks, per micro-batch;
+- DTensor TP: every block of a rank, per micro-batch, at the cost measured on planc's own block
+  with its TP plan, with or without sequence parallelism;
 - the pipeline schedule: every action of a rank (each of its v chunks' forward and backward of
   each micro-batch; zero-bubble splits the backward in two, input and weight gradients).
 
@@ -33,11 +34,6 @@ def measured_overheads(ctx: CostContext) -> WrapperOverheads:
     """The profile's per-unit wrapper costs, or all zeros without a profile."""
     measured = ctx.device.measured
     return measured.wrappers if measured is not None else _NONE
-
-
-def linears_per_block(ctx: CostContext) -> int:
-    """Q, K, V, attention-out, and the MLP's two (GELU) or three (SwiGLU) projections."""
-    return 4 + (3 if ctx.model.mlp == "swiglu" else 2)
 
 
 def tensors_per_rank(ctx: CostContext) -> int:
@@ -70,7 +66,9 @@ def replicate_seconds(ctx: CostContext, units: int) -> float:
 
 def tp_seconds(ctx: CostContext) -> float:
     layers = max(st.layers for st in ctx.stages)
-    return ctx.micro_batches * layers * linears_per_block(ctx) * measured_overheads(ctx).tp_per_linear
+    w = measured_overheads(ctx)
+    per_block = w.tp_sp_per_block if ctx.layout.sequence_parallel else w.tp_per_block
+    return ctx.micro_batches * layers * per_block
 
 
 def pp_seconds(ctx: CostContext) -> float:

@@ -81,9 +81,11 @@ class WrapperOverheads(BaseModel):
     fsdp_per_unit: float = Field(default=0.0, ge=0)
     """FSDP2 ``fully_shard``: one unit's pre/post forward and backward hooks, all-gather copy-in/out
     and reduce-scatter copy-in/out, per micro-batch (forward and backward together)."""
-    tp_per_linear: float = Field(default=0.0, ge=0)
-    """DTensor tensor parallelism: one Colwise/Rowwise-parallel linear's DTensor dispatch, sharding
-    propagation and redistribution bookkeeping, per micro-batch (forward and backward together)."""
+    tp_per_block: float = Field(default=0.0, ge=0)
+    """DTensor tensor parallelism (planc's block plan, no sequence parallelism): one block's DTensor
+    dispatch, sharding propagation and redistributions, per micro-batch (forward and backward)."""
+    tp_sp_per_block: float = Field(default=0.0, ge=0)
+    """The same with sequence parallelism (the norms and the gathers around them on DTensors too)."""
     pp_per_action: float = Field(default=0.0, ge=0)
     """``torch.distributed.pipelining``: one schedule action (one stage's forward or backward of
     one micro-batch) with its send/receive bookkeeping."""

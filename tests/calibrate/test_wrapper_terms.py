@@ -13,7 +13,8 @@ from tests.calibrate.test_profile import plan_with, profile_dict
 DDP_PER_TENSOR = 20e-6
 REPLICATE_PER_UNIT = 300e-6
 FSDP_PER_UNIT = 1e-3
-TP_PER_LINEAR = 100e-6
+TP_PER_BLOCK = 2e-3
+TP_SP_PER_BLOCK = 5e-3
 PP_PER_ACTION = 300e-6
 
 
@@ -38,7 +39,8 @@ def calibrated(tmp_path):
             ddp_per_tensor=DDP_PER_TENSOR,
             replicate_per_unit=REPLICATE_PER_UNIT,
             fsdp_per_unit=FSDP_PER_UNIT,
-            tp_per_linear=TP_PER_LINEAR,
+            tp_per_block=TP_PER_BLOCK,
+            tp_sp_per_block=TP_SP_PER_BLOCK,
             pp_per_action=PP_PER_ACTION,
         ),
     )
@@ -71,10 +73,11 @@ def test_fsdp_charges_every_unit_per_micro_batch(calibrated):
     assert terms["FSDP hooks and copies (measured)"] == pytest.approx(2 * 4 * FSDP_PER_UNIT)
 
 
-def test_tp_charges_every_sharded_linear_per_micro_batch(calibrated):
-    # tp 2, dp 1: global batch 8 at micro-batch 2 = 4 micro-batches; 2 layers x 6 linears (gpt).
-    terms = other_terms(calibrated, tp=2)
-    assert terms["DTensor dispatch (measured)"] == pytest.approx(4 * 2 * 6 * TP_PER_LINEAR)
+def test_tp_charges_every_block_per_micro_batch(calibrated):
+    # tp 2, dp 1: global batch 8 at micro-batch 2 = 4 micro-batches x 2 layers; SP's own cost with SP.
+    name = "DTensor dispatch (measured)"
+    assert other_terms(calibrated, tp=2)[name] == pytest.approx(4 * 2 * TP_PER_BLOCK)
+    assert other_terms(calibrated, tp=2, sequence_parallel=True)[name] == pytest.approx(4 * 2 * TP_SP_PER_BLOCK)
 
 
 def test_pipeline_charges_every_schedule_action(calibrated):
