@@ -23,16 +23,17 @@ SPEC = dict(layers=1, hidden=32, heads=4, vocab=96, seq_len=16)
 BATCH = 8
 
 
-def measure_tp_blocks(device: torch.device, bare) -> tuple[float, float]:
-    """(plain TP, TP + SP) host seconds per block per micro-batch; ``bare(fn)`` times ``fn`` on every rank."""
+def measure_tp_blocks(device: torch.device, bare, extra) -> tuple[float, float]:
+    """(plain TP, TP + SP) host seconds per block per micro-batch; ``bare(fn)`` times ``fn`` on
+    every rank, ``extra(fn, ref)`` the seconds ``fn`` takes beyond ``ref``."""
     from planc.runtime.transformer import TransformerBlock
 
     torch.manual_seed(0)
     spec = ModelSpec.model_validate(SPEC)
     block = TransformerBlock(spec).to(device)
     x = torch.randn(BATCH, spec.seq_len, spec.hidden, device=device)
-    t_plain = bare(_step(block, x))
-    return _sharded(block, x, False, t_plain, device, bare), _sharded(block, x, True, t_plain, device, bare)
+    plain = _step(block, x)
+    return tuple(_sharded(block, x, sp, plain, device, bare, extra) for sp in (False, True))
 
 
 def _step(block, x):
@@ -44,7 +45,7 @@ def _step(block, x):
     return step
 
 
-def _sharded(block, x, sequence_parallel: bool, t_plain: float, device, bare) -> float:
+def _sharded(block, x, sequence_parallel: bool, plain, device, bare, extra) -> float:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
 
@@ -57,7 +58,7 @@ def _sharded(block, x, sequence_parallel: bool, t_plain: float, device, bare) ->
     del plan["feed_forward.w3"]  # GELU MLP: no gate matrix
     parallelize_module(sharded, mesh, plan)
     local = x.chunk(world, dim=1)[dist.get_rank()].contiguous() if sequence_parallel else x
-    t_sharded = bare(_step(sharded, local))
+    t_sharded = extra(_step(sharded, local), plain)
     full = torch.zeros(x.numel(), device=device)
     part = torch.zeros(x.numel() // world, device=device)
     if sequence_parallel:
@@ -66,4 +67,4 @@ def _sharded(block, x, sequence_parallel: bool, t_plain: float, device, bare) ->
         t_comm = 2 * bare(lambda: (gather(full, part), scatter(part, full)))
     else:
         t_comm = 4 * bare(lambda: dist.all_reduce(full))
-    return max(0.0, t_sharded - t_plain - t_comm)
+    return max(0.0, t_sharded - t_comm)

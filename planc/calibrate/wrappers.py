@@ -20,6 +20,8 @@ A negative difference (noise on a fast device) is stored as 0.
 from __future__ import annotations
 
 import copy
+import statistics
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -52,6 +54,24 @@ def _step_fn(model: nn.Module, x: torch.Tensor):
     return step
 
 
+def _extra(wrapped, plain, device: torch.device, budget: float) -> float:
+    """Median of (``wrapped`` - ``plain``) seconds over alternating repetitions, the slowest rank's.
+
+    Paired and alternating, so that a shared machine's load, which moves from one second to the
+    next, weighs on both sides of each difference alike (timing each side on its own, minutes
+    apart, left differences that were mostly load)."""
+    wrapped(), plain()
+    probe = torch.tensor([median_seconds(wrapped, device, repeats=1, warmup=0)], device=device)
+    dist.all_reduce(probe, op=dist.ReduceOp.MAX)
+    differences = []
+    for _ in range(repeats_for(2 * float(probe), budget, least=5)):
+        differences.append(median_seconds(wrapped, device, repeats=1, warmup=0))
+        differences[-1] -= median_seconds(plain, device, repeats=1, warmup=0)
+    extra = torch.tensor([statistics.median(differences)], device=device)
+    dist.all_reduce(extra, op=dist.ReduceOp.MAX)
+    return float(extra)
+
+
 def _bare(fn, device: torch.device, budget: float) -> float:
     """Median seconds of ``fn``, the slowest rank's, with the same repetitions on every rank (``fn``
     runs collectives: a rank that stopped early would leave the others waiting)."""
@@ -69,38 +89,40 @@ def measure_wrappers(device: torch.device, budget: float) -> WrapperOverheads:
     world = dist.get_world_size()
     x = torch.randn(TOKENS, HIDDEN, device=device)
     plain = _stack(device)
-    t_plain = _bare(_step_fn(plain, x), device, budget)
+    plain_step = _step_fn(plain, x)
     tensors = sum(1 for _ in plain.parameters())
     numel = sum(p.numel() for p in plain.parameters())
-    tp_block, tp_sp_block = measure_tp_blocks(device, lambda fn: _bare(fn, device, budget))
+    tp_block, tp_sp_block = measure_tp_blocks(
+        device, lambda fn: _bare(fn, device, budget), lambda fn, ref: _extra(fn, ref, device, budget)
+    )
     return WrapperOverheads(
-        ddp_per_tensor=_ddp(plain, x, t_plain, tensors, numel, device, budget),
-        fsdp_per_unit=_fsdp(plain, x, t_plain, numel, world, device, budget),
-        replicate_per_unit=_replicate(plain, x, t_plain, numel, device, budget),
+        ddp_per_tensor=_ddp(plain, x, plain_step, tensors, numel, device, budget),
+        fsdp_per_unit=_fsdp(plain, x, plain_step, numel, world, device, budget),
+        replicate_per_unit=_replicate(plain, x, plain_step, numel, device, budget),
         tp_per_block=tp_block,
         tp_sp_per_block=tp_sp_block,
         pp_per_action=_pp(x, world, device, budget),
     )
 
 
-def _ddp(plain, x, t_plain, tensors, numel, device, budget) -> float:
+def _ddp(plain, x, plain_step: Callable[[], None], tensors, numel, device, budget) -> float:
     from torch.nn.parallel import DistributedDataParallel
 
     ddp = DistributedDataParallel(copy.deepcopy(plain))
-    t_ddp = _bare(_step_fn(ddp, x), device, budget)
+    t_ddp = _extra(_step_fn(ddp, x), plain_step, device, budget)
     grads = torch.zeros(numel, device=device)  # one bucket: the stack is far below 25 MiB
     t_reduce = _bare(lambda: dist.all_reduce(grads), device, budget)
-    return max(0.0, (t_ddp - t_plain - t_reduce) / tensors)
+    return max(0.0, (t_ddp - t_reduce) / tensors)
 
 
-def _fsdp(plain, x, t_plain, numel, world, device, budget) -> float:
+def _fsdp(plain, x, plain_step, numel, world, device, budget) -> float:
     from torch.distributed.fsdp import fully_shard
 
     model = copy.deepcopy(plain)
     for unit in model:
         fully_shard(unit)
     fully_shard(model)
-    t_fsdp = _bare(_step_fn(model, x), device, budget)
+    t_fsdp = _extra(_step_fn(model, x), plain_step, device, budget)
     # Per unit: an all-gather in forward, again in backward (resharded after forward), a reduce-scatter.
     shard = -(-numel // UNITS // world)
     local, full = torch.zeros(shard, device=device), torch.zeros(shard * world, device=device)
@@ -115,10 +137,10 @@ def _fsdp(plain, x, t_plain, numel, world, device, budget) -> float:
         scatter(local, full)
 
     t_comm = UNITS * _bare(unit_collectives, device, budget)
-    return max(0.0, (t_fsdp - t_plain - t_comm) / UNITS)
+    return max(0.0, (t_fsdp - t_comm) / UNITS)
 
 
-def _replicate(plain, x, t_plain, numel, device, budget) -> float:
+def _replicate(plain, x, plain_step, numel, device, budget) -> float:
     """FSDP2's ``replicate`` on each unit and the root: per unit, one gradient all-reduce."""
     from torch.distributed._composable.replicate_with_fsdp import replicate
     from torch.distributed.device_mesh import init_device_mesh
@@ -128,10 +150,10 @@ def _replicate(plain, x, t_plain, numel, device, budget) -> float:
     for unit in model:
         replicate(unit, mesh=mesh)
     replicate(model, mesh=mesh)
-    t_replicate = _bare(_step_fn(model, x), device, budget)
+    t_replicate = _extra(_step_fn(model, x), plain_step, device, budget)
     grads = torch.zeros(-(-numel // UNITS), device=device)
     t_comm = UNITS * _bare(lambda: dist.all_reduce(grads), device, budget)
-    return max(0.0, (t_replicate - t_plain - t_comm) / UNITS)
+    return max(0.0, (t_replicate - t_comm) / UNITS)
 
 
 #: Micro-batches of the measured pipeline step.
@@ -146,7 +168,12 @@ def _pp(x, world, device, budget) -> float:
 
     rank = dist.get_rank()
     stage_module = _stack(device)
-    t_slot = _bare(_step_fn(stage_module, x), device, budget)
+    slot = _step_fn(stage_module, x)
+
+    def slots():  # what the cost model prices: (M + p - 1) stage slots of forward + backward
+        for _ in range(MICRO_BATCHES + world - 1):
+            slot()
+
     stage = PipelineStage(stage_module, rank, world, device)
     schedule = ScheduleGPipe(stage, n_microbatches=MICRO_BATCHES, loss_fn=lambda out, target: out.sum())
     batch = torch.cat([x] * MICRO_BATCHES)
@@ -161,10 +188,9 @@ def _pp(x, world, device, budget) -> float:
         for p in stage_module.parameters():
             p.grad = None
 
-    t_pp = _bare(step, device, budget)
+    t_pp = _extra(step, slots, device, budget)
     t_p2p = 2 * MICRO_BATCHES * _bare(lambda: _ring_exchange(x, rank, world), device, budget)
-    modelled = (MICRO_BATCHES + world - 1) * t_slot + t_p2p
-    return max(0.0, (t_pp - modelled) / (2 * MICRO_BATCHES))
+    return max(0.0, (t_pp - t_p2p) / (2 * MICRO_BATCHES))
 
 
 def _ring_exchange(x: torch.Tensor, rank: int, world: int) -> None:
