@@ -58,6 +58,9 @@ def _exposed_with_prefetch(
     return m * fwd + (m - scatters) * bwd_gather + scatters * bwd_scatter
 
 
+_WRAPPER = "FSDP hooks and copies (measured)"
+
+
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     """FSDP2 ``fully_shard``: ZeRO-2 (``reshard_after_forward=False``) and ZeRO-3.
 
@@ -142,6 +145,5 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     # FSDP2 copies each gathered shard out of the all-gather buffer (read + write e bytes) and
     # casts the gradients to fp32 for the reduce-scatter (read e, write g): memory traffic.
     copies = psi * (n_gathers * 2 * e + scatters * (e + g)) / ctx.device.memory_rate
-    est = shard_states(ctx, est, zero, buffers, comm)
-    est = with_wrapper_time(est, "FSDP hooks and copies (measured)", fsdp_seconds(ctx, units))
+    est = with_wrapper_time(shard_states(ctx, est, zero, buffers, comm), _WRAPPER, fsdp_seconds(ctx, units))
     return with_contention(ctx, est.replace(compute=est.compute + copies), comm.total - comm.exposed)
