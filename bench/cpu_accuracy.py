@@ -11,7 +11,9 @@ runtime the emitted program runs: compose + train) and takes the median step tim
 first :data:`WARMUP` steps;
 (3) prints planc's predicted step for the case's layout with the ``cpu`` preset's data-sheet
 numbers and with the profile, and both errors (measured step / predicted step - 1,
-docs/accuracy.md's convention: + means planc predicted the case faster than it ran).
+docs/accuracy.md's convention: + means planc predicted the case faster than it ran), then the
+median and worst calibrated error per family of strategies (DDP, ZeRO-n, TP, TP+SP, PP and
+their combinations).
 
 The machine is shared and timings are noisy: the load average is printed with the table; compare
 ratios, and re-run on a quiet machine before drawing conclusions. ``bench/accuracy.py --cpu`` calls
