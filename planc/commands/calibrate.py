@@ -24,7 +24,8 @@ HELP = "measure this machine (GEMM, attention, memory, collectives) into a hardw
 DESCRIPTION = (
     "Run micro-benchmarks on this machine — GEMM throughput at the shapes a plan uses, causal "
     "attention, streaming memory bandwidth, eager dispatch overhead, and all-reduce / all-gather / "
-    "reduce-scatter / send-recv bandwidth and latency over a real process group — and write them as "
+    "reduce-scatter / send-recv bandwidth and latency over a real process group, and (with 2 or more "
+    "processes) the host time DDP, FSDP2, DTensor TP and the pipeline schedule add per unit — and write them as "
     'a JSON hardware profile. A plan uses it with hardware { profile = "FILE" }.'
 )
 
