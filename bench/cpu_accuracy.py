@@ -11,7 +11,9 @@ runtime the emitted program runs: compose + train) and takes the median step tim
 first :data:`WARMUP` steps;
 (3) prints planc's predicted step for the case's layout with the ``cpu`` preset's data-sheet
 numbers and with the profile, and both errors (measured step / predicted step - 1,
-docs/accuracy.md's convention: + means planc predicted the case faster than it ran).
+docs/accuracy.md's convention: + means planc predicted the case faster than it ran), then the
+median and worst calibrated error per family of strategies (DDP, ZeRO-n, TP, TP+SP, PP and
+their combinations).
 
 The machine is shared and timings are noisy: the load average is printed with the table; compare
 ratios, and re-run on a quiet machine before drawing conclusions. ``bench/accuracy.py --cpu`` calls
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             step = statistics.median(measured[c["name"]][WARMUP:])
             before = predicted_step(c["plan"], c["layout"], registry)
             after = predicted_step(calibrated(c["plan"], profile), c["layout"], registry)
-            rows.append((c["name"], world, step, before, after))
+            rows.append((c["name"], world, step, before, after, family(c["layout"])))
     print_table(rows)
     return 0
 
@@ -129,7 +131,7 @@ def print_table(rows) -> None:
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores\n")
     print("| case | procs | measured step | predicted (cpu preset) | error | predicted (calibrated) | error |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, world, step, before, after in rows:
+    for name, world, step, before, after, _ in rows:
         print(
             f"| {name} | {world} | {step * 1e3:.1f} ms | {before * 1e3:.1f} ms | {step / before - 1:+.0%} "
             f"| {after * 1e3:.1f} ms | {step / after - 1:+.0%} |"
@@ -142,6 +144,29 @@ def print_table(rows) -> None:
             f"\nmedian |error|: {abs_before:.0%} with the cpu preset, {abs_after:.0%} calibrated; "
             f"{within} of {len(rows)} cases within 15% after calibration"
         )
+        print_families(rows)
+
+
+def family(layout: Layout) -> str:
+    """The strategies of a layout: "TP+SP", "PP", "ZeRO-3", "TP+DDP" ..."""
+    parts = []
+    if layout.tp > 1:
+        parts.append("TP+SP" if layout.sequence_parallel else "TP")
+    if layout.pp > 1:
+        parts.append("PP")
+    if layout.dp > 1:
+        parts.append(("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")[layout.zero])
+    return "+".join(parts)
+
+
+def print_families(rows) -> None:
+    """Median and worst |error| after calibration per family of strategies."""
+    print("\n| strategies | cases | median \\|error\\| calibrated | worst |")
+    print("|---|---:|---:|---:|")
+    for name in sorted({r[5] for r in rows}):
+        errors = [r[2] / r[4] - 1 for r in rows if r[5] == name]
+        worst = max(errors, key=abs)
+        print(f"| {name} | {len(errors)} | {statistics.median(abs(e) for e in errors):.0%} | {worst:+.0%} |")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from planc.calibrate.collectives import measure_group, node_groups
 from planc.calibrate.dispatch import measure_dispatch
 from planc.calibrate.gemm import measure_gemms
 from planc.calibrate.memory_bw import measure_memory_bandwidth
+from planc.calibrate.wrappers import measure_wrappers
 from planc.spec.hardware_profile import SCHEMA_VERSION, HardwareProfile, MeasuredRates
 
 
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             if inter is not None:
                 collectives += measure_group(inter, "inter_node", workload["message_bytes"], device, repeats)
             collectives = gather_fits(collectives)
+            measured = measured.model_copy(update={"wrappers": measure_wrappers(device, args.budget)})
         if int(os.environ.get("RANK", "0")) == 0:
             profile = describe(device, world, per_node, measured, collectives)
             args.out.write_text(profile.model_dump_json(indent=2) + "\n")

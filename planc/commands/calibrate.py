@@ -24,7 +24,8 @@ HELP = "measure this machine (GEMM, attention, memory, collectives) into a hardw
 DESCRIPTION = (
     "Run micro-benchmarks on this machine — GEMM throughput at the shapes a plan uses, causal "
     "attention, streaming memory bandwidth, eager dispatch overhead, and all-reduce / all-gather / "
-    "reduce-scatter / send-recv bandwidth and latency over a real process group — and write them as "
+    "reduce-scatter / send-recv bandwidth and latency over a real process group, and (with 2 or more "
+    "processes) the host time DDP, FSDP2, DTensor TP and the pipeline schedule add per unit — and write them as "
     'a JSON hardware profile. A plan uses it with hardware { profile = "FILE" }.'
 )
 
@@ -113,6 +114,14 @@ def _summarise(out: Path) -> None:
     if m.memory_bandwidth:
         print(f"  memory: {format_bandwidth(m.memory_bandwidth)} (triad)")
     print(f"  eager dispatch: {format_seconds(m.seconds_per_op)} per aten op")
+    w = m.wrappers
+    print(
+        f"  wrappers: DDP {format_seconds(w.ddp_per_tensor)} per parameter tensor per step, replicate "
+        f"{format_seconds(w.replicate_per_unit)} per unit, FSDP "
+        f"{format_seconds(w.fsdp_per_unit)} per unit, TP {format_seconds(w.tp_per_block)} per block "
+        f"({format_seconds(w.tp_sp_per_block)} with SP) "
+        f"(per micro-batch), pipeline {format_seconds(w.pp_per_action)} per schedule action"
+    )
     for c in profile.collectives:
         speed = f"{format_bandwidth(c.bandwidth)}, latency {format_seconds(c.latency)}"
         print(f"  {c.kind} x{c.group_size} ({c.medium}): {speed}")

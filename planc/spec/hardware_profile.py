@@ -66,6 +66,31 @@ class CollectiveFit(BaseModel):
     """(buffer bytes, median seconds) measured."""
 
 
+class WrapperOverheads(BaseModel):
+    """Host seconds each strategy's PyTorch wrapper adds beyond the plain model's eager ops and
+    beyond the collectives the cost model prices on their own (``planc.calibrate.wrappers``
+    measures them on small real runs of the wrappers; every field is 0 in a profile that predates
+    them, so the cost model adds nothing there)."""
+
+    model_config = _FROZEN
+    ddp_per_tensor: float = Field(default=0.0, ge=0)
+    """``DistributedDataParallel``: autograd hook, bucket copy and reducer bookkeeping of one
+    parameter tensor, per step (micro-batches under ``no_sync`` skip the reducer)."""
+    replicate_per_unit: float = Field(default=0.0, ge=0)
+    """FSDP2's ``replicate`` (bf16 data parallelism): one unit's hooks and copies, per micro-batch."""
+    fsdp_per_unit: float = Field(default=0.0, ge=0)
+    """FSDP2 ``fully_shard``: one unit's pre/post forward and backward hooks, all-gather copy-in/out
+    and reduce-scatter copy-in/out, per micro-batch (forward and backward together)."""
+    tp_per_block: float = Field(default=0.0, ge=0)
+    """DTensor tensor parallelism (planc's block plan, no sequence parallelism): one block's DTensor
+    dispatch, sharding propagation and redistributions, per micro-batch (forward and backward)."""
+    tp_sp_per_block: float = Field(default=0.0, ge=0)
+    """The same with sequence parallelism (the norms and the gathers around them on DTensors too)."""
+    pp_per_action: float = Field(default=0.0, ge=0)
+    """``torch.distributed.pipelining``: one schedule action (one stage's forward or backward of
+    one micro-batch) with its send/receive bookkeeping."""
+
+
 class MeasuredRates(BaseModel):
     """Everything measured that has no data-sheet key of its own in ``hardware``."""
 
@@ -79,6 +104,8 @@ class MeasuredRates(BaseModel):
     seconds_per_op: float = Field(default=0.0, ge=0)
     """Host overhead of one eager aten op (dispatch, autograd, launch), forward and backward
     alike: a chain of small ops timed forward + backward over the aten ops it ran."""
+    wrappers: WrapperOverheads = WrapperOverheads()
+    """What the strategies' wrappers add per unit of their own (0 without a multi-process calibration)."""
 
 
 class HardwareProfile(BaseModel):

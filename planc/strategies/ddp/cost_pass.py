@@ -6,6 +6,7 @@ from planc.cost.context import CostContext
 from planc.cost.data_parallel import bucket_bytes, bucket_terms, grad_all_reduce, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import bf16_weights, fsdp_gather_bytes
+from planc.cost.wrappers import ddp_seconds, replicate_seconds, with_wrapper_time
 
 #: Bytes per parameter that FSDP2's ``replicate`` moves outside the GEMMs per micro-batch under
 #: bf16 (the same machinery as ``fully_shard``, on a shard of the whole parameter): the fp32 -> bf16
@@ -43,6 +44,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
             return (Term("replicate: one block's bf16 gradients and their fp32 copy", unit),)
 
         casts = ctx.micro_batches * REPLICATE_BYTES_PER_PARAM * psi / ctx.device.memory_rate
+        wrapper = ("replicate hooks and copies (measured)", replicate_seconds(ctx, units))
     else:
         nbytes, seconds, exposed = grad_all_reduce(ctx, bucket_bytes(options))
         detail = f"all-reduce of {nbytes / 2**30:.2f} GiB fp32 gradients"
@@ -51,6 +53,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
             return bucket_terms(ctx, s.rank)
 
         casts = 0.0
+        wrapper = ("DDP hooks and buckets (measured)", ddp_seconds(ctx))
     comm = CommCost(
         "dp",
         volume=2 * (lay.dp - 1) / lay.dp * nbytes,
@@ -60,4 +63,4 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         detail=detail,
     )
     est = est.updated(stage_fn=lambda s: s.updated(transient=transient(s)), comm=comm, compute=est.compute + casts)
-    return with_contention(ctx, est, seconds - exposed)
+    return with_contention(ctx, with_wrapper_time(est, *wrapper), seconds - exposed)

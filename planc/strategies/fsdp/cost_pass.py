@@ -8,6 +8,7 @@ from planc.cost.data_parallel import shard_states, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import fsdp_gather_bytes
 from planc.cost.params import embedding_params_per_shard
+from planc.cost.wrappers import fsdp_seconds, with_wrapper_time
 from planc.hardware.topology import GroupLink
 from planc.spec.layout import Layout
 
@@ -55,6 +56,9 @@ def _exposed_with_prefetch(
     bwd_gather = (max(0.0, gather - slow.backward) + first_gather) if zero == 3 else 0.0
     bwd_scatter = max(0.0, (gather if zero == 3 else 0.0) + scatter - slow.backward) + last_scatter
     return m * fwd + (m - scatters) * bwd_gather + scatters * bwd_scatter
+
+
+_WRAPPER = "FSDP hooks and copies (measured)"
 
 
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
@@ -141,5 +145,5 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     # FSDP2 copies each gathered shard out of the all-gather buffer (read + write e bytes) and
     # casts the gradients to fp32 for the reduce-scatter (read e, write g): memory traffic.
     copies = psi * (n_gathers * 2 * e + scatters * (e + g)) / ctx.device.memory_rate
-    est = shard_states(ctx, est, zero, buffers, comm)
+    est = with_wrapper_time(shard_states(ctx, est, zero, buffers, comm), _WRAPPER, fsdp_seconds(ctx, units))
     return with_contention(ctx, est.replace(compute=est.compute + copies), comm.total - comm.exposed)

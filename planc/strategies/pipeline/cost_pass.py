@@ -10,6 +10,7 @@ from planc import stages
 from planc.cost.comm import all_gather_seconds, p2p_seconds
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
+from planc.cost.wrappers import pp_seconds, with_wrapper_time
 
 
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
@@ -31,6 +32,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     """
     if ctx.layout.pp == 1:
         return est
+    est = with_wrapper_time(est, "pipeline schedule actions (measured)", pp_seconds(ctx))
     return est.updated(
         stage_fn=lambda s: _stage_memory(ctx, s),
         comm=_p2p(ctx),

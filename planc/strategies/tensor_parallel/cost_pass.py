@@ -5,6 +5,7 @@ from __future__ import annotations
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory
+from planc.cost.wrappers import tp_seconds, with_wrapper_time
 
 
 def tp_block_collectives(ctx: CostContext) -> tuple[float, float, float]:
@@ -78,6 +79,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         medium=link.medium,
         detail=f"4 activation {kind} per block per micro-batch ({mib:.0f} MiB in bf16)",
     )
+    est = with_wrapper_time(est, "DTensor dispatch (measured)", tp_seconds(ctx))
     return est.updated(comm=comm, stage_fn=lambda s: _replicated_embedding_grad(ctx, s))
 
 

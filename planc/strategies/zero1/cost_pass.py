@@ -6,6 +6,7 @@ from planc.cost.comm import all_gather_seconds
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import bucket_bytes, bucket_terms, grad_all_reduce, shard_states, with_contention
 from planc.cost.estimate import CommCost, Estimate
+from planc.cost.wrappers import ddp_seconds, with_wrapper_time
 
 
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
@@ -30,4 +31,5 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         detail="all-reduce of gradients + all-gather of updated parameters",
     )
     est = shard_states(ctx, est, 1, lambda s: bucket_terms(ctx, s.rank), comm)
+    est = with_wrapper_time(est, "DDP hooks and buckets (measured)", ddp_seconds(ctx))
     return with_contention(ctx, est, seconds - exposed)

@@ -1,0 +1,204 @@
+"""What each strategy's PyTorch wrapper adds to a step, measured on small real runs of the wrapper.
+
+The cost model prices a step as kernels + eager ops (:mod:`planc.calibrate.dispatch`) +
+collectives (:mod:`planc.calibrate.collectives`). The wrappers add host work of their own on top
+(DDP's autograd hooks and bucket copies, FSDP2's pre/post forward/backward hooks and all-gather /
+reduce-scatter copy-in/out, DTensor's dispatch and sharding propagation); at the CPU matrix's
+sizes that dominates the step. Each is measured the same way, on every rank of the real process
+group at once:
+
+    overhead per unit = (wrapped step - plain step - the wrapper's collectives, timed bare) / units
+
+on a stack of :data:`UNITS` MLP units (``Linear(H, 4H)``, GELU, ``Linear(4H, H)``: a block's
+linears and their biases, what the wrappers touch), forward and backward of one micro-batch
+(DDP and ``replicate`` synchronising); the
+plain step is the same stack unwrapped; the collectives are timed bare at the sizes the wrapper
+issues (so the cost model, which prices them from the collective fits, does not count them twice).
+A negative difference (noise on a fast device) is stored as 0.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from planc.calibrate.timing import median_seconds, repeats_for
+from planc.calibrate.tp_block import measure_tp_blocks
+from planc.spec.hardware_profile import WrapperOverheads
+
+#: Units of the measured stack; hidden size and tokens of its micro-batch (the CPU matrix's hidden 32).
+UNITS = 4
+HIDDEN = 32
+TOKENS = 128
+
+
+def _stack(device: torch.device) -> nn.Sequential:
+    torch.manual_seed(0)
+    units = [
+        nn.Sequential(nn.Linear(HIDDEN, 4 * HIDDEN), nn.GELU(), nn.Linear(4 * HIDDEN, HIDDEN)) for _ in range(UNITS)
+    ]
+    return nn.Sequential(*units).to(device)
+
+
+def _step_fn(model: nn.Module, x: torch.Tensor):
+    def step():
+        model(x).sum().backward()
+        for p in model.parameters():
+            p.grad = None
+
+    return step
+
+
+def _extra(wrapped, plain, device: torch.device, budget: float) -> float:
+    """Median of (``wrapped`` - ``plain``) seconds over alternating repetitions, the slowest rank's.
+
+    Paired and alternating, so that a shared machine's load, which moves from one second to the
+    next, weighs on both sides of each difference alike (timing each side on its own, minutes
+    apart, left differences that were mostly load)."""
+    wrapped(), plain()
+    probe = torch.tensor([median_seconds(wrapped, device, repeats=1, warmup=0)], device=device)
+    dist.all_reduce(probe, op=dist.ReduceOp.MAX)
+    differences = []
+    for _ in range(repeats_for(2 * float(probe), budget, least=5)):
+        differences.append(median_seconds(wrapped, device, repeats=1, warmup=0))
+        differences[-1] -= median_seconds(plain, device, repeats=1, warmup=0)
+    extra = torch.tensor([statistics.median(differences)], device=device)
+    dist.all_reduce(extra, op=dist.ReduceOp.MAX)
+    return float(extra)
+
+
+def _bare(fn, device: torch.device, budget: float) -> float:
+    """Median seconds of ``fn``, the slowest rank's, with the same repetitions on every rank (``fn``
+    runs collectives: a rank that stopped early would leave the others waiting)."""
+    probe = torch.tensor([median_seconds(fn, device, repeats=1, warmup=1)], device=device)
+    dist.all_reduce(probe, op=dist.ReduceOp.MAX)
+    repeats = repeats_for(float(probe), budget)
+    seconds = torch.tensor([median_seconds(fn, device, repeats=repeats, warmup=1)], device=device)
+    dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+    return float(seconds)
+
+
+def measure_wrappers(device: torch.device, budget: float) -> WrapperOverheads:
+    """Per-unit host overhead of DDP, FSDP2 (fully_shard, replicate), DTensor TP and the pipeline
+    schedule over the default process group."""
+    world = dist.get_world_size()
+    x = torch.randn(TOKENS, HIDDEN, device=device)
+    plain = _stack(device)
+    plain_step = _step_fn(plain, x)
+    tensors = sum(1 for _ in plain.parameters())
+    numel = sum(p.numel() for p in plain.parameters())
+    tp_block, tp_sp_block = measure_tp_blocks(
+        device, lambda fn: _bare(fn, device, budget), lambda fn, ref: _extra(fn, ref, device, budget)
+    )
+    return WrapperOverheads(
+        ddp_per_tensor=_ddp(plain, x, plain_step, tensors, numel, device, budget),
+        fsdp_per_unit=_fsdp(plain, x, plain_step, numel, world, device, budget),
+        replicate_per_unit=_replicate(plain, x, plain_step, numel, device, budget),
+        tp_per_block=tp_block,
+        tp_sp_per_block=tp_sp_block,
+        pp_per_action=_pp(x, world, device, budget),
+    )
+
+
+def _ddp(plain, x, plain_step: Callable[[], None], tensors, numel, device, budget) -> float:
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(copy.deepcopy(plain))
+    t_ddp = _extra(_step_fn(ddp, x), plain_step, device, budget)
+    grads = torch.zeros(numel, device=device)  # one bucket: the stack is far below 25 MiB
+    t_reduce = _bare(lambda: dist.all_reduce(grads), device, budget)
+    return max(0.0, (t_ddp - t_reduce) / tensors)
+
+
+def _fsdp(plain, x, plain_step, numel, world, device, budget) -> float:
+    from torch.distributed.fsdp import fully_shard
+
+    model = copy.deepcopy(plain)
+    for unit in model:
+        fully_shard(unit)
+    fully_shard(model)
+    t_fsdp = _extra(_step_fn(model, x), plain_step, device, budget)
+    # Per unit: an all-gather in forward, again in backward (resharded after forward), a reduce-scatter.
+    shard = -(-numel // UNITS // world)
+    local, full = torch.zeros(shard, device=device), torch.zeros(shard * world, device=device)
+
+    # torch 2.13 names them *_single (the *_tensor names warn); older torch has only *_tensor.
+    gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+    scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+
+    def unit_collectives():
+        gather(full, local)
+        gather(full, local)
+        scatter(local, full)
+
+    t_comm = UNITS * _bare(unit_collectives, device, budget)
+    return max(0.0, (t_fsdp - t_comm) / UNITS)
+
+
+def _replicate(plain, x, plain_step, numel, device, budget) -> float:
+    """FSDP2's ``replicate`` on each unit and the root: per unit, one gradient all-reduce."""
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    model = copy.deepcopy(plain)
+    for unit in model:
+        replicate(unit, mesh=mesh)
+    replicate(model, mesh=mesh)
+    t_replicate = _extra(_step_fn(model, x), plain_step, device, budget)
+    grads = torch.zeros(-(-numel // UNITS), device=device)
+    t_comm = UNITS * _bare(lambda: dist.all_reduce(grads), device, budget)
+    return max(0.0, (t_replicate - t_comm) / UNITS)
+
+
+#: Micro-batches of the measured pipeline step.
+MICRO_BATCHES = 4
+
+
+def _pp(x, world, device, budget) -> float:
+    """GPipe over every rank, ``UNITS`` units per stage: the step less what the cost model prices
+    (``(M + p - 1)`` stage slots of forward + backward, one send/recv per micro-batch each way),
+    per action (``2 M`` per rank: each micro-batch's forward and backward)."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    rank = dist.get_rank()
+    stage_module = _stack(device)
+    slot = _step_fn(stage_module, x)
+
+    def slots():  # what the cost model prices: (M + p - 1) stage slots of forward + backward
+        for _ in range(MICRO_BATCHES + world - 1):
+            slot()
+
+    stage = PipelineStage(stage_module, rank, world, device)
+    schedule = ScheduleGPipe(stage, n_microbatches=MICRO_BATCHES, loss_fn=lambda out, target: out.sum())
+    batch = torch.cat([x] * MICRO_BATCHES)
+
+    def step():
+        if rank == 0:
+            schedule.step(batch)
+        elif rank == world - 1:
+            schedule.step(target=batch)
+        else:
+            schedule.step()
+        for p in stage_module.parameters():
+            p.grad = None
+
+    t_pp = _extra(step, slots, device, budget)
+    t_p2p = 2 * MICRO_BATCHES * _bare(lambda: _ring_exchange(x, rank, world), device, budget)
+    return max(0.0, (t_pp - t_p2p) / (2 * MICRO_BATCHES))
+
+
+def _ring_exchange(x: torch.Tensor, rank: int, world: int) -> None:
+    """Each rank sends an activation to its next neighbour and receives one from its previous."""
+    received = torch.empty_like(x)
+    ops = [
+        dist.P2POp(dist.isend, x, (rank + 1) % world),
+        dist.P2POp(dist.irecv, received, (rank - 1) % world),
+    ]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()

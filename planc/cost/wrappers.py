@@ -1,0 +1,77 @@
+"""Host time the strategies' PyTorch wrappers add, at the per-unit costs ``planc calibrate`` measured.
+
+Beside the plain model's eager ops (:mod:`planc.cost.dispatch`) and the collectives
+(:mod:`planc.cost.comm`), each wrapper runs Python of its own per unit it wraps; the profile
+holds what one unit costs (:class:`~planc.spec.hardware_profile.WrapperOverheads`, measured by
+``planc.calibrate.wrappers``) and this module counts the units of a layout:
+
+- DDP (and ZeRO-1, which runs DDP): every parameter tensor of a rank, once per step (the
+  reducer's hooks and bucket copies run on the synchronising micro-batch; ``no_sync`` skips them);
+- FSDP2 ``fully_shard`` and bf16 DDP's ``replicate``: every unit (each block, the root), per
+  micro-batch (their pre/post forward and backward hooks run every micro-batch);
+- DTensor TP: every block of a rank, per micro-batch, at the cost measured on planc's own block
+  with its TP plan, with or without sequence parallelism;
+- the pipeline schedule: every action of a rank (each of its v chunks' forward and backward of
+  each micro-batch; zero-bubble splits the backward in two, input and weight gradients).
+
+Without a profile (or with one that predates these fields) every cost is 0 and no term is added:
+data-sheet predictions, the GPU ones included, do not move. On a GPU this host time overlaps the
+kernels; it is added on the critical path here, as :func:`planc.cost.dispatch.combine` adds the
+eager ops' on a CPU, and only when measured.
+"""
+
+from __future__ import annotations
+
+from planc.cost.context import CostContext
+from planc.cost.dispatch import tensors_per_block
+from planc.cost.estimate import Estimate
+from planc.spec.hardware_profile import WrapperOverheads
+
+_NONE = WrapperOverheads()
+
+
+def measured_overheads(ctx: CostContext) -> WrapperOverheads:
+    """The profile's per-unit wrapper costs, or all zeros without a profile."""
+    measured = ctx.device.measured
+    return measured.wrappers if measured is not None else _NONE
+
+
+def tensors_per_rank(ctx: CostContext) -> int:
+    """Parameter tensors on the busiest pipeline rank: blocks, embeddings, final norm, head."""
+    model = ctx.model
+    norm = 2 if model.norm == "layernorm" else 1
+    counts = []
+    for st in ctx.stages:
+        edges = st.embedding * (1 + (model.position == "learned")) + st.head * (norm + (not model.tie_embeddings))
+        counts.append(st.layers * tensors_per_block(model) + edges)
+    return max(counts)
+
+
+def with_wrapper_time(est: Estimate, name: str, seconds: float) -> Estimate:
+    """``est`` with ``seconds`` of wrapper host time under ``name`` (unchanged when 0)."""
+    return est.with_time(name, seconds) if seconds > 0 else est
+
+
+def ddp_seconds(ctx: CostContext) -> float:
+    return tensors_per_rank(ctx) * measured_overheads(ctx).ddp_per_tensor
+
+
+def fsdp_seconds(ctx: CostContext, units: int) -> float:
+    return ctx.micro_batches * units * measured_overheads(ctx).fsdp_per_unit
+
+
+def replicate_seconds(ctx: CostContext, units: int) -> float:
+    return ctx.micro_batches * units * measured_overheads(ctx).replicate_per_unit
+
+
+def tp_seconds(ctx: CostContext) -> float:
+    layers = max(st.layers for st in ctx.stages)
+    w = measured_overheads(ctx)
+    per_block = w.tp_sp_per_block if ctx.layout.sequence_parallel else w.tp_per_block
+    return ctx.micro_batches * layers * per_block
+
+
+def pp_seconds(ctx: CostContext) -> float:
+    lay = ctx.layout
+    passes = 3 if lay.schedule == "zero-bubble" else 2
+    return passes * ctx.micro_batches * lay.virtual_stages * measured_overheads(ctx).pp_per_action

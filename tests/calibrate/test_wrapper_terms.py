@@ -1,0 +1,100 @@
+"""The measured wrapper overheads of a hardware profile enter the strategies' cost passes, and only then."""
+
+from __future__ import annotations
+
+import pytest
+
+from planc.cost.driver import evaluate
+from planc.spec import Layout
+from planc.spec.hardware_profile import HardwareProfile
+from planc.strategies.registry import load_registry
+from tests.calibrate.test_profile import plan_with, profile_dict
+
+DDP_PER_TENSOR = 20e-6
+REPLICATE_PER_UNIT = 300e-6
+FSDP_PER_UNIT = 1e-3
+TP_PER_BLOCK = 2e-3
+TP_SP_PER_BLOCK = 5e-3
+PP_PER_ACTION = 300e-6
+
+
+def wrapper_profile(**wrappers) -> dict:
+    profile = profile_dict()
+    profile["measured"] = {**profile["measured"], "wrappers": wrappers}
+    return profile
+
+
+def other_terms(plan, **layout) -> dict:
+    values = {"tp": 1, "pp": 1, "dp": 1, "zero": 0, "recompute": "none", "schedule": None, "micro_batch": 2}
+    lay = Layout(**{**values, **layout})
+    registry = load_registry()
+    return {t.name: t.value for t in evaluate(plan, lay, registry.passes(plan, lay)).other}
+
+
+@pytest.fixture
+def calibrated(tmp_path):
+    return plan_with(
+        tmp_path,
+        wrapper_profile(
+            ddp_per_tensor=DDP_PER_TENSOR,
+            replicate_per_unit=REPLICATE_PER_UNIT,
+            fsdp_per_unit=FSDP_PER_UNIT,
+            tp_per_block=TP_PER_BLOCK,
+            tp_sp_per_block=TP_SP_PER_BLOCK,
+            pp_per_action=PP_PER_ACTION,
+        ),
+    )
+
+
+def fp32(plan):
+    return plan.model_copy(update={"train": plan.train.model_copy(update={"precision": "fp32"})})
+
+
+def test_ddp_charges_every_parameter_tensor_once_per_step(calibrated):
+    # fp32 DistributedDataParallel; gpt, 2 layers, global batch 8 on dp 2 at micro-batch 2: 2
+    # micro-batches, the first under no_sync (no reducer work), so once per step.
+    # Tensors: per block 6 linears + 6 biases + 2 LayerNorms x 2 = 16; embeddings 2 (token,
+    # learned position); final LayerNorm 2; untied head 1: 2 x 16 + 5 = 37.
+    name = "DDP hooks and buckets (measured)"
+    assert other_terms(fp32(calibrated), dp=2)[name] == pytest.approx(37 * DDP_PER_TENSOR)
+    # ZeRO-1 runs DDP under its ZeroRedundancyOptimizer: the same term.
+    assert other_terms(fp32(calibrated), dp=2, zero=1)[name] == pytest.approx(37 * DDP_PER_TENSOR)
+
+
+def test_bf16_ddp_is_replicate_and_charges_fsdp_units(calibrated):
+    # bf16 data parallelism runs FSDP2's replicate: 2 micro-batches x 4 units (2 blocks, embedding, head).
+    terms = other_terms(calibrated, dp=2)
+    assert terms == {"replicate hooks and copies (measured)": pytest.approx(2 * 4 * REPLICATE_PER_UNIT)}
+
+
+def test_fsdp_charges_every_unit_per_micro_batch(calibrated):
+    # ZeRO-3 on dp 2, 2 micro-batches; units as the FSDP pass counts them: 2 blocks + embedding + head = 4.
+    terms = other_terms(calibrated, dp=2, zero=3)
+    assert terms["FSDP hooks and copies (measured)"] == pytest.approx(2 * 4 * FSDP_PER_UNIT)
+
+
+def test_tp_charges_every_block_per_micro_batch(calibrated):
+    # tp 2, dp 1: global batch 8 at micro-batch 2 = 4 micro-batches x 2 layers; SP's own cost with SP.
+    name = "DTensor dispatch (measured)"
+    assert other_terms(calibrated, tp=2)[name] == pytest.approx(4 * 2 * TP_PER_BLOCK)
+    assert other_terms(calibrated, tp=2, sequence_parallel=True)[name] == pytest.approx(4 * 2 * TP_SP_PER_BLOCK)
+
+
+def test_pipeline_charges_every_schedule_action(calibrated):
+    # pp 2, dp 1, micro-batch 2: 4 micro-batches. 1F1B: forward + backward each = 8 actions;
+    # zero-bubble (one chunk per rank) splits the backward in two: 12.
+    name = "pipeline schedule actions (measured)"
+    assert other_terms(calibrated, pp=2, schedule="1f1b")[name] == pytest.approx(8 * PP_PER_ACTION)
+    zero_bubble = other_terms(calibrated, pp=2, schedule="zero-bubble")
+    assert zero_bubble[name] == pytest.approx(12 * PP_PER_ACTION)
+
+
+def test_no_wrapper_term_without_measurement(tmp_path):
+    # A profile of the previous format (no "wrappers" key) still loads, with every cost 0 ...
+    old = profile_dict()
+    assert "wrappers" not in old["measured"]
+    assert HardwareProfile.model_validate(old).measured.wrappers.fsdp_per_unit == 0.0
+    # ... and neither it nor a plan without a profile adds a term.
+    for plan in (plan_with(tmp_path, old), plan_with(tmp_path, None), fp32(plan_with(tmp_path, old))):
+        for layout in ({"dp": 2}, {"dp": 2, "zero": 1}, {"dp": 2, "zero": 3}, {"tp": 2}, {"pp": 2, "schedule": "1f1b"}):
+            assert not any("(measured)" in name for name in other_terms(plan, **layout))
