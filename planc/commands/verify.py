@@ -31,9 +31,23 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--out", help="run directory (default: runs/<plan>-verify-<timestamp>)")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        help="check memory at the plan's full world size in this one process (fake tensors, fake process group)",
+    )
+    parser.add_argument("--ranks", help="with --simulate: the ranks to simulate, e.g. 0,7 (default: those that differ)")
 
 
 def run(args) -> int:
+    if args.simulate:
+        from planc.commands.verify_simulate import run_simulation
+
+        return run_simulation(args)
+    if args.ranks:
+        from planc.errors import PlanError
+
+        raise PlanError("--ranks is an option of --simulate", hint="planc verify FILE --simulate --ranks 0,7")
     from planc import launch
     from planc.codegen import compile_plan
     from planc.commands.runtime import require_torch
