@@ -48,6 +48,10 @@ def run(args) -> int:
         from planc.errors import PlanError
 
         raise PlanError("--ranks is an option of --simulate", hint="planc verify FILE --simulate --ranks 0,7")
+    return _run_program(args)
+
+
+def _run_program(args) -> int:
     from planc import launch
     from planc.codegen import compile_plan
     from planc.commands.runtime import require_torch
