@@ -46,12 +46,20 @@ def simulate(plan: Plan, layout: Layout, registry, ranks: list[int]) -> dict:
     """Simulate each of ``ranks`` and put the cost model's prediction beside what it held: the
     result ``planc verify --simulate`` prints and saves (the shape of ``planc verify``'s)."""
     from planc.verify.predicted import estimate_for, peak_net_bytes, predicted_for_rank, stage_for
-    from planc.verify.report import rows_for_rank
+    from planc.verify.report import Row, rows_for_rank
 
     ctx, estimate = estimate_for(plan, layout, registry)
-    records, rows = [], []
+    records: list[dict] = []
+    rows: list[Row] = []
     for rank in ranks:
-        record = simulate_rank(plan, layout, registry, rank)
+        try:
+            record = simulate_rank(plan, layout, registry, rank)
+        except Exception as exc:  # an op torch cannot run on fake tensors: say where, keep the cause
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise CannotSimulate(
+                f"rank {rank}: {type(exc).__name__}: {first_line}",
+                hint="a strategy or op that torch cannot run on fake tensors; planc verify (a real run) still works",
+            ) from exc
         pp_rank = record["coordinates"]["pp"]
         predicted = predicted_for_rank(ctx, estimate, pp_rank)
         predicted["peak_bytes"] = peak_net_bytes(stage_for(ctx, estimate, pp_rank)[0])
