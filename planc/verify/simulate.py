@@ -81,8 +81,8 @@ def refusal(plan: Plan, layout: Layout, registry) -> str | None:
 
     Both limits are torch's, met at the first step (issue 13 asks to say where it does not work):
     ``DistributedDataParallel`` verifies its parameters across processes in C++, reading their
-    data, which fake tensors have not (fp32 DDP and ZeRO-1 use it; bf16 DDP uses the composable
-    ``replicate``, which works); and ``torch.distributed.pipelining``'s schedule votes among its
+    data, which fake tensors have not (fp32 DDP and ZeRO-1 in any precision use it; bf16 DDP
+    uses the composable ``replicate``, which works); and ``torch.distributed.pipelining``'s schedule votes among its
     stages with ``Tensor.item()`` before its first step (``_warmup_p2p``), a data-dependent read
     fake tensors cannot answer.
     """
@@ -92,10 +92,13 @@ def refusal(plan: Plan, layout: Layout, registry) -> str | None:
             "(its stages' warm-up vote), which fake tensors cannot answer; pipeline parallelism is not simulated"
         )
     for strategy in registry.active(plan, layout):
-        if strategy.name == "ddp" and not _uses_replicate(plan, strategy.options_for(plan, layout)):
+        wraps_ddp = strategy.name == "zero1" or (
+            strategy.name == "ddp" and not _uses_replicate(plan, strategy.options_for(plan, layout))
+        )
+        if wraps_ddp:
             return (
                 "DistributedDataParallel reads its parameters' data when it wraps the model (to compare them "
-                "across processes), which fake tensors have not; DDP and ZeRO-1 in fp32 are not simulated "
+                "across processes), which fake tensors have not; fp32 DDP and ZeRO-1 are not simulated "
                 "(bf16 DDP, ZeRO-2 and ZeRO-3 are)"
             )
     return None

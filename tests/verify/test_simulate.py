@@ -108,6 +108,10 @@ def test_layouts_torch_cannot_run_on_fake_tensors_are_refused_with_the_reason():
     assert "pipelining" in refusal(plan, pipelined, REGISTRY)
     ddp = Layout(tp=1, pp=1, dp=16, zero=0, recompute="none", schedule=None, micro_batch=1)
     assert "DistributedDataParallel" in refusal(plan, ddp, REGISTRY)
+    bf16 = load_plan_text(TINY_16.replace("precision = fp32", "precision = bf16"), "bf16.plan", strategies=REGISTRY)
+    assert refusal(bf16, ddp, REGISTRY) is None  # bf16 DDP is the composable replicate (FSDP2's machinery)
+    zero1 = Layout(tp=1, pp=1, dp=16, zero=1, recompute="none", schedule=None, micro_batch=1)
+    assert "DistributedDataParallel" in refusal(bf16, zero1, REGISTRY)  # ZeRO-1 wraps DDP in any precision
     assert refusal(plan, _tiny()[1], REGISTRY) is None
 
 
