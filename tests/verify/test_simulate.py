@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
 
 from planc.cli import main
 from planc.cost.driver import _MARGIN_NAME, _RUNTIME_NAME
@@ -21,6 +22,15 @@ from planc.verify.predicted import UNSIMULATED_TERMS
 from planc.verify.simulate import default_ranks, refusal, simulate
 
 REGISTRY = load_registry()
+
+
+@pytest.fixture(autouse=True)
+def no_process_group():
+    """The simulation joins the ``fake`` backend as this process's default group: an in-process test
+    before this one may have left its group of one behind (Job.create starts one)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
 
 TINY_16 = """
 model "tiny" {
