@@ -17,7 +17,8 @@ DESCRIPTION = (
     "peak memory and step time, with the relative error. Runs on the plan's hardware when this "
     "machine has it, else on CPU processes with the same layout (shrinking the model, batch or data "
     "parallelism where a CPU run needs it, and saying so). Results go to the run directory "
-    "(verify.json) and are shown by `planc explain` for the same plan."
+    "(verify.json) and are shown by `planc explain` for the same plan. With --simulate: the plan's memory per "
+    "rank at its full world size, on fake tensors in this one process (simulate.json)."
 )
 
 #: warm-up, timed, communication + activations, peak memory (planc.verify.probe)
