@@ -90,13 +90,17 @@ def _misfit(choice) -> PlanError | None:
 
 
 def _measured(plan, layout) -> tuple[dict, str]:
-    """(explain --json's "measured", the text's table) from a `planc verify` of this very plan; empty without one."""
+    """(explain --json's "measured" and "simulated", the text's tables) from a `planc verify` and a
+    `planc verify --simulate` of this very plan; empty without them."""
     from planc.verify import measured, results
 
-    verified = results.load(plan, layout)
-    if not verified:
-        return {}, ""
-    return {"measured": measured.measured_dict(verified)}, "\n" + "\n".join(measured.measured_lines(verified)) + "\n"
+    body, text = {}, ""
+    for kind, key in (("verify", "measured"), ("simulate", "simulated")):
+        found = results.load(plan, layout, kind)
+        if found:
+            body[key] = measured.measured_dict(found)
+            text += "\n" + "\n".join(measured.measured_lines(found)) + "\n"
+    return body, text
 
 
 def run(args) -> int:

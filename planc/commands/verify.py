@@ -17,7 +17,8 @@ DESCRIPTION = (
     "peak memory and step time, with the relative error. Runs on the plan's hardware when this "
     "machine has it, else on CPU processes with the same layout (shrinking the model, batch or data "
     "parallelism where a CPU run needs it, and saying so). Results go to the run directory "
-    "(verify.json) and are shown by `planc explain` for the same plan."
+    "(verify.json) and are shown by `planc explain` for the same plan. With --simulate: the plan's memory per "
+    "rank at its full world size, on fake tensors in this one process (simulate.json)."
 )
 
 #: warm-up, timed, communication + activations, peak memory (planc.verify.probe)
@@ -31,9 +32,27 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--out", help="run directory (default: runs/<plan>-verify-<timestamp>)")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        help="check memory at the plan's full world size in this one process (fake tensors, fake process group)",
+    )
+    parser.add_argument("--ranks", help="with --simulate: the ranks to simulate, e.g. 0,7 (default: those that differ)")
 
 
 def run(args) -> int:
+    if args.simulate:
+        from planc.commands.verify_simulate import run_simulation
+
+        return run_simulation(args)
+    if args.ranks:
+        from planc.errors import PlanError
+
+        raise PlanError("--ranks is an option of --simulate", hint="planc verify FILE --simulate --ranks 0,7")
+    return _run_program(args)
+
+
+def _run_program(args) -> int:
     from planc import launch
     from planc.codegen import compile_plan
     from planc.commands.runtime import require_torch

@@ -23,6 +23,15 @@ from planc.strategies.registry import Registry
 def compose(plan: Plan, layout: Layout, registry: Registry, *, device: str | None = None) -> Job:
     """A ready-to-train job: every strategy of ``registry`` active in ``layout`` applied in order,
     weights initialised, optimizer built."""
+    job = compose_on_meta(plan, layout, registry, device=device)
+    job.init_weights()
+    job.build_optimizer()
+    return job
+
+
+def compose_on_meta(plan: Plan, layout: Layout, registry: Registry, *, device: str | None = None) -> Job:
+    """Phases 1 and 2 of :func:`compose`: the mesh, and every active strategy applied to the model
+    while it is still on the meta device (``planc verify --simulate`` allocates it under fake tensors)."""
     active = registry.active(plan, layout)
     issues = registry.check(plan, layout)
     if issues:
@@ -30,6 +39,4 @@ def compose(plan: Plan, layout: Layout, registry: Registry, *, device: str | Non
     job = Job.create(plan, layout, device=device)
     for strategy in active:
         strategy.apply(job, strategy.options_for(plan, layout))
-    job.init_weights()
-    job.build_optimizer()
     return job

@@ -36,6 +36,14 @@ def train_step(job, batch: torch.Tensor) -> dict[str, float]:
 
     Returns ``{"loss": ..., "grad_norm": ..., "lr": ...}`` (the same numbers on every rank).
     """
+    loss, total_norm, lr = optimizer_step(job, batch)
+    return {"loss": float(loss.item()), "grad_norm": float(total_norm.item()), "lr": lr}
+
+
+def optimizer_step(job, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """:func:`train_step` without reading its results on the host: (global mean loss, gradient
+    norm) as tensors, and the learning rate. ``planc verify --simulate`` runs this on fake
+    tensors, which have no values to read."""
     micro_batches = [
         inputs_and_targets(rows.to(job.device))
         for rows in local_micro_batches(batch, job.coordinates["dp"], job.layout.dp, job.layout.micro_batch)
@@ -54,7 +62,7 @@ def train_step(job, batch: torch.Tensor) -> dict[str, float]:
         optimizer.step()
         scheduler.step()
     reduction.wait()
-    return {"loss": float(loss.item()), "grad_norm": float(total_norm.item()), "lr": lr}
+    return loss, total_norm, lr
 
 
 def _accumulate(job, micro_batches: list) -> torch.Tensor:

@@ -26,8 +26,14 @@ def worst_rows(result: dict) -> list[Row]:
 def measured_lines(result: dict) -> list[str]:
     """The explain section: predicted, measured and error per quantity."""
     stand_in = bool(result.get("stand_in"))
-    title = f"  measured by planc verify ({result.get('world_size')} process(es) on {result.get('device')}"
-    title += ", a CPU stand-in: compare the errors, not the sizes)" if stand_in else ")"
+    if result.get("simulated"):
+        title = (
+            f"  simulated by planc verify --simulate (fake tensors at {result.get('world_size')} ranks; "
+            "peak net of CUDA context and allocator margin)"
+        )
+    else:
+        title = f"  measured by planc verify ({result.get('world_size')} process(es) on {result.get('device')}"
+        title += ", a CPU stand-in: compare the errors, not the sizes)" if stand_in else ")"
     lines = [title, f"    {'':<46}{'predicted':>12}{'measured':>12}{'error':>9}  rank"]
     for row in worst_rows(result):
         if row.measured is None:

@@ -13,9 +13,11 @@ import torch
 
 
 def _storage(tensor: torch.Tensor) -> tuple[int, int]:
+    """(the storage's identity, its bytes): the address of its ``StorageImpl`` -- the same for every
+    view of it, and defined for fake tensors too (``planc verify --simulate``), which have no data."""
     local = tensor._local_tensor if hasattr(tensor, "_local_tensor") else tensor
     storage = local.untyped_storage()
-    return storage.data_ptr(), storage.nbytes()
+    return storage._cdata, storage.nbytes()
 
 
 def _unique_bytes(tensors, seen: set[int]) -> int:

@@ -19,6 +19,27 @@ from planc.cost.context import CostContext
 from planc.cost.estimate import Estimate, StageMemory
 from planc.cost.params import StageParams
 
+#: Terms a simulation on fake tensors cannot see (planc.cost.driver.finalize adds them last).
+UNSIMULATED_TERMS = ("CUDA context and library workspaces", "allocator margin")
+
+
+def estimate_for(plan, layout, registry) -> tuple[CostContext, Estimate]:
+    """The cost model's context and estimate for ``plan`` under ``layout`` (what explain shows)."""
+    from planc.cost.context import ContextCache, build_context
+    from planc.cost.driver import run_passes
+
+    passes = registry.passes(plan, layout)
+    cache = ContextCache(plan)
+    ctx = build_context(plan, layout, cache.profile, cache, passes.stage_style)
+    return ctx, run_passes(ctx, passes)
+
+
+def peak_net_bytes(memory: StageMemory) -> float:
+    """The stage's predicted peak without the terms no fake-tensor simulation holds: the CUDA
+    context and library workspaces, and the caching allocator's margin."""
+    unseen = sum(t.value for t in memory.transient if t.name.startswith(UNSIMULATED_TERMS))
+    return memory.total - unseen
+
 
 def stage_for(ctx: CostContext, est: Estimate, pp_rank: int) -> tuple[StageMemory, StageParams]:
     """The representative stage (memory, parameters) standing for pipeline rank ``pp_rank``:

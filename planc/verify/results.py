@@ -33,22 +33,30 @@ def results_dir() -> Path:
     return Path(configured) if configured else Path.home() / ".cache" / "planc" / "verify"
 
 
-def save(result: dict, run_dir: Path) -> Path:
-    """Write ``result`` to ``run_dir/verify.json`` and to the results folder; returns the latter."""
+#: File names of the two kinds of result: a run of the program, a simulation (``--simulate``).
+KINDS = {"verify": "verify", "simulate": "simulate"}
+
+
+def save(result: dict, run_dir: Path, kind: str = "verify") -> Path:
+    """Write ``result`` to ``run_dir/<kind>.json`` and to the results folder; returns the latter."""
     text = json.dumps(result, indent=1) + "\n"
-    write_text_atomically(run_dir / "verify.json", text)
-    path = results_dir() / f"{result['key']}.json"
+    write_text_atomically(run_dir / f"{KINDS[kind]}.json", text)
+    path = results_dir() / _file_name(result["key"], kind)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomically(path, text)
     except OSError:  # a read-only home: the run directory still has it
-        return run_dir / "verify.json"
+        return run_dir / f"{KINDS[kind]}.json"
     return path
 
 
-def load(plan: Plan, layout: Layout) -> dict | None:
-    """The newest verify result for this plan and layout, or None."""
-    path = results_dir() / f"{plan_key(plan, layout)}.json"
+def _file_name(key: str, kind: str) -> str:
+    return f"{key}.json" if kind == "verify" else f"{key}-{KINDS[kind]}.json"
+
+
+def load(plan: Plan, layout: Layout, kind: str = "verify") -> dict | None:
+    """The newest result of ``kind`` ("verify" or "simulate") for this plan and layout, or None."""
+    path = results_dir() / _file_name(plan_key(plan, layout), kind)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
