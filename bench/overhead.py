@@ -4,14 +4,22 @@
 
 For each strategy it fixes a layout of one plan (the model of plans/tiny-cpu.plan: 4 blocks,
 hidden 128, 128 tokens; fp32; P CPU processes over gloo): DDP (dp = P), FSDP / ZeRO-3 (dp = P),
-TP (tp = P) and PP (pp = P, 1F1B, 4 micro-batches). It then runs, alternately R times each,
-(a) the program ``planc compile`` emits for that plan, under torchrun, and (b) bench/handwritten.py,
-the minimal script an engineer would write for the same strategy with the same model code, data
-and optimizer. Step time is wall time per step — for planc the gap between consecutive
-``elapsed_s`` in metrics.jsonl, so logging, interrupt checks and metrics writing are inside it —
-with the first :data:`WARMUP` steps of a run dropped. Prints the median per program and the ratio
-planc / hand-written per strategy (the goal is at most 1.03), and the load average: the machine is
-shared, so compare ratios of one run, never absolute times across runs.
+TP (tp = P) and PP (pp = P, 1F1B, 4 micro-batches). It then runs, R rounds each, (a) the program
+``planc compile`` emits for that plan, under torchrun, and (b) bench/handwritten.py, the minimal
+script an engineer would write for the same strategy with the same model code, data and
+optimizer. The order alternates (a b, b a, a b, ...), so load that drifts during a round hits
+both alike.
+
+Step time has one definition for both: the wall time between the ends of consecutive steps on
+rank 0 -- for planc the gaps between ``elapsed_s`` in metrics.jsonl (so the heartbeat, logging,
+stop checks and metrics writing are inside it), for the hand-written script the gaps between its
+``step_end_s`` stamps -- with the first :data:`WARMUP` steps of a launch dropped. Printed per
+strategy: each program's median with its interquartile range and minimum; the ratio of the
+medians; the median (and range) of the R per-round ratios, each a pair of launches run back to
+back; and, measured inside planc's own process (so free of the noise between launches), the
+loop's own time per step outside ``train_step`` (the gap minus the record's ``step_s``). The goal
+is a ratio of at most 1.03. The load average before and after is printed: the machine is shared,
+so compare ratios of one run, never absolute times across runs.
 """
 
 from __future__ import annotations
@@ -88,7 +96,8 @@ def plan_json(plan_path: Path) -> Path:
     return out
 
 
-def run_planc(plan_path: Path, procs: int, steps: int, work: Path) -> list[float]:
+def run_planc(plan_path: Path, procs: int, steps: int, work: Path) -> tuple[list[float], list[float]]:
+    """One launch of the emitted program: (step times, loop time outside ``train_step`` per step)."""
     out = work / "planc"
     out.mkdir(exist_ok=True)
     command = [sys.executable, "-m", "planc", "compile", str(plan_path), "-o", str(out / "train.py")]
@@ -103,16 +112,51 @@ def run_planc(plan_path: Path, procs: int, steps: int, work: Path) -> list[float
         env=_env(procs),
     )
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    elapsed = [r["elapsed_s"] for r in records]
-    return [b - a for a, b in zip(elapsed, elapsed[1:])][WARMUP:]
+    gaps = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(records, records[1:])][WARMUP:]
+    inner = [r["step_s"] for r in records[1:]][WARMUP:]
+    return gaps, [gap - step for gap, step in zip(gaps, inner)]
 
 
 def run_handwritten(strategy: str, plan_path: Path, procs: int, steps: int, work: Path) -> list[float]:
+    """One launch of bench/handwritten.py: step times (gaps between the ends of consecutive steps)."""
     result = work / "handwritten.json"
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs)]
     script = [str(ROOT / "bench" / "handwritten.py"), strategy, str(plan_path), str(steps), str(result)]
     subprocess.run([*launch, *script], check=True, capture_output=True, env=_env(procs))
-    return json.loads(result.read_text())["step_s"][WARMUP + 1 :]
+    ends = json.loads(result.read_text())["step_end_s"]
+    return [b - a for a, b in zip(ends, ends[1:])][WARMUP:]
+
+
+def measure(strategy: str, plan_path: Path, plan_file: Path, args, work: Path) -> dict:
+    """R rounds of one strategy, alternating which program goes first."""
+    planc_times, hand_times, loop_times, round_ratios = [], [], [], []
+    for index in range(args.rounds):
+        order = ("planc", "hand") if index % 2 == 0 else ("hand", "planc")
+        for which in order:
+            if which == "planc":
+                planc_round, loop = run_planc(plan_path, args.procs, args.steps, work)
+                loop_times += loop
+            else:
+                hand_round = run_handwritten(strategy, plan_file, args.procs, args.steps, work)
+        planc_times += planc_round
+        hand_times += hand_round
+        round_ratios.append(statistics.median(planc_round) / statistics.median(hand_round))
+    return {"planc": planc_times, "hand": hand_times, "loop": loop_times, "round_ratios": round_ratios}
+
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    q1, median, q3 = statistics.quantiles(values, n=4)
+    return q1, median, q3
+
+
+def _ms(values: list[float]) -> str:
+    """``median ms [q1-q3] min`` of step times."""
+    q1, median, q3 = _quartiles(values)
+    return f"{median * 1e3:.1f} [{q1 * 1e3:.1f}-{q3 * 1e3:.1f}] {min(values) * 1e3:.1f}"
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _env(processes: int) -> dict:
@@ -123,30 +167,36 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategy", action="append", choices=STRATEGIES)
     parser.add_argument("--steps", type=int, default=15)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--procs", type=int, default=2)
     args = parser.parse_args(argv)
-    rows = []
+    load_before = _load()
+    rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for strategy in args.strategy or STRATEGIES:
             plan_path = work / f"{strategy}.plan"
             plan_path.write_text(plan_text(strategy, args.procs, args.steps))
-            plan_file = plan_json(plan_path)
-            planc_times, hand_times = [], []
-            for _ in range(args.rounds):  # alternate, so drifting machine load hits both alike
-                planc_times += run_planc(plan_path, args.procs, args.steps, work)
-                hand_times += run_handwritten(strategy, plan_file, args.procs, args.steps, work)
-            rows.append((strategy, statistics.median(planc_times), statistics.median(hand_times)))
-            print(f"{strategy}: planc {rows[-1][1] * 1e3:.1f} ms, hand-written {rows[-1][2] * 1e3:.1f} ms", flush=True)
+            rows[strategy] = result = measure(strategy, plan_path, plan_json(plan_path), args, work)
+            print(f"{strategy}: planc {_ms(result['planc'])}, hand-written {_ms(result['hand'])} ms", flush=True)
     print(
-        f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores; "
-        f"{args.procs} processes, {args.steps} steps x {args.rounds} rounds, first {WARMUP} dropped"
+        f"\nload average {load_before} before, {_load()} after, on {os.cpu_count()} cores; "
+        f"{args.procs} processes, {args.steps} steps x {args.rounds} rounds, first {WARMUP} dropped; "
+        "step times in ms as median [q1-q3] min"
     )
-    print("| strategy | planc step | hand-written step | ratio planc / hand-written |")
-    print("|---|---:|---:|---:|")
-    for strategy, planc, hand in rows:
-        print(f"| {strategy} | {planc * 1e3:.1f} ms | {hand * 1e3:.1f} ms | {planc / hand:.3f} |")
+    print(
+        "| strategy | planc step | hand-written step | ratio of medians "
+        "| per-round ratio, median [range] | planc loop outside train_step |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for strategy, r in rows.items():
+        ratios = r["round_ratios"]
+        print(
+            f"| {strategy} | {_ms(r['planc'])} | {_ms(r['hand'])} | "
+            f"{statistics.median(r['planc']) / statistics.median(r['hand']):.3f} | "
+            f"{statistics.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}] | "
+            f"{statistics.median(r['loop']) * 1e3:.2f} ms |"
+        )
     return 0
 
 
