@@ -9,9 +9,10 @@ range per rank, ``Schedule1F1B``). Every one uses the same model code and initia
 (planc.runtime.transformer), the same data (planc.runtime.data) and AdamW with the plan's
 hyper-parameters and global-norm clipping, so only the training-loop machinery differs from the
 program planc emits. No accumulation except PP's micro-batches: the plans of bench/overhead.py
-give each data-parallel rank one micro-batch. Rank 0 writes ``step_end_s``, the
-``time.perf_counter()`` at the end of every step: bench/overhead.py takes the gaps between them,
-the same definition as the ``elapsed_s`` gaps of planc's metrics.jsonl (whole loop iterations).
+give each data-parallel rank one micro-batch. Rank 0 writes ``wall_s`` and ``cpu_s``, the
+``time.perf_counter()`` and ``time.process_time()`` at the end of every step: bench/overhead.py
+takes the gaps between them, as it does for planc's program (bench/step_stamps.py), so both are
+whole loop iterations by one definition.
 """
 
 import json
@@ -102,7 +103,7 @@ def train_loop(plan, model, rows_of, steps, clip):
     optimizer = optimizer_for(plan, model.parameters())
     data = build_data(plan.train, plan.model, base_dir=plan.data_root)
     rows = plan.train.global_batch // shards
-    ends = []
+    ends = {"wall_s": [], "cpu_s": []}
     for step in range(steps):
         batch = data.batch_for_step(step)[rank * rows : (rank + 1) * rows]
         inputs, targets = batch[:, :-1], batch[:, 1:]
@@ -111,7 +112,8 @@ def train_loop(plan, model, rows_of, steps, clip):
         clip(list(model.parameters()), plan.train.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        ends.append(time.perf_counter())
+        ends["wall_s"].append(time.perf_counter())
+        ends["cpu_s"].append(time.process_time())
     return ends
 
 
@@ -136,7 +138,7 @@ def pp(plan, model, steps, rank, world):
     schedule = Schedule1F1B(stage, micro_batches, loss_fn=cross_entropy)
     optimizer = optimizer_for(plan, model.parameters())
     data = build_data(plan.train, plan.model, base_dir=plan.data_root)
-    ends = []
+    ends = {"wall_s": [], "cpu_s": []}
     for step in range(steps):
         batch = data.batch_for_step(step)
         inputs, targets = batch[:, :-1], batch[:, 1:]
@@ -153,7 +155,8 @@ def pp(plan, model, steps, rank, world):
         torch.nn.utils.clip_grads_with_norm_(model.parameters(), plan.train.grad_clip, squared.sqrt())
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        ends.append(time.perf_counter())
+        ends["wall_s"].append(time.perf_counter())
+        ends["cpu_s"].append(time.process_time())
     return ends
 
 
@@ -169,7 +172,7 @@ def main(strategy: str, plan_path: str, steps: int, out_path: str) -> None:
         model, rows_of = {"ddp": ddp, "fsdp": fsdp, "tp": tp}[strategy](plan, model, rank, world)
         ends = train_loop(plan, model, rows_of, steps, clip_mixed if strategy == "tp" else clip_grad_norm)
     if rank == 0:
-        json.dump({"step_end_s": ends}, open(out_path, "w"))
+        json.dump(ends, open(out_path, "w"))
     dist.destroy_process_group()
 
 

@@ -10,16 +10,17 @@ script an engineer would write for the same strategy with the same model code, d
 optimizer. The order alternates (a b, b a, a b, ...), so load that drifts during a round hits
 both alike.
 
-Step time has one definition for both: the wall time between the ends of consecutive steps on
-rank 0 -- for planc the gaps between ``elapsed_s`` in metrics.jsonl (so the heartbeat, logging,
-stop checks and metrics writing are inside it), for the hand-written script the gaps between its
-``step_end_s`` stamps -- with the first :data:`WARMUP` steps of a launch dropped. Printed per
-strategy: each program's median with its interquartile range and minimum; the ratio of the
-medians; the median (and range) of the R per-round ratios, each a pair of launches run back to
-back; and, measured inside planc's own process (so free of the noise between launches), the
-loop's own time per step outside ``train_step`` (the gap minus the record's ``step_s``). The goal
-is a ratio of at most 1.03. The load average before and after is printed: the machine is shared,
-so compare ratios of one run, never absolute times across runs.
+One definition of a step for both: the gap between the ends of consecutive steps on rank 0, a
+whole loop iteration (for planc its heartbeat, logging, stop vote and metrics writing are inside
+it; bench/step_stamps.py stamps the emitted program where its loop takes ``elapsed_s``), with the
+first :data:`WARMUP` steps of a launch dropped. Two clocks: wall time, and the CPU time of rank 0's
+process (``time.process_time()``: the work the process itself did, which the other sessions of a
+shared machine disturb far less; time spent waiting in a collective is not in it). Printed per
+strategy and clock: each program's median with its interquartile range; the ratio of the medians;
+and the median and range of the R per-round ratios (each a pair of launches run back to back).
+Also, measured inside planc's own process, the loop's time per step outside ``train_step`` (wall
+gap minus the record's ``step_s``). The goal is a ratio of at most 1.03. The load average before and
+after is printed: the machine is shared, so compare ratios of one run, never times across runs.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WARMUP = 3
 STRATEGIES = ("ddp", "fsdp", "tp", "pp")
+CLOCKS = ("wall", "cpu")
 
 
 PLAN = """model "overhead" {{
@@ -96,63 +98,66 @@ def plan_json(plan_path: Path) -> Path:
     return out
 
 
-def run_planc(plan_path: Path, procs: int, steps: int, work: Path) -> tuple[list[float], list[float]]:
-    """One launch of the emitted program: (step times, loop time outside ``train_step`` per step)."""
+def run_planc(plan_path: Path, procs: int, steps: int, work: Path) -> dict[str, list[float]]:
+    """One launch of the emitted program: per-step wall and CPU gaps, and the loop outside ``train_step``."""
     out = work / "planc"
     out.mkdir(exist_ok=True)
     command = [sys.executable, "-m", "planc", "compile", str(plan_path), "-o", str(out / "train.py")]
     subprocess.run(command, check=True, capture_output=True)
     (out / "metrics.jsonl").unlink(missing_ok=True)
+    stamps = work / "planc-stamps.json"
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs)]
-    subprocess.run(
-        [*launch, "train.py", "--steps", str(steps), "--out", "."],
-        cwd=out,
-        check=True,
-        capture_output=True,
-        env=_env(procs),
-    )
+    program = [str(ROOT / "bench" / "step_stamps.py"), str(stamps), "train.py", "--steps", str(steps), "--out", "."]
+    subprocess.run([*launch, *program], cwd=out, check=True, capture_output=True, env=_env(procs))
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    gaps = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(records, records[1:])][WARMUP:]
+    result = _gaps(json.loads(stamps.read_text()))
     inner = [r["step_s"] for r in records[1:]][WARMUP:]
-    return gaps, [gap - step for gap, step in zip(gaps, inner)]
+    result["loop"] = [gap - step for gap, step in zip(result["wall"], inner)]
+    return result
 
 
-def run_handwritten(strategy: str, plan_path: Path, procs: int, steps: int, work: Path) -> list[float]:
-    """One launch of bench/handwritten.py: step times (gaps between the ends of consecutive steps)."""
+def run_handwritten(strategy: str, plan_path: Path, procs: int, steps: int, work: Path) -> dict[str, list[float]]:
+    """One launch of bench/handwritten.py: per-step wall and CPU gaps."""
     result = work / "handwritten.json"
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs)]
     script = [str(ROOT / "bench" / "handwritten.py"), strategy, str(plan_path), str(steps), str(result)]
     subprocess.run([*launch, *script], check=True, capture_output=True, env=_env(procs))
-    ends = json.loads(result.read_text())["step_end_s"]
-    return [b - a for a, b in zip(ends, ends[1:])][WARMUP:]
+    return _gaps(json.loads(result.read_text()))
+
+
+def _gaps(stamps: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Gaps between consecutive step ends, per clock, the first WARMUP dropped."""
+    return {
+        clock: [b - a for a, b in zip(ends, ends[1:])][WARMUP:]
+        for clock, ends in (("wall", stamps["wall_s"]), ("cpu", stamps["cpu_s"]))
+    }
 
 
 def measure(strategy: str, plan_path: Path, plan_file: Path, args, work: Path) -> dict:
     """R rounds of one strategy, alternating which program goes first."""
-    planc_times, hand_times, loop_times, round_ratios = [], [], [], []
+    runs: dict[str, list[dict]] = {"planc": [], "hand": []}
     for index in range(args.rounds):
-        order = ("planc", "hand") if index % 2 == 0 else ("hand", "planc")
-        for which in order:
+        for which in ("planc", "hand") if index % 2 == 0 else ("hand", "planc"):
             if which == "planc":
-                planc_round, loop = run_planc(plan_path, args.procs, args.steps, work)
-                loop_times += loop
+                runs["planc"].append(run_planc(plan_path, args.procs, args.steps, work))
             else:
-                hand_round = run_handwritten(strategy, plan_file, args.procs, args.steps, work)
-        planc_times += planc_round
-        hand_times += hand_round
-        round_ratios.append(statistics.median(planc_round) / statistics.median(hand_round))
-    return {"planc": planc_times, "hand": hand_times, "loop": loop_times, "round_ratios": round_ratios}
-
-
-def _quartiles(values: list[float]) -> tuple[float, float, float]:
-    q1, median, q3 = statistics.quantiles(values, n=4)
-    return q1, median, q3
+                runs["hand"].append(run_handwritten(strategy, plan_file, args.procs, args.steps, work))
+    result: dict = {"loop": [x for run in runs["planc"] for x in run["loop"]]}
+    for clock in CLOCKS:
+        planc_rounds = [run[clock] for run in runs["planc"]]
+        hand_rounds = [run[clock] for run in runs["hand"]]
+        result[clock] = {
+            "planc": [x for r in planc_rounds for x in r],
+            "hand": [x for r in hand_rounds for x in r],
+            "round_ratios": [statistics.median(a) / statistics.median(b) for a, b in zip(planc_rounds, hand_rounds)],
+        }
+    return result
 
 
 def _ms(values: list[float]) -> str:
-    """``median ms [q1-q3] min`` of step times."""
-    q1, median, q3 = _quartiles(values)
-    return f"{median * 1e3:.1f} [{q1 * 1e3:.1f}-{q3 * 1e3:.1f}] {min(values) * 1e3:.1f}"
+    """``median [q1-q3]`` of step times, in ms."""
+    q1, median, q3 = statistics.quantiles(values, n=4)
+    return f"{median * 1e3:.1f} [{q1 * 1e3:.1f}-{q3 * 1e3:.1f}]"
 
 
 def _load() -> str:
@@ -177,26 +182,32 @@ def main(argv: list[str] | None = None) -> int:
         for strategy in args.strategy or STRATEGIES:
             plan_path = work / f"{strategy}.plan"
             plan_path.write_text(plan_text(strategy, args.procs, args.steps))
-            rows[strategy] = result = measure(strategy, plan_path, plan_json(plan_path), args, work)
-            print(f"{strategy}: planc {_ms(result['planc'])}, hand-written {_ms(result['hand'])} ms", flush=True)
+            rows[strategy] = r = measure(strategy, plan_path, plan_json(plan_path), args, work)
+            print(
+                f"{strategy}: wall planc {_ms(r['wall']['planc'])}, hand-written {_ms(r['wall']['hand'])} ms",
+                flush=True,
+            )
     print(
         f"\nload average {load_before} before, {_load()} after, on {os.cpu_count()} cores; "
         f"{args.procs} processes, {args.steps} steps x {args.rounds} rounds, first {WARMUP} dropped; "
-        "step times in ms as median [q1-q3] min"
+        "step times in ms as median [q1-q3]"
     )
     print(
-        "| strategy | planc step | hand-written step | ratio of medians "
-        "| per-round ratio, median [range] | planc loop outside train_step |"
+        "| strategy | clock | planc step | hand-written step | ratio of medians "
+        "| per-round ratios, median [range] | planc loop outside train_step |"
     )
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for strategy, r in rows.items():
-        ratios = r["round_ratios"]
-        print(
-            f"| {strategy} | {_ms(r['planc'])} | {_ms(r['hand'])} | "
-            f"{statistics.median(r['planc']) / statistics.median(r['hand']):.3f} | "
-            f"{statistics.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}] | "
-            f"{statistics.median(r['loop']) * 1e3:.2f} ms |"
-        )
+        loop = f"{statistics.median(r['loop']) * 1e3:.2f} ms"
+        for clock in CLOCKS:
+            c = r[clock]
+            ratios = c["round_ratios"]
+            print(
+                f"| {strategy} | {clock} | {_ms(c['planc'])} | {_ms(c['hand'])} | "
+                f"{statistics.median(c['planc']) / statistics.median(c['hand']):.3f} | "
+                f"{statistics.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}] | "
+                f"{loop if clock == 'wall' else ''} |"
+            )
     return 0
 
 
