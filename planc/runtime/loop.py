@@ -78,8 +78,7 @@ def train(
             if job.device.type == "cuda":
                 torch.cuda.synchronize(job.device)
             elapsed = time.perf_counter() - began
-            # The vote on stopping after this step travels while rank 0 logs (its result is read below).
-            stop_vote = StopVote(bool(stop_requested), job)
+            stop_vote = StopVote(bool(stop_requested), job)  # travels while rank 0 logs
             extra = _fields_after_step(job, run_data, utilisation, step + 1, total, elapsed)
             record = logger.log(
                 step + 1, loss=result["loss"], lr=result["lr"], step_s=elapsed, grad_norm=result["grad_norm"], **extra
