@@ -9,7 +9,10 @@ range per rank, ``Schedule1F1B``). Every one uses the same model code and initia
 (planc.runtime.transformer), the same data (planc.runtime.data) and AdamW with the plan's
 hyper-parameters and global-norm clipping, so only the training-loop machinery differs from the
 program planc emits. No accumulation except PP's micro-batches: the plans of bench/overhead.py
-give each data-parallel rank one micro-batch. Rank 0 writes its per-step seconds.
+give each data-parallel rank one micro-batch. Rank 0 writes ``wall_s`` and ``cpu_s``, the
+``time.perf_counter()`` and ``time.process_time()`` at the end of every step: bench/overhead.py
+takes the gaps between them, as it does for planc's program (bench/step_stamps.py), so both are
+whole loop iterations by one definition.
 """
 
 import json
@@ -100,9 +103,8 @@ def train_loop(plan, model, rows_of, steps, clip):
     optimizer = optimizer_for(plan, model.parameters())
     data = build_data(plan.train, plan.model, base_dir=plan.data_root)
     rows = plan.train.global_batch // shards
-    times = []
+    ends = {"wall_s": [], "cpu_s": []}
     for step in range(steps):
-        began = time.perf_counter()
         batch = data.batch_for_step(step)[rank * rows : (rank + 1) * rows]
         inputs, targets = batch[:, :-1], batch[:, 1:]
         loss = cross_entropy(model(inputs), targets)
@@ -110,8 +112,9 @@ def train_loop(plan, model, rows_of, steps, clip):
         clip(list(model.parameters()), plan.train.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - began)
-    return times
+        ends["wall_s"].append(time.perf_counter())
+        ends["cpu_s"].append(time.process_time())
+    return ends
 
 
 def pp(plan, model, steps, rank, world):
@@ -135,9 +138,8 @@ def pp(plan, model, steps, rank, world):
     schedule = Schedule1F1B(stage, micro_batches, loss_fn=cross_entropy)
     optimizer = optimizer_for(plan, model.parameters())
     data = build_data(plan.train, plan.model, base_dir=plan.data_root)
-    times = []
+    ends = {"wall_s": [], "cpu_s": []}
     for step in range(steps):
-        began = time.perf_counter()
         batch = data.batch_for_step(step)
         inputs, targets = batch[:, :-1], batch[:, 1:]
         if rank == 0:
@@ -153,8 +155,9 @@ def pp(plan, model, steps, rank, world):
         torch.nn.utils.clip_grads_with_norm_(model.parameters(), plan.train.grad_clip, squared.sqrt())
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - began)
-    return times
+        ends["wall_s"].append(time.perf_counter())
+        ends["cpu_s"].append(time.process_time())
+    return ends
 
 
 def main(strategy: str, plan_path: str, steps: int, out_path: str) -> None:
@@ -164,12 +167,12 @@ def main(strategy: str, plan_path: str, steps: int, out_path: str) -> None:
     model = build_model(plan.model)
     init_weights(model, plan.train.seed)
     if strategy == "pp":
-        times = pp(plan, model, steps, rank, world)
+        ends = pp(plan, model, steps, rank, world)
     else:
         model, rows_of = {"ddp": ddp, "fsdp": fsdp, "tp": tp}[strategy](plan, model, rank, world)
-        times = train_loop(plan, model, rows_of, steps, clip_mixed if strategy == "tp" else clip_grad_norm)
+        ends = train_loop(plan, model, rows_of, steps, clip_mixed if strategy == "tp" else clip_grad_norm)
     if rank == 0:
-        json.dump({"step_s": times}, open(out_path, "w"))
+        json.dump(ends, open(out_path, "w"))
     dist.destroy_process_group()
 
 
