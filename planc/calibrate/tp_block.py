@@ -33,7 +33,10 @@ def measure_tp_blocks(device: torch.device, bare, extra) -> tuple[float, float]:
     block = TransformerBlock(spec).to(device)
     x = torch.randn(BATCH, spec.seq_len, spec.hidden, device=device)
     plain = _step(block, x)
-    return tuple(_sharded(block, x, sp, plain, device, bare, extra) for sp in (False, True))
+    return (
+        _sharded(block, x, False, plain, device, bare, extra),
+        _sharded(block, x, True, plain, device, bare, extra),
+    )
 
 
 def _step(block, x):

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+from typing import Any
 
 #: torchrun's log records that this wrapper replaces by its own line (or by nothing).
 _FAILED = "failed (exitcode: %s)"
@@ -50,6 +51,18 @@ def _report_worker(exitcode: int, local_rank: int, pid: int) -> None:
     )
 
 
+def _cause(failed: Any) -> tuple[int, Any]:
+    """The failure that ended the job. A rank killed by a signal is the cause when there is one: the
+    ranks that lost contact with it exit with an error of their own, and the one whose error file
+    bears the earliest time can be one of them (torchrun stamps a killed rank, which writes no error
+    file, only when it notices the death), so the earliest timestamp alone would blame a bystander."""
+    killed = {rank: f for rank, f in failed.failures.items() if f.exitcode < 0}
+    if killed:
+        rank = min(killed, key=lambda r: killed[r].timestamp)
+        return rank, killed[rank]
+    return failed.get_first_failure()
+
+
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -60,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         torchrun_main(argv)
     except ChildFailedError as failed:
-        rank, failure = failed.get_first_failure()
+        rank, failure = _cause(failed)
         if failure.exitcode < 0:
             how = f"was killed by {failure.signal_name()}"
         else:

@@ -201,7 +201,7 @@ def test_a_killed_rank_ends_with_clear_messages(tmp_path, in_root):
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 1
     assert "Traceback" not in stderr, stderr[-3000:]
-    assert "was killed by SIGKILL (the first failure)" in stderr
+    assert "was killed by SIGKILL (the first failure)" in stderr, stderr[-3000:]
     assert "lost contact with another rank" in stderr
     assert "error: training failed" in stderr and "checkpoint" in stderr
     assert _processes_in(out) == []
