@@ -55,10 +55,8 @@ def run(args) -> int:
 def _run_program(args) -> int:
     from planc import launch
     from planc.codegen import compile_plan
-    from planc.commands.runtime import require_torch
-    from planc.dsl.load import load_plan
+    from planc.commands.verify_io import load_for_verify, print_result
     from planc.errors import PlanError
-    from planc.strategies.registry import load_registry
     from planc.verify import results
     from planc.verify.stand_in import CannotStandIn, stand_in
 
@@ -67,12 +65,7 @@ def _run_program(args) -> int:
             f"--steps must be at least {MIN_STEPS}, got {args.steps}",
             hint="verify measures one thing per step after a warm-up step: time, traffic and activations, peak memory",
         )
-    if launch.under_torchrun():
-        raise PlanError("planc verify launches its own processes", hint="run it outside torchrun")
-    require_torch("planc verify")
-    plan_path = Path(args.file)
-    registry = load_registry()
-    plan = load_plan(plan_path, strategies=registry)
+    plan_path, registry, plan = load_for_verify(args.file, "planc verify", "launches its own processes")
     compiled = compile_plan(plan, registry)
     try:
         chosen = stand_in(plan, compiled.layout, _cuda_devices())
@@ -103,12 +96,7 @@ def _run_program(args) -> int:
         plan_source=str(plan_path),
         stand_in=list(chosen.changes),
     )
-    saved = results.save(result, run_dir)
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        print(render(result))
-        print(f"\nwritten to {run_dir / 'verify.json'} (and {saved})")
+    print_result(args, result, render, run_dir, results.save(result, run_dir), "verify.json")
     return 0
 
 
@@ -136,16 +124,11 @@ def _cuda_devices() -> int:
 
 def collect(plan, layout, registry, run_dir: Path) -> dict:
     """Read every rank's ``verify/rank<R>.json`` and put the prediction beside each number."""
-    from planc.cost.context import ContextCache, build_context
-    from planc.cost.driver import run_passes
     from planc.errors import PlanError
-    from planc.verify.predicted import predicted_for_rank
+    from planc.verify.predicted import estimate_for, predicted_for_rank
     from planc.verify.report import rows_for_rank
 
-    passes = registry.passes(plan, layout)
-    cache = ContextCache(plan)
-    ctx = build_context(plan, layout, cache.profile, cache, passes.stage_style)
-    estimate = run_passes(ctx, passes)
+    ctx, estimate = estimate_for(plan, layout, registry)
     records = []
     for rank in range(plan.world_size):
         path = run_dir / "verify" / f"rank{rank}.json"

@@ -3,7 +3,6 @@ this one process on fake tensors (:mod:`planc.verify.simulate`; see docs/verify.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -13,18 +12,11 @@ from planc.errors import PlanError
 def run_simulation(args) -> int:
     from planc import launch
     from planc.codegen import compile_plan
-    from planc.commands.runtime import require_torch
-    from planc.dsl.load import load_plan
-    from planc.strategies.registry import load_registry
+    from planc.commands.verify_io import load_for_verify, print_result
     from planc.verify import results
     from planc.verify.simulate import CannotSimulate, default_ranks, refusal, simulate
 
-    if launch.under_torchrun():
-        raise PlanError("planc verify --simulate runs in one process", hint="run it outside torchrun")
-    require_torch("planc verify --simulate")
-    plan_path = Path(args.file)
-    registry = load_registry()
-    plan = load_plan(plan_path, strategies=registry)
+    plan_path, registry, plan = load_for_verify(args.file, "planc verify --simulate", "runs in one process")
     compiled = compile_plan(plan, registry, force=True)  # a layout predicted not to fit is worth checking too
     layout = compiled.layout
     reason = refusal(plan, layout, registry)
@@ -43,12 +35,7 @@ def run_simulation(args) -> int:
     except CannotSimulate as exc:
         raise PlanError(f"the simulation of {layout.describe()} failed: {exc}", hint=exc.hint) from None
     result.update(key=results.plan_key(plan, layout), plan_source=str(plan_path))
-    saved = results.save(result, run_dir, "simulate")
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        print(render(result))
-        print(f"\nwritten to {run_dir / 'simulate.json'} (and {saved})")
+    print_result(args, result, render, run_dir, results.save(result, run_dir, "simulate"), "simulate.json")
     return 0
 
 
