@@ -124,6 +124,7 @@ def simulate_rank(plan: Plan, layout: Layout, registry, rank: int) -> dict:
     and return what it held: ``{"rank", "coordinates", "model_states", "peak", "seconds"}``."""
     from planc.runtime.compose import compose_on_meta
     from planc.verify.fake_world import fake_process_group, fake_tensors
+    from planc.verify.model_states import model_state_bytes
 
     began = time.perf_counter()
     plan = simulation_plan(plan)
@@ -135,8 +136,6 @@ def simulate_rank(plan: Plan, layout: Layout, registry, rank: int) -> dict:
             _create_optimizer_states(job)
             batch = torch.zeros((plan.train.global_batch, plan.model.seq_len + 1), dtype=torch.long)
             peak = _tracked_step(job, batch)
-            from planc.verify.model_states import model_state_bytes
-
             states = model_state_bytes(job)
         coordinates = job.coordinates
     return {
