@@ -81,3 +81,17 @@ def test_ddp_without_bf16_weights_is_costed_as_autocast():
     assert (ctx.residual_bytes, ctx.state_bytes.working) == (4, 4)
     est = evaluate(p, layout(0), registry.passes(p, layout(0)))
     assert any("autocast" in term.name for stage in est.stages for term in stage.transient)
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [({"bucket": 50e6}, True), ({"bucket": 50e6, "bf16_weights": False}, False), ({}, False)],
+)
+def test_a_bucket_size_replicate_ignores_is_said(options, said):
+    """Under bf16 ``replicate`` has no buckets, so a ``bucket`` the plan sets changes nothing; the
+    estimate says so (explain prints it as a note). DistributedDataParallel (bf16_weights = false)
+    uses it, and a plan that does not set it hears nothing."""
+    p = plan().model_copy(update={"uses": (PluginUse(name="ddp", options=options),)})
+    registry = load_registry()
+    est = evaluate(p, layout(0), registry.passes(p, layout(0)))
+    assert any("has no effect" in note and "bucket" in note for note in est.notes) == said

@@ -14,6 +14,13 @@ from planc.cost.wrappers import ddp_seconds, replicate_seconds, with_wrapper_tim
 #: buffer (read 2, write 2), and the bf16 gradient cast to the fp32 ``reduce_dtype`` (read 2, write 4).
 REPLICATE_BYTES_PER_PARAM = 6 + 4 + 6
 
+#: Said when a plan sets ``use ddp { bucket }`` where ``replicate`` runs: it has no buckets.
+BUCKET_IGNORED = (
+    "use ddp { bucket } has no effect here: with precision = bf16, data parallelism runs FSDP2's "
+    "replicate, which all-reduces each block's gradients as one message; set bf16_weights = false "
+    "in the same block for DistributedDataParallel's buckets (fp32 weights under autocast, slower)"
+)
+
 
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     """Data parallelism: all-reduce of the fp32 gradients, 2 Psi (ZeRO paper Sec. 7.1).
@@ -63,4 +70,6 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         detail=detail,
     )
     est = est.updated(stage_fn=lambda s: s.updated(transient=transient(s)), comm=comm, compute=est.compute + casts)
+    if replicated and "bucket" in getattr(options, "model_fields_set", ()):
+        est = est.with_note(BUCKET_IGNORED)
     return with_contention(ctx, with_wrapper_time(est, *wrapper), seconds - exposed)
