@@ -169,8 +169,10 @@ def _create_optimizer_states(job) -> None:
 
 
 def _tracked_step(job, batch: torch.Tensor) -> dict:
-    """One optimizer step under ``MemTracker``; its peak on the job's device, by category."""
+    """One optimizer step under ``MemTracker``; its peak on the job's device, by category. RMSNorm
+    keeps what its CUDA kernel keeps (:mod:`planc.verify.cuda_kernels`), not its CPU decomposition."""
     from planc.runtime.step import optimizer_step
+    from planc.verify.cuda_kernels import cuda_rms_norm
 
     tracker = _StepPeakTracker()
     tracker.track_external(*job.model_parts, *job.optimizers)
@@ -182,7 +184,7 @@ def _tracked_step(job, batch: torch.Tensor) -> dict:
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(new_micro_batch)
     try:
-        with tracker:
+        with tracker, cuda_rms_norm(job.model_parts):
             optimizer_step(job, batch)
     finally:
         handle.remove()
