@@ -209,7 +209,9 @@ SCENARIOS: list[Scenario] = [
         "tp == 8 (torchtitan llama3_405b: TP 8 x FSDP 16)",
         lambda lay: lay.tp == 8,
         needs=tp_exposed(
-            "Here TP 8 x FSDP 16 is +4.2% over TP 4 x FSDP 32 (15.38 s; TP exposed 1.64 vs 0.70 s) and less simple"
+            "Here TP 8 x FSDP 16 is +4.2% over TP 4 x FSDP 32 (15.38 s; TP exposed 1.64 vs 0.70 s) and less simple. "
+            "torchtitan's TP 8 row ran without async TP ('Optimizations: None', docs/performance.md at 877991a) "
+            "and no TP 4 layout was reported: the two are within the model's uncertainty, where the simpler is taken"
         ),
     ),
     # -- Megatron-LM (Narayanan et al. 2021, Table 1; Megatron-Core H100 table) --------------------
