@@ -74,11 +74,12 @@ def train(
         for step in range(start, total):
             attempt.before_step(step + 1)
             began = time.perf_counter()
-            result = run_step(job, run_data.train.batch_for_step(step))
+            # The stop vote travels with the step's loss (runtime/step.py): one meeting of the ranks.
+            result = run_step(job, run_data.train.batch_for_step(step), stop_requested)
+            stop = result.pop("stop")
             if job.device.type == "cuda":
                 torch.cuda.synchronize(job.device)
             elapsed = time.perf_counter() - began
-            stop_vote = StopVote(bool(stop_requested), job)  # travels while rank 0 logs
             extra = _fields_after_step(job, run_data, utilisation, step + 1, total, elapsed)
             record = logger.log(
                 step + 1, loss=result["loss"], lr=result["lr"], step_s=elapsed, grad_norm=result["grad_norm"], **extra
@@ -86,7 +87,6 @@ def train(
             if record is not None:
                 sinks.log(record)
             records.append({"step": step + 1, **result, "step_s": elapsed, **extra})
-            stop = stop_vote.agreed()
             attempt.after_step(step + 1)
             if stop:
                 attempt.stop(stop_requested)
@@ -145,21 +145,6 @@ def _open_sinks(job, names: list[str], out_dir, start: int, predicted: dict | No
         "predicted": predicted,
     }
     return Sinks(names, SinkRun(out_dir=out, name=out.resolve().name, start_step=start, config=config))
-
-
-class StopVote:
-    """Did any rank get a stop request by the end of this step? Every rank must leave the loop after the
-    same step, so they vote: an asynchronous MAX all-reduce of each rank's flag, started when the step's
-    work is done and read (:meth:`agreed`) after the step's logging, which it overlaps. A request that
-    arrives later is seen at the end of the next step, as one arriving during a blocking vote would be."""
-
-    def __init__(self, flag: bool, job):
-        self.value = torch.tensor([1.0 if flag else 0.0], device=job.device)
-        self.work = dist.all_reduce(self.value, op=dist.ReduceOp.MAX, async_op=True)
-
-    def agreed(self) -> bool:
-        self.work.wait()
-        return bool(self.value.item())
 
 
 def shutdown() -> None:

@@ -15,7 +15,10 @@ same number of tokens, so
 The logged loss is the same mean, made known to every rank with one all-reduce. It is started
 before clipping and read (with the gradient norm) after the optimizer step, so the step has no
 host-device synchronisation in its middle: on a GPU the host keeps queueing the optimizer's
-kernels while backward finishes, as a hand-written loop that logs nothing would.
+kernels while backward finishes, as a hand-written loop that logs nothing would. The same
+all-reduce carries each rank's stop flag (a SIGTERM or Ctrl-C it received): their sum is the
+vote every rank reads after the step, so a step meets the other ranks once for the loss and
+the stop decision together, not once for each.
 """
 
 from __future__ import annotations
@@ -31,19 +34,28 @@ from planc.runtime.optim import grad_norm
 from planc.runtime.transformer import loss_fn
 
 
-def train_step(job, batch: torch.Tensor) -> dict[str, float]:
+def train_step(job, batch: torch.Tensor, stop_requested: object = False) -> dict:
     """Forward, backward, clip and update on this rank's share of one global ``batch`` ``[G, seq+1]``.
 
-    Returns ``{"loss": ..., "grad_norm": ..., "lr": ...}`` (the same numbers on every rank).
+    ``stop_requested`` (truthy once this rank was asked to stop; read when the step's loss is
+    reduced, after backward) is voted on with the loss. Returns ``{"loss": ..., "grad_norm": ...,
+    "lr": ..., "stop": ...}``, the same on every rank: ``stop`` is True when any rank asked.
     """
-    loss, total_norm, lr = optimizer_step(job, batch)
-    return {"loss": float(loss.item()), "grad_norm": float(total_norm.item()), "lr": lr}
+    loss, total_norm, lr, stop_votes = optimizer_step(job, batch, stop_requested)
+    return {
+        "loss": float(loss.item()),
+        "grad_norm": float(total_norm.item()),
+        "lr": lr,
+        "stop": bool(stop_votes.item() > 0),
+    }
 
 
-def optimizer_step(job, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+def optimizer_step(
+    job, batch: torch.Tensor, stop_requested: object = False
+) -> tuple[torch.Tensor, torch.Tensor, float, torch.Tensor]:
     """:func:`train_step` without reading its results on the host: (global mean loss, gradient
-    norm) as tensors, and the learning rate. ``planc verify --simulate`` runs this on fake
-    tensors, which have no values to read."""
+    norm) as tensors, the learning rate, and the number of ranks that asked to stop (a tensor).
+    ``planc verify --simulate`` runs this on fake tensors, which have no values to read."""
     micro_batches = [
         inputs_and_targets(rows.to(job.device))
         for rows in local_micro_batches(batch, job.coordinates["dp"], job.layout.dp, job.layout.micro_batch)
@@ -55,14 +67,14 @@ def optimizer_step(job, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     else:
         local_loss = _accumulate(job, micro_batches)
     _sum_tied_gradients(job)
-    loss, reduction = _start_global_mean_loss(job, local_loss)
+    reduced, reduction = _start_global_mean_loss(job, local_loss, stop_flag=bool(stop_requested))
     lr = job.lr_schedulers[0].get_last_lr()[0]
     total_norm = clip_grad_norm(job, job.plan.train.grad_clip)
     for optimizer, scheduler in zip(job.optimizers, job.lr_schedulers):
         optimizer.step()
         scheduler.step()
     reduction.wait()
-    return loss, total_norm, lr
+    return reduced[:1], total_norm, lr, reduced[1]
 
 
 def _accumulate(job, micro_batches: list) -> torch.Tensor:
@@ -102,20 +114,23 @@ def _global_mean_loss(job, local_loss: torch.Tensor | None) -> float:
     """The global-batch mean loss on every rank, now (the validation loss uses it)."""
     value, reduction = _start_global_mean_loss(job, local_loss)
     reduction.wait()
-    return float(value.item())
+    return float(value[0].item())
 
 
-def _start_global_mean_loss(job, local_loss: torch.Tensor | None):
-    """Start the all-reduce of the global-batch mean loss; returns (its tensor, the work to wait on).
+def _start_global_mean_loss(job, local_loss: torch.Tensor | None, stop_flag: bool = False):
+    """Start the all-reduce of the global-batch mean loss and of the stop flags; returns (a tensor
+    [loss, ranks that asked to stop], the work to wait on).
 
     The loss is replicated over tensor parallelism and only the last pipeline stage has it, so
-    exactly one rank per data-parallel rank contributes (tp rank 0 of the last stage).
+    exactly one rank per data-parallel rank contributes (tp rank 0 of the last stage). Every rank
+    adds its stop flag, 0 or 1: a sum, exact in float32 up to 2^24 ranks.
     """
     if local_loss is not None and job.coordinates["tp"] == 0:
-        value = local_loss.float() / job.layout.dp
+        loss = local_loss.float() / job.layout.dp
     else:
-        value = torch.zeros((), device=job.device)
-    value = value.reshape(1).clone()
+        loss = torch.zeros((), device=job.device)
+    flag = torch.full((1,), 1.0 if stop_flag else 0.0, device=job.device)
+    value = torch.cat([loss.reshape(1), flag])
     return value, dist.all_reduce(value, async_op=True)
 
 

@@ -53,16 +53,16 @@ class StepProbe:
         self.index = 0
         self.record: dict = {"rank": dist.get_rank(), "coordinates": job.coordinates, "step_s": []}
 
-    def __call__(self, job, batch) -> dict:
+    def __call__(self, job, batch, stop_requested: object = False) -> dict:
         phase = ("warmup", "time", "comm", "peak")[self.index] if self.index < 4 else "time"
         self.index += 1
         if phase == "comm":
-            result = self._measure_comm_and_activations(batch)
+            result = self._measure_comm_and_activations(batch, stop_requested)
         elif phase == "peak":
-            result = self._measure_peak(batch)
+            result = self._measure_peak(batch, stop_requested)
         else:
             began = time.perf_counter()
-            result = train_step(job, batch)
+            result = train_step(job, batch, stop_requested)
             self._synchronize()
             if phase == "time":
                 self.record["step_s"].append(time.perf_counter() - began)
@@ -78,12 +78,12 @@ class StepProbe:
         if self.job.device.type == "cuda":
             torch.cuda.synchronize(self.job.device)
 
-    def _measure_comm_and_activations(self, batch) -> dict:
+    def _measure_comm_and_activations(self, batch, stop_requested: object) -> dict:
         job = self.job
         names, sizes = group_names(job)
         saved = SavedActivations()
         with CommCounter(names, sizes) as counter, saved.step(job.unwrapped_parts()):
-            result = train_step(job, batch)
+            result = train_step(job, batch, stop_requested)
             self._synchronize()
         self.record["comm"] = [
             {"kind": kind, "group": group, "bytes": counter.bytes[(kind, group)], "calls": counter.calls[(kind, group)]}
@@ -92,11 +92,11 @@ class StepProbe:
         self.record["activations"] = saved.summary() if measurable(job) else None
         return result
 
-    def _measure_peak(self, batch) -> dict:
+    def _measure_peak(self, batch, stop_requested: object) -> dict:
         job = self.job
         if job.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(job.device)
-            result = train_step(job, batch)
+            result = train_step(job, batch, stop_requested)
             self._synchronize()
             self.record["peak"] = {"bytes": torch.cuda.max_memory_allocated(job.device), "source": "cuda"}
             return result
@@ -113,7 +113,7 @@ class StepProbe:
         handle = torch.nn.modules.module.register_module_forward_pre_hook(new_iteration)
         try:
             with tracker:
-                result = train_step(job, batch)
+                result = train_step(job, batch, stop_requested)
         finally:
             handle.remove()
         peak = tracker.get_tracker_snapshot("peak").get(job.device, {})
