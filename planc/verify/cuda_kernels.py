@@ -10,9 +10,9 @@ model one op does: RMSNorm.
 - On CPU, ``_fused_rms_norm`` has no kernel and decomposes before autograd
   (``torch/_decomp/decompositions.py``, ``_fused_rms_norm``): ``x.float()``, ``pow``, ``mean``,
   ``rsqrt``, ``mul``, ``type_as``, ``mul``, each saving its inputs. For a bf16 input that keeps
-  two float32 copies of the norm's input (measured under fake tensors: 2 x 4 bytes per element
-  per norm, 1.7 GiB per block more than CUDA keeps for Llama 3 8B at 8192 tokens with no
-  recomputation, the -15% of issue 13's simulation table).
+  two float32 copies of the norm's input where CUDA keeps the bf16 input itself: 3 x 2 bytes per
+  element more per norm, 0.40 GB per block for Llama 3 8B at 8192 tokens with no recomputation
+  (measured under fake tensors), the -15% of issue 13's first simulation table.
 
 The cost model knows both (``RuntimeProfile.rms_norm``: ``fused`` for CUDA, ``composite`` for CPU,
 planc/cost/memory.py); the simulation checks the GPU prediction, so :func:`cuda_rms_norm` makes
