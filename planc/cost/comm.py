@@ -8,7 +8,10 @@ alpha + n / beta. For a group of p ranks whose slowest hop has (alpha, beta) —
 - tree all-reduce (NCCL's double binary tree, Sanders et al. 2009): 2 log2(p) alpha + 2 n / beta
   — the latency term grows with log p instead of p; NCCL picks whichever is faster, so do we;
 - ring reduce-scatter / all-gather: (p - 1) alpha + (p - 1)/p * n / beta
-- point-to-point: alpha + n / beta.
+- point-to-point: alpha + n / beta;
+- k broadcasts that together fill an n-byte buffer, each from the rank that owns its part
+  (ZeroRedundancyOptimizer's parameter-by-parameter sync): k ceil(log2 p) alpha + (p - 1)/p * n / beta
+  -- the bytes of one all-gather, but a (tree) latency per broadcast.
 """
 
 from __future__ import annotations
@@ -40,6 +43,15 @@ def reduce_scatter_seconds(nbytes: float, link: GroupLink) -> float:
 def all_gather_seconds(nbytes: float, link: GroupLink) -> float:
     """Ring all-gather into an ``nbytes`` buffer (each rank contributes nbytes / p)."""
     return reduce_scatter_seconds(nbytes, link)
+
+
+def broadcasts_seconds(count: int, nbytes: float, link: GroupLink) -> float:
+    """``count`` broadcasts that together fill an ``nbytes`` buffer on every rank, each from the rank
+    that owns that part (each rank receives the (p - 1)/p it does not own)."""
+    p = link.size
+    if p <= 1 or nbytes <= 0:
+        return 0.0
+    return count * math.ceil(math.log2(p)) * link.latency + (p - 1) / p * nbytes / link.bandwidth
 
 
 def p2p_seconds(nbytes: float, link: GroupLink) -> float:

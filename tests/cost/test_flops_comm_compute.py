@@ -4,7 +4,13 @@ import math
 
 import pytest
 
-from planc.cost.comm import all_gather_seconds, all_reduce_seconds, p2p_seconds, reduce_scatter_seconds
+from planc.cost.comm import (
+    all_gather_seconds,
+    all_reduce_seconds,
+    broadcasts_seconds,
+    p2p_seconds,
+    reduce_scatter_seconds,
+)
 from planc.cost.compute import Device, gemm_seconds, wave_efficiency
 from planc.cost.flops import hardware_flops_per_step, model_flops_per_step, narayanan_eq3
 from planc.hardware import GroupLink
@@ -51,6 +57,44 @@ def test_ring_collectives():
     assert p2p_seconds(n, LINK) == pytest.approx(1e-5 + 0.01)
     one = GroupLink(size=1, bandwidth=float("inf"), latency=0.0, nodes=1, per_node=1)
     assert all_reduce_seconds(n, one) == 0.0
+
+
+def test_parameter_by_parameter_broadcasts():
+    """ZeroRedundancyOptimizer's sync: 40 broadcasts fill a 1 GB buffer over 4 ranks: the bytes of
+    one all-gather (0.75 n / beta = 7.5 ms) and 40 tree latencies of log2(4) = 2 hops (40 x 2 x 1e-5)."""
+    assert broadcasts_seconds(40, 1e9, LINK) == pytest.approx(40 * 2 * 1e-5 + 0.0075)
+    assert broadcasts_seconds(1, 1e9, LINK) < all_gather_seconds(1e9, LINK)  # one tree beats the ring's 3 hops
+
+
+def test_zero1_prices_one_broadcast_per_parameter_tensor_for_planc_s_program():
+    """planc's ZeRO-1 step pays a broadcast latency per parameter tensor; with the latency raised by
+    d, its DP time grows by tensors x ceil(log2 dp) x d (Megatron-Core's profile keeps one all-gather)."""
+    from planc.cost import build_context, evaluate
+    from planc.cost.wrappers import tensors_per_rank
+    from planc.spec import Layout
+    from planc.strategies.registry import load_registry
+
+    from planc.units import Quantity
+
+    def zero1_dp_seconds(microseconds: float) -> tuple[float, int]:
+        latency = Quantity.of(microseconds, "us")
+        p = build_plan(
+            {
+                "model": {"preset": "gpt2"},
+                "hardware": {"device": "A100-80GB", "per_node": 8, "intra_node_latency": latency},
+                "train": {"global_batch": 64, "precision": "bf16"},
+            }
+        )
+        lay = Layout(tp=1, pp=1, dp=8, zero=1, recompute="none", schedule=None, micro_batch=8)
+        est = evaluate(p, lay, load_registry().passes(p, lay))
+        return est.comm_of("dp").total, tensors_per_rank(build_context(p, lay))
+
+    low, tensors = zero1_dp_seconds(10)
+    high, _ = zero1_dp_seconds(20)
+    # the gradient all-reduce's latency moves too: ring 2 x 7 or tree 2 x 3 hops per bucket; bound it
+    # from below by the broadcasts alone: tensors x 3 hops x 10 us
+    assert high - low >= tensors * 3 * 10e-6 * 0.999
+    assert tensors > 100  # GPT-2: 12 blocks of 12 tensors and more
 
 
 def test_tree_wins_for_small_messages_on_many_ranks():
