@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from planc.cost import build_context, evaluate
 from planc.cost.comm import (
     all_gather_seconds,
     all_reduce_seconds,
@@ -13,8 +14,11 @@ from planc.cost.comm import (
 )
 from planc.cost.compute import Device, gemm_seconds, wave_efficiency
 from planc.cost.flops import hardware_flops_per_step, model_flops_per_step, narayanan_eq3
+from planc.cost.wrappers import tensors_per_rank
 from planc.hardware import GroupLink
-from planc.spec import build_plan
+from planc.spec import Layout, build_plan
+from planc.strategies.registry import load_registry
+from planc.units import Quantity
 
 
 def test_narayanan_eq3_for_their_gpt():
@@ -69,12 +73,6 @@ def test_parameter_by_parameter_broadcasts():
 def test_zero1_prices_one_broadcast_per_parameter_tensor_for_planc_s_program():
     """planc's ZeRO-1 step pays a broadcast latency per parameter tensor; with the latency raised by
     d, its DP time grows by tensors x ceil(log2 dp) x d (Megatron-Core's profile keeps one all-gather)."""
-    from planc.cost import build_context, evaluate
-    from planc.cost.wrappers import tensors_per_rank
-    from planc.spec import Layout
-    from planc.strategies.registry import load_registry
-
-    from planc.units import Quantity
 
     def zero1_dp_seconds(microseconds: float) -> tuple[float, int]:
         latency = Quantity.of(microseconds, "us")
