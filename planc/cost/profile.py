@@ -122,6 +122,14 @@ class RuntimeProfile:
     """Bytes per element of the residual stream; ``None``: fp32 under autocast (fp32 params),
     bf16 under FSDP's bf16 parameters."""
 
+    @property
+    def torch_data_parallel(self) -> bool:
+        """Whether data parallelism is torch's own wrappers, as in planc's program (DDP or FSDP2's
+        ``replicate``, ``ZeroRedundancyOptimizer``): the profiles that derive their state bytes as
+        planc's runtime does. Another runtime's profile (Megatron-LM's contiguous grad buffer and
+        bucketed distributed optimizer) fixes them."""
+        return self.state_bytes is None
+
 
 #: The program planc emits: PyTorch eager, SDPA (flash) attention, no dropout, autocast bf16
 #: (fp32 params) for DDP/ZeRO-1 and FSDP2 MixedPrecisionPolicy(bf16 params, fp32 reduce) for

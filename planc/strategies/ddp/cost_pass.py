@@ -34,9 +34,8 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     if lay.dp == 1:
         return est
     link = ctx.links["dp"]
-    # planc's program (a profile without fixed state bytes derives them as planc's runtime does);
-    # another runtime's profile (Megatron-LM's DDP over bf16 parameters) keeps DDP's buckets.
-    replicated = ctx.profile.state_bytes is None and bf16_weights(
+    # planc's program; another runtime's profile (Megatron-LM's DDP over bf16 parameters) keeps DDP's buckets.
+    replicated = ctx.profile.torch_data_parallel and bf16_weights(
         ctx.plan.train.precision, lay.zero, lay.dp, getattr(options, "bf16_weights", True)
     )
     if replicated:

@@ -26,7 +26,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     link = ctx.links["dp"]
     nbytes, seconds, exposed = grad_all_reduce(ctx, bucket_bytes(options))
     params = ctx.state_bytes.working * max(st.params for st in ctx.stages)
-    if ctx.profile.state_bytes is None:  # planc's program: torch's ZeroRedundancyOptimizer
+    if ctx.profile.torch_data_parallel:  # torch's ZeroRedundancyOptimizer
         gather = broadcasts_seconds(tensors_per_rank(ctx), params, link)
         detail = "all-reduce of gradients + broadcast of updated parameters, one per tensor"
     else:
