@@ -253,7 +253,8 @@ def logits_bytes(
 
     (e = 2: 4 N + 10 c; e = 4: 8 N + 8 c). The unchunked float32 loss held 12 N at its peak (the
     log-softmax output, its incoming and its outgoing gradient over all logits), whatever e --
-    Korthikanti et al. 2022 count 4 s b V for the float32 logits alone.
+    Korthikanti et al. 2022 count 4 s b V for the float32 logits alone. When every token fits in
+    one chunk, planc's loss is that unchunked loss (no checkpointing): 12 N, below 2 e N + (12 - e) N.
 
     Other programs (``RuntimeProfile.loss``): ``whole`` is that unchunked loss, 12 N;
     ``megatron`` (Megatron's vocab-parallel cross-entropy, which computes the softmax in place in
@@ -266,6 +267,8 @@ def logits_bytes(
     if loss == "megatron":
         return (compute_bytes + 8) * n
     local_vocab = max(1, model.padded_vocab // tp)
+    if max(1, chunk_elements // local_vocab) >= model.seq_len * b:
+        return 12 * n  # one chunk: run as the whole loss, without checkpointing (planc.runtime.loss)
     c = min(n, max(1, chunk_elements // local_vocab) * local_vocab)
     e = compute_bytes
     return 2 * e * n + (12 - e) * c

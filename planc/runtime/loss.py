@@ -11,7 +11,8 @@ and runs each chunk's upcast + cross-entropy under non-reentrant activation chec
 produced them), and backward recomputes one chunk's float32 tensors at a time. So the float32
 work memory is bounded by one chunk however long the sequence or large the vocabulary, and the
 numbers are those of one float32 cross-entropy over all tokens (the chunk sums differ from a
-single sum only in summation order).
+single sum only in summation order). When all the tokens fit in one chunk, it runs as that one
+cross-entropy, without checkpointing (which would bound nothing there, and cost a recompute).
 
 It works unchanged on vocabulary-sharded DTensor logits under tensor parallelism's
 ``loss_parallel()``: splitting along tokens keeps the vocabulary sharding, and each chunk's
@@ -67,6 +68,12 @@ def chunked_cross_entropy(
     mask = _padding_mask(flat_logits, vocab) if vocab is not None and vocab < padded else None
     local_vocab = _local_width(flat_logits)
     step = tokens_per_chunk(local_vocab, chunk_elements)
+    if step >= count:
+        # One chunk holds every token: checkpointing it would bound nothing (its float32 tensors
+        # are the whole loss's either way) and would keep the logits and recompute the chunk in
+        # backward; without it the peak is the plain loss's 12 bytes per logit, below the chunked
+        # bound (planc.cost.memory.logits_bytes), and the step runs one forward of the loss.
+        return _chunk_loss_sum(flat_logits, flat_targets, mask) / count
     total: torch.Tensor | None = None
     # split, not slicing: one SplitBackward concatenates the chunks' gradients once, where each
     # slice's backward would write its chunk into a zero tensor of the full size
