@@ -36,6 +36,7 @@ from pathlib import Path
 from planc.cost import PROFILES
 from planc.cost.flops import model_flops_per_step, narayanan_eq3
 from planc.planner import NoLegalLayout, choose
+from planc.planner.checked import sharded_regime
 from planc.spec import build_plan
 from planc.strategies.registry import Registry, load_registry
 from planc.units import Quantity
@@ -128,6 +129,9 @@ def predict(run: dict, family: dict, registry: Registry) -> dict:
         "layout": _layout_text(choice.layout),
         "predicted_memory_gib": est.memory_bytes / GIB,
     }
+    regime = sharded_regime(choice.layout, est)
+    if regime is not None:
+        out["shard_ranks"], out["dp_traffic_ratio"] = regime[0], round(regime[1], 4)
     if "memory_gib" in run["reported"]:
         out["reported_memory_gib"] = run["reported"]["memory_gib"]
         out["memory_error"] = est.memory_bytes / GIB / run["reported"]["memory_gib"] - 1.0
@@ -202,6 +206,43 @@ def band(stats: dict) -> dict:
         "step_time_relative": round(statistics.median(held), 4) if held else None,
         "step_time_relative_worst_family": round(max(held), 4) if held else None,
         "tune_median_abs_error": round(statistics.median(tune), 4) if tune else None,
+    }
+
+
+#: A published run counts as a check of sharded data parallelism when predicted within this.
+CHECKED_WITHIN = 0.15
+
+
+def sharded_dp(results: list[dict], stats: dict) -> dict:
+    """Where sharded data parallelism has been checked (planc.planner.checked): the held-out runs
+    in the goal predicted within :data:`CHECKED_WITHIN` that no other such run exceeds in both
+    shard ranks and data-parallel traffic / compute; and the sharded runs outside the goal."""
+
+    def point(r: dict) -> dict:
+        return {
+            "run": r["id"],
+            "shard_ranks": r["shard_ranks"],
+            "traffic_ratio": r["dp_traffic_ratio"],
+            "error": round(r["error"], 4),
+        }
+
+    sharded = [r for r in results if "shard_ranks" in r and r.get("error") is not None]
+    in_goal = [r for r in sharded if stats[r["family"]]["split"] == "test" and stats[r["family"]]["in_goal"]]
+    checked = [r for r in in_goal if abs(r["error"]) <= CHECKED_WITHIN]
+
+    def key(r: dict) -> tuple[int, float]:
+        return r["shard_ranks"], r["dp_traffic_ratio"]
+
+    def exceeded(r: dict) -> bool:
+        return any(key(o) != key(r) and key(o)[0] >= key(r)[0] and key(o)[1] >= key(r)[1] for o in checked)
+
+    unique = {key(r): r for r in sorted(checked, key=lambda r: r["id"], reverse=True)}  # first id per point
+    frontier = sorted((r for r in unique.values() if not exceeded(r)), key=key)
+    beyond = [r for r in sharded if not stats[r["family"]]["in_goal"]]
+    return {
+        "within": CHECKED_WITHIN,
+        "frontier": [point(r) for r in frontier],
+        "beyond": [point(r) for r in beyond],
     }
 
 
@@ -326,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     stats = family_stats(results, families, runs)
     print_summary(stats)
     print(f"\nband for the planner: {band(stats)}")
+    print(f"sharded data parallelism checked up to: {sharded_dp(results, stats)['frontier']}")
     if not args.summary:
         print_runs(results)
     print(f"\n{len(results)} runs in {time.perf_counter() - start:.1f} s")
@@ -335,19 +377,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.family:
             print("--write-stats needs every family (drop --family)", file=sys.stderr)
             return 2
-        write_stats(stats)
+        write_stats(stats, sharded_dp(results, stats))
         DOC.write_text(refreshed_doc(DOC.read_text(encoding="utf-8"), markdown_blocks(results, stats, families)))
         print(f"refreshed {DOC.relative_to(ROOT)}")
     return 0
 
 
-def write_stats(stats: dict) -> None:
+def write_stats(stats: dict, sharded: dict) -> None:
     doc = {
         "about": "Cost-model step-time error against published runs, per family; written by "
         "bench/accuracy.py --write-stats from tests/data/published_runs.json. Fields: docs/accuracy.md.",
         "error_definition": "predicted throughput / reported throughput - 1",
         "band": band(stats),
         "families": stats,
+        "sharded_dp": sharded,
     }
     STATS.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {STATS.relative_to(ROOT)}")

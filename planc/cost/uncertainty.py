@@ -10,6 +10,7 @@ held-out families only.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -26,3 +27,60 @@ def step_time_uncertainty() -> float:
     """Typical relative error of a predicted step time on a program the model was not tuned on:
     the median, over the held-out families in the goal, of each family's median |error|."""
     return float(accuracy_table()["band"]["step_time_relative"])
+
+
+# -- where the model has been checked: sharded data parallelism at scale --------------------------
+#
+# Sharded data parallelism (ZeRO-2/3, FSDP, HSDP) moves a per-rank volume that does not shrink with
+# the number of ranks, and hides it behind compute. The published runs check that model up to some
+# number of ranks; beyond, the one published measurement (Narayanan et al. 2021 Table 2:
+# DeepSpeed's ZeRO-3 of 2021 at 384-1536 ranks) ran 1.4-3.6x slower than predicted, for reasons
+# docs/accuracy.md narrows to that program but cannot prove. So a layout sharding over more ranks
+# than every checked run is flagged, and the planner prefers a checked one when one fits
+# (docs/planner.md, "How sure").
+
+
+@dataclass(frozen=True)
+class CheckedRun:
+    """A published run of sharded data parallelism, as the cost model saw it."""
+
+    run: str
+    shard_ranks: int
+    """Ranks the model states are sharded over (the dp group, or HSDP's shard group)."""
+    traffic_ratio: float
+    """The model's data-parallel communication time over compute time for the run."""
+    error: float
+    """predicted throughput / reported throughput - 1."""
+
+
+def _runs(key: str) -> tuple[CheckedRun, ...]:
+    block = accuracy_table().get("sharded_dp", {})
+    return tuple(CheckedRun(**r) for r in block.get(key, ()))
+
+
+def sharded_dp_frontier() -> tuple[CheckedRun, ...]:
+    """The checked runs (held-out families in the goal, predicted within :func:`sharded_dp_within`)
+    that no other checked run exceeds in both shard ranks and traffic ratio."""
+    return _runs("frontier")
+
+
+def sharded_dp_beyond() -> tuple[CheckedRun, ...]:
+    """Published sharded runs outside the goal (programs planc does not model), with their errors."""
+    return _runs("beyond")
+
+
+def sharded_dp_within() -> float:
+    """The |error| a published run had to be predicted within to count as checked."""
+    return float(accuracy_table().get("sharded_dp", {}).get("within", 0.15))
+
+
+def sharded_dp_checked_by(shard_ranks: int) -> CheckedRun | None:
+    """The checked run with the fewest shard ranks that are still at least ``shard_ranks``, or None
+    when every checked run sharded over fewer ranks.
+
+    Ranks, not the traffic ratio, decide: what the published runs leave open is the scale (the
+    regime of issue 12 point 4), while a high ratio of data-parallel traffic to compute on a slow
+    network is as unchecked for DDP as for ZeRO-3, and setting aside only the sharded layouts
+    there would trade a slow network's HSDP for a slower ZeRO-1."""
+    covering = [r for r in sharded_dp_frontier() if r.shard_ranks >= shard_ranks]
+    return min(covering, key=lambda r: r.shard_ranks) if covering else None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from planc.cost.uncertainty import sharded_dp_beyond
 from planc.planner.advice import Advice
+from planc.planner.checked import widest_checked
 from planc.planner.margin import TIE_BAND
 from planc.units import format_bandwidth, format_bytes, format_seconds
 
@@ -97,7 +99,38 @@ def _per_node_network(a: Advice) -> str:
     )
 
 
+def _unchecked(a: Advice) -> str:
+    assert a.regime is not None
+    ranks, ratio = a.regime
+    where = f"shards data parallelism over {ranks} ranks with DP traffic {ratio:.2f}× its compute"
+    widest = widest_checked()
+    checked = (
+        f"more ranks than any published run the model was checked on (at most {widest.shard_ranks}, "
+        f"at {widest.traffic_ratio:.2f}×: {widest.run}, predicted {widest.error:+.0%})"
+        if widest
+        else "and no published run checks the model there"
+    )
+    beyond = sharded_dp_beyond()
+    if beyond:
+        slow = sorted(1 + r.error for r in beyond)
+        families = sorted({r.run.split("/")[0] for r in beyond})
+        ranks = sorted(r.shard_ranks for r in beyond)
+        checked += (
+            f"; the one published measurement at {ranks[0]}–{ranks[-1]} ranks ({', '.join(families)}, "
+            f"another program) ran {slow[0]:.1f}–{slow[-1]:.1f}× slower than this model predicts"
+        )
+    if a.layout is not None and a.gain is not None:
+        speed = f"{_faster(a.gain)} by the model" if a.gain >= 1 else f"{1 - a.gain:.0%} slower but simpler"
+        return (
+            f"note: the rule would pick {a.layout.describe()} ({speed}), but it {where}, {checked}: "
+            f"set aside for a checked layout (fix its keys to take it anyway)"
+        )
+    why = "the plan fixes it" if a.fixed else "no checked layout fits"
+    return f"warning: this layout {where}, {checked}; {why}, so expect a wider error than the band"
+
+
 _WORDS = {
+    "unchecked": _unchecked,
     "within_margin": _within_margin,
     "close_to_limit": _close_to_limit,
     "headroom": _headroom,

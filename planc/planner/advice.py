@@ -1,6 +1,8 @@
 """What an experienced engineer would tell the plan's author after the choice: warnings and hints,
 as data (:mod:`planc.explain.advice_words` words them; ``planc explain`` prints them as notes).
 
+- a layout past every published check of sharded data parallelism: set aside, or chosen because
+  nothing checked fits;
 - a faster, more complex layout left out because its gain is within the model's margin;
 - memory close to the limit, or a misfit only because of the headroom;
 - a global batch that no good layout divides, and the nearby batch that one would;
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.legality.rules import AUTO
+from planc.planner.checked import sharded_regime, unchecked
 from planc.planner.choose import Choice, pick
 from planc.planner.explore import Candidate, search
 from planc.planner.ladder import rung_name
@@ -48,7 +51,7 @@ class Advice:
     """One warning or hint. ``kind`` says which; the other fields carry its numbers."""
 
     kind: str
-    """within_margin | close_to_limit | headroom | batch | devices | fixed_key | per_node_network"""
+    """unchecked | within_margin | close_to_limit | headroom | batch | devices | fixed_key | per_node_network"""
     layout: Layout | None = None
     """The layout the advice points at (the faster one, the roomier one, the freed one)."""
     rung: str | None = None
@@ -68,6 +71,10 @@ class Advice:
     keys: tuple[str, ...] = ()
     """fixed_key: the keys freed, as the plan writes them."""
     bandwidth: float | None = None
+    regime: tuple[int, float] | None = None
+    """unchecked: (shard ranks, data-parallel traffic / compute) of the layout past the published checks."""
+    fixed: bool = False
+    """unchecked: the plan fixed the layout (the planner did not choose it)."""
 
 
 def advise(
@@ -75,6 +82,7 @@ def advise(
 ) -> tuple[Advice, ...]:
     """Every piece of advice for ``plan`` and its ``choice``, most important first."""
     found: list[Advice | None] = [
+        unchecked_regime(plan, choice),
         within_margin(choice),
         close_to_limit(choice),
         fits_without_headroom(plan, choice),
@@ -84,6 +92,22 @@ def advise(
         found += [nearby_batch(plan, choice, registry, profile), too_many_devices(plan, choice, registry, profile)]
         found += fixed_keys(plan, choice, registry, profile)
     return tuple(a for a in found if a is not None)
+
+
+def unchecked_regime(plan: Plan, choice: Choice) -> Advice | None:
+    """The layout the rule would have picked, set aside because it shards data parallelism past every
+    published check; or the chosen layout itself past them (nothing checked fits, or the plan fixed it)."""
+    if choice.set_aside is not None:
+        other = choice.set_aside
+        return Advice(
+            "unchecked",
+            layout=other.layout,
+            gain=other.tokens_per_s / choice.estimate.tokens_per_s,
+            regime=sharded_regime(other.layout, other.estimate),
+        )
+    if unchecked(plan, choice.layout, choice.estimate):
+        return Advice("unchecked", regime=sharded_regime(choice.layout, choice.estimate), fixed=choice.fixed)
+    return None
 
 
 def within_margin(choice: Choice) -> Advice | None:

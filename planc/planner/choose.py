@@ -5,6 +5,8 @@
 2. Among those that fit, find the best throughput (tokens/s).
 3. Keep those the best does not beat by more than the margin (:mod:`planc.planner.margin`: the
    model's measured uncertainty and a floor in seconds, or the plan's ``tolerance``).
+   Layouts that shard data parallelism past every published run the model was checked on
+   (:mod:`planc.planner.checked`) are set aside first when a checked layout fits.
 4. Pick the one with the smallest complexity rank (:mod:`planc.planner.ladder`); among equally
    complex layouts within :data:`~planc.planner.margin.TIE_BAND` of each other, the one that
    leaves the most memory free, when it frees at least ``MEMORY_WORTH`` of the capacity.
@@ -26,6 +28,7 @@ from planc.cost.estimate import Estimate
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.legality.rules import AUTO, MULTI_STAGE_SCHEDULES, fixed
 from planc.legality.space import why_no_layout
+from planc.planner.checked import unchecked
 from planc.planner.explore import Candidate, SearchResult, evaluate_layout, hunger, search
 from planc.planner.ladder import Rung, complexity, rung_of
 from planc.planner.margin import MEMORY_WORTH, TIE_BAND, Margin, planner_margin
@@ -63,6 +66,9 @@ class Choice:
     """What a more complex layout had to buy (None only for Choices built by hand)."""
     advice: tuple = ()
     """Warnings and hints about the plan (:func:`planc.planner.advice.advise`; set by explain)."""
+    set_aside: Candidate | None = None
+    """The layout the rule would have picked, set aside because it shards data parallelism past
+    every published check (:func:`prefer_checked`)."""
 
 
 def is_fully_fixed(plan: Plan) -> bool:
@@ -130,8 +136,12 @@ def choose(
     if not result.fitting:
         return replace(_nothing_fits(plan, registry, result, tol, profile), margin=margin)
 
-    best = max(result.fitting, key=lambda c: c.tokens_per_s)
-    chosen = pick(result.fitting, best, margin)
+    candidates, set_aside = prefer_checked(plan, result.fitting)
+    best = max(candidates, key=lambda c: c.tokens_per_s)
+    chosen = pick(candidates, best, margin)
+    # What the rule would have picked with every fitting layout in play, if that was set aside.
+    every = result.fitting
+    unchecked_pick = pick(every, max(every, key=lambda c: c.tokens_per_s), margin) if set_aside else None
     others = sorted((c for c in result.fitting if c is not chosen), key=lambda c: -c.tokens_per_s)
     return Choice(
         layout=chosen.layout,
@@ -145,7 +155,18 @@ def choose(
         scored=result.scored,
         search_seconds=result.seconds,
         margin=margin,
+        set_aside=unchecked_pick if unchecked_pick is not None and unchecked_pick is not chosen else None,
     )
+
+
+def prefer_checked(plan: Plan, fitting: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
+    """(the candidates to choose from, those set aside): layouts past every published check of
+    sharded data parallelism (:mod:`planc.planner.checked`) are set aside when a checked one fits
+    -- a prediction the model has never been held to does not outbid one it has."""
+    checked = [c for c in fitting if not unchecked(plan, c.layout, c.estimate)]
+    if not checked or len(checked) == len(fitting):
+        return fitting, []
+    return checked, [c for c in fitting if unchecked(plan, c.layout, c.estimate)]
 
 
 def pick(fitting: list[Candidate], best: Candidate, margin: Margin) -> Candidate:

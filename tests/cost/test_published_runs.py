@@ -99,6 +99,7 @@ def test_accuracy_file_is_current(bench, results):
     table = accuracy_table()
     assert table["families"] == stats, "run `python bench/accuracy.py --write-stats`"
     assert table["band"] == bench.band(stats)
+    assert table["sharded_dp"] == bench.sharded_dp(results, stats)
     assert 0 < step_time_uncertainty() < 1
 
 
