@@ -122,6 +122,10 @@ def _summarise(out: Path) -> None:
         f"({format_seconds(w.tp_sp_per_block)} with SP) "
         f"(per micro-batch), pipeline {format_seconds(w.pp_per_action)} per schedule action"
     )
+    print(
+        f"  activation checkpointing, beyond the rerun forward: full {format_seconds(w.checkpoint_per_block)}, "
+        f"selective {format_seconds(w.selective_per_block)} per block per micro-batch"
+    )
     for c in profile.collectives:
         speed = f"{format_bandwidth(c.bandwidth)}, latency {format_seconds(c.latency)}"
         print(f"  {c.kind} x{c.group_size} ({c.medium}): {speed}")

@@ -12,6 +12,9 @@ alpha + n / beta. For a group of p ranks whose slowest hop has (alpha, beta) —
 - k broadcasts that together fill an n-byte buffer, each from the rank that owns its part
   (ZeroRedundancyOptimizer's parameter-by-parameter sync): k ceil(log2 p) alpha + (p - 1)/p * n / beta
   -- the bytes of one all-gather, but a (tree) latency per broadcast.
+
+(alpha, beta) are the group's (:meth:`~planc.hardware.topology.GroupLink.alpha_beta`): per
+collective kind where a hardware profile measured that kind, else the link's.
 """
 
 from __future__ import annotations
@@ -26,23 +29,28 @@ def all_reduce_seconds(nbytes: float, link: GroupLink) -> float:
     p = link.size
     if p <= 1 or nbytes <= 0:
         return 0.0
-    alpha, beta = link.latency, link.bandwidth
+    alpha, beta = link.alpha_beta("all_reduce")
     ring = 2 * (p - 1) * alpha + 2 * (p - 1) / p * nbytes / beta
     tree = 2 * math.ceil(math.log2(p)) * alpha + 2 * nbytes / beta
     return min(ring, tree)
 
 
-def reduce_scatter_seconds(nbytes: float, link: GroupLink) -> float:
-    """Ring reduce-scatter of an ``nbytes`` buffer (each rank keeps nbytes / p)."""
+def _ring_seconds(kind: str, nbytes: float, link: GroupLink) -> float:
     p = link.size
     if p <= 1 or nbytes <= 0:
         return 0.0
-    return (p - 1) * link.latency + (p - 1) / p * nbytes / link.bandwidth
+    alpha, beta = link.alpha_beta(kind)
+    return (p - 1) * alpha + (p - 1) / p * nbytes / beta
+
+
+def reduce_scatter_seconds(nbytes: float, link: GroupLink) -> float:
+    """Ring reduce-scatter of an ``nbytes`` buffer (each rank keeps nbytes / p)."""
+    return _ring_seconds("reduce_scatter", nbytes, link)
 
 
 def all_gather_seconds(nbytes: float, link: GroupLink) -> float:
     """Ring all-gather into an ``nbytes`` buffer (each rank contributes nbytes / p)."""
-    return reduce_scatter_seconds(nbytes, link)
+    return _ring_seconds("all_gather", nbytes, link)
 
 
 def broadcasts_seconds(count: int, nbytes: float, link: GroupLink) -> float:
@@ -58,4 +66,5 @@ def p2p_seconds(nbytes: float, link: GroupLink) -> float:
     """One point-to-point transfer of ``nbytes``."""
     if link.size <= 1 or nbytes <= 0:
         return 0.0
-    return link.latency + nbytes / link.bandwidth
+    alpha, beta = link.alpha_beta("send_recv")
+    return alpha + nbytes / beta

@@ -12,7 +12,9 @@ holds what one unit costs (:class:`~planc.spec.hardware_profile.WrapperOverheads
 - DTensor TP: every block of a rank, per micro-batch, at the cost measured on planc's own block
   with its TP plan, with or without sequence parallelism;
 - the pipeline schedule: every action of a rank (each of its v chunks' forward and backward of
-  each micro-batch; zero-bubble splits the backward in two, input and weight gradients).
+  each micro-batch; zero-bubble splits the backward in two, input and weight gradients);
+- activation checkpointing: every block of a rank, per micro-batch, full or selective (measured
+  on one process, beyond the rerun forward the recompute pass prices).
 
 Without a profile (or with one that predates these fields) every cost is 0 and no term is added:
 data-sheet predictions, the GPU ones included, do not move. On a GPU this host time overlaps the
@@ -75,3 +77,11 @@ def pp_seconds(ctx: CostContext) -> float:
     lay = ctx.layout
     passes = 3 if lay.schedule == "zero-bubble" else 2
     return passes * ctx.micro_batches * lay.virtual_stages * measured_overheads(ctx).pp_per_action
+
+
+def recompute_seconds(ctx: CostContext) -> float:
+    """``checkpoint_wrapper``'s own work (full) or with planc's selective policy, per block and
+    micro-batch, beyond the rerun forward the recompute pass prices."""
+    mode, w = ctx.layout.recompute, measured_overheads(ctx)
+    per_block = {"full": w.checkpoint_per_block, "selective": w.selective_per_block}.get(mode, 0.0)
+    return ctx.micro_batches * max(st.layers for st in ctx.stages) * per_block

@@ -66,6 +66,19 @@ class GroupLink:
     """Number of nodes the group spans."""
     per_node: int
     """Members of the group in each node it spans."""
+    kinds: tuple[tuple[str, float, float], ...] = ()
+    """Per collective kind measured by ``planc calibrate`` on this medium, other than the one that
+    set ``latency`` and ``bandwidth``: (kind, alpha, beta relative to that one's)."""
+
+    def alpha_beta(self, kind: str) -> tuple[float, float]:
+        """(alpha, beta) of a ``kind`` collective ("all_reduce", "all_gather", "reduce_scatter",
+        "send_recv") over this group: the kind's own fit where the hardware profile has one (gloo
+        on CPU: an all-gather's start-up 2x and a reduce-scatter's 4x an all-reduce's), else the
+        link's. The relative beta keeps the topology's scaling (k NICs per node, the slowest hop)."""
+        for name, alpha, relative_beta in self.kinds:
+            if name == kind:
+                return alpha, self.bandwidth * relative_beta
+        return self.latency, self.bandwidth
 
     @property
     def crosses_nodes(self) -> bool:
@@ -132,7 +145,14 @@ class Topology:
             limits.append(min(sum(g.edges[r, FABRIC]["bandwidth"] for r in members) for members in by_node.values()))
         latency = hw.inter_node_latency if crosses else hw.intra_node_latency
         per_node = min(len(m) for m in by_node.values())
-        return GroupLink(size=len(ranks), bandwidth=min(limits), latency=latency, nodes=len(by_node), per_node=per_node)
+        return GroupLink(
+            size=len(ranks),
+            bandwidth=min(limits),
+            latency=latency,
+            nodes=len(by_node),
+            per_node=per_node,
+            kinds=_measured_kinds(hw, "inter_node" if crosses else "intra_node"),
+        )
 
     def group(self, kind: str, dims: ParallelDims) -> GroupLink:
         """The link of the ``kind`` group of ``dims`` (all groups of a kind are congruent)."""
@@ -148,9 +168,11 @@ class Topology:
         na, nb = g.nodes[a]["node"], g.nodes[b]["node"]
         if na == nb:
             bw = min(g.edges[a, ("nvswitch", na)]["bandwidth"], g.edges[b, ("nvswitch", nb)]["bandwidth"])
-            return GroupLink(size=2, bandwidth=bw, latency=self.hardware.intra_node_latency, nodes=1, per_node=2)
+            kinds = _measured_kinds(self.hardware, "intra_node")
+            return GroupLink(2, bw, self.hardware.intra_node_latency, nodes=1, per_node=2, kinds=kinds)
         bw = min(g.edges[a, FABRIC]["bandwidth"], g.edges[b, FABRIC]["bandwidth"])
-        return GroupLink(size=2, bandwidth=bw, latency=self.hardware.inter_node_latency, nodes=2, per_node=1)
+        kinds = _measured_kinds(self.hardware, "inter_node")
+        return GroupLink(2, bw, self.hardware.inter_node_latency, nodes=2, per_node=1, kinds=kinds)
 
     def pipeline_p2p(self, dims: ParallelDims) -> GroupLink:
         """The link between pipeline neighbours (rank 0 and the first rank of stage 1)."""
@@ -163,6 +185,20 @@ class Topology:
                 link = self.p2p(0, dims.dp * dims.tp)
             self._links[key] = link
         return link
+
+
+def _measured_kinds(hw: HardwareSpec, medium: str) -> tuple[tuple[str, float, float], ...]:
+    """:attr:`GroupLink.kinds` from a hardware profile's collective fits on ``medium``: each kind
+    but the reference (the all-reduce, as :func:`~planc.spec.hardware_profile.hardware_values`
+    chose for the link) with its alpha and its beta over the reference's. Empty without a profile,
+    or when the plan wrote that medium's bandwidth or latency itself (its keys win)."""
+    fits = [f for f in (hw.measured.collectives if hw.measured else ()) if f.medium == medium]
+    if not fits:
+        return ()
+    reference = next((f for f in fits if f.kind == "all_reduce"), fits[0])
+    if (getattr(hw, f"{medium}_bw"), getattr(hw, f"{medium}_latency")) != (reference.bandwidth, reference.latency):
+        return ()
+    return tuple((f.kind, f.latency, f.bandwidth / reference.bandwidth) for f in fits if f.kind != reference.kind)
 
 
 def _build_graph(hw: HardwareSpec) -> nx.Graph:

@@ -66,6 +66,16 @@ class CollectiveFit(BaseModel):
     """(buffer bytes, median seconds) measured."""
 
 
+class CollectiveRate(BaseModel):
+    """A :class:`CollectiveFit` without its points: what the cost model prices a collective with."""
+
+    model_config = _FROZEN
+    kind: Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all"]
+    medium: Literal["intra_node", "inter_node"]
+    latency: float = Field(ge=0)
+    bandwidth: float = Field(gt=0)
+
+
 class WrapperOverheads(BaseModel):
     """Host seconds each strategy's PyTorch wrapper adds beyond the plain model's eager ops and
     beyond the collectives the cost model prices on their own (``planc.calibrate.wrappers``
@@ -89,6 +99,12 @@ class WrapperOverheads(BaseModel):
     pp_per_action: float = Field(default=0.0, ge=0)
     """``torch.distributed.pipelining``: one schedule action (one stage's forward or backward of
     one micro-batch) with its send/receive bookkeeping."""
+    checkpoint_per_block: float = Field(default=0.0, ge=0)
+    """Full recomputation: ``checkpoint_wrapper``'s own host work per block and micro-batch, beyond
+    the forward it reruns (which the cost model prices); measured on one process."""
+    selective_per_block: float = Field(default=0.0, ge=0)
+    """Selective recomputation: the same under planc's selective policy (a dispatch mode that asks
+    the policy about every aten op), beyond one whole rerun forward."""
 
 
 class MeasuredRates(BaseModel):
@@ -106,6 +122,10 @@ class MeasuredRates(BaseModel):
     alike: a chain of small ops timed forward + backward over the aten ops it ran."""
     wrappers: WrapperOverheads = WrapperOverheads()
     """What the strategies' wrappers add per unit of their own (0 without a multi-process calibration)."""
+    collectives: tuple[CollectiveRate, ...] = ()
+    """The profile's collective fits, every kind (filled when a plan reads the profile): the links
+    take the all-reduce's as their latency and bandwidth, and each other kind prices with its own
+    (:meth:`planc.hardware.topology.GroupLink.alpha_beta`)."""
 
 
 class HardwareProfile(BaseModel):
@@ -166,7 +186,8 @@ def hardware_values(profile: HardwareProfile) -> dict:
     """The ``hardware`` keys a profile sets (a plan's own keys win over these).
 
     Collective fits become the links' bandwidth and latency: per medium, the all-reduce fit
-    (the collective data parallelism, the most common, runs) or else the first kind measured.
+    (the collective data parallelism, the most common, runs) or else the first kind measured;
+    the other kinds' fits ride along in ``measured.collectives`` and price their own kind.
     Compute and memory rates go in ``measured`` and replace the data-sheet rates in the cost
     model (:func:`planc.cost.compute.device_for`).
     """
@@ -174,7 +195,17 @@ def hardware_values(profile: HardwareProfile) -> dict:
         f"{profile.device_name}, {profile.world_size} process(es) over {profile.backend}, "
         f"{profile.created}, torch {profile.torch_version}"
     )
-    values: dict = {"measured": profile.measured.model_copy(update={"measured_on": where})}
+    values: dict = {
+        "measured": profile.measured.model_copy(
+            update={
+                "measured_on": where,
+                "collectives": tuple(
+                    CollectiveRate(kind=f.kind, medium=f.medium, latency=f.latency, bandwidth=f.bandwidth)
+                    for f in profile.collectives
+                ),
+            }
+        )
+    }
     for medium in ("intra_node", "inter_node"):
         fits = [f for f in profile.collectives if f.medium == medium]
         if not fits:

@@ -60,6 +60,10 @@ def test_calibrate_writes_a_profile_the_plan_uses(tmp_path, capsys):
     # Two processes: the wrappers were measured; FSDP2's hooks and DTensor's dispatch cost host
     # time beyond the plain step and their collectives on any machine.
     assert profile.measured.wrappers.fsdp_per_unit > 0 and profile.measured.wrappers.tp_per_block > 0
+    # Checkpointing's own work (one process, beyond the rerun forward): the selective policy's
+    # dispatch mode asks about every op, so it costs more than full recomputation's wrapper.
+    w = profile.measured.wrappers
+    assert 0 < w.checkpoint_per_block < w.selective_per_block
 
     (tmp_path / "tiny.plan").write_text(PLAN.replace("PROFILE", 'profile = "cal.json"'))
     from planc.cli import main

@@ -120,6 +120,40 @@ def test_cost_model_uses_measured_rates(tmp_path):
     assert bare.measured is None and bare.seconds_per_op == 0.0
 
 
+def test_each_collective_kind_prices_with_its_own_fit(tmp_path):
+    # gloo on CPU: an all-gather's start-up ~2x and a reduce-scatter's ~4x an all-reduce's
+    # (docs/accuracy.md). The link takes the all-reduce fit; the others ride along per kind.
+    from planc.cost.comm import all_gather_seconds, all_reduce_seconds, p2p_seconds, reduce_scatter_seconds
+    from planc.hardware.topology import topology_for
+    from planc.spec.parallel_dims import ParallelDims
+    from planc.units import Quantity
+
+    fits = [
+        ("all_reduce", 100e-6, 2e9),
+        ("all_gather", 200e-6, 4e9),
+        ("reduce_scatter", 400e-6, 1e9),
+        ("send_recv", 50e-6, 2e9),
+    ]
+    collectives = [
+        {"kind": k, "group_size": 2, "medium": "intra_node", "latency": a, "bandwidth": b, "points": [[4096, 1e-3]]}
+        for k, a, b in fits
+    ]
+    plan = plan_with(tmp_path, profile_dict(collectives=collectives))
+    link = topology_for(plan.hardware).group("dp", ParallelDims(tp=1, pp=1, dp=2, world_size=2))
+    n = 1e6
+    # The cost model's ring formulas over p = 2 with each kind's (alpha, beta), by hand:
+    assert all_reduce_seconds(n, link) == pytest.approx(min(2 * 100e-6 + n / 2e9, 2 * 100e-6 + 2 * n / 2e9))
+    assert all_gather_seconds(n, link) == pytest.approx(200e-6 + 0.5 * n / 4e9)
+    assert reduce_scatter_seconds(n, link) == pytest.approx(400e-6 + 0.5 * n / 1e9)
+    assert p2p_seconds(n, topology_for(plan.hardware).p2p(0, 1)) == pytest.approx(50e-6 + n / 2e9)
+    # A plan that writes the link itself is taken at its word, for every kind.
+    written = plan_with(
+        tmp_path, profile_dict(collectives=collectives), intra_node_latency=Quantity(1e-6, "time", "1 us")
+    )
+    link = topology_for(written.hardware).group("dp", ParallelDims(tp=1, pp=1, dp=2, world_size=2))
+    assert reduce_scatter_seconds(n, link) == pytest.approx(1e-6 + 0.5 * n / 2e9)
+
+
 @pytest.mark.parametrize(
     ("profile", "message"),
     [

@@ -16,6 +16,8 @@ FSDP_PER_UNIT = 1e-3
 TP_PER_BLOCK = 2e-3
 TP_SP_PER_BLOCK = 5e-3
 PP_PER_ACTION = 300e-6
+CHECKPOINT_PER_BLOCK = 700e-6
+SELECTIVE_PER_BLOCK = 2e-3
 
 
 def wrapper_profile(**wrappers) -> dict:
@@ -42,6 +44,8 @@ def calibrated(tmp_path):
             tp_per_block=TP_PER_BLOCK,
             tp_sp_per_block=TP_SP_PER_BLOCK,
             pp_per_action=PP_PER_ACTION,
+            checkpoint_per_block=CHECKPOINT_PER_BLOCK,
+            selective_per_block=SELECTIVE_PER_BLOCK,
         ),
     )
 
@@ -89,6 +93,14 @@ def test_pipeline_charges_every_schedule_action(calibrated):
     assert zero_bubble[name] == pytest.approx(12 * PP_PER_ACTION)
 
 
+def test_recomputation_charges_every_block_per_micro_batch(calibrated):
+    # dp 1 at micro-batch 2: 4 micro-batches x 2 layers, full or selective; nothing without recompute.
+    name = "activation checkpointing's own work (measured)"
+    assert other_terms(calibrated, recompute="full")[name] == pytest.approx(4 * 2 * CHECKPOINT_PER_BLOCK)
+    assert other_terms(calibrated, recompute="selective")[name] == pytest.approx(4 * 2 * SELECTIVE_PER_BLOCK)
+    assert name not in other_terms(calibrated)
+
+
 def test_no_wrapper_term_without_measurement(tmp_path):
     # A profile of the previous format (no "wrappers" key) still loads, with every cost 0 ...
     old = profile_dict()
@@ -96,5 +108,6 @@ def test_no_wrapper_term_without_measurement(tmp_path):
     assert HardwareProfile.model_validate(old).measured.wrappers.fsdp_per_unit == 0.0
     # ... and neither it nor a plan without a profile adds a term.
     for plan in (plan_with(tmp_path, old), plan_with(tmp_path, None), fp32(plan_with(tmp_path, old))):
-        for layout in ({"dp": 2}, {"dp": 2, "zero": 1}, {"dp": 2, "zero": 3}, {"tp": 2}, {"pp": 2, "schedule": "1f1b"}):
+        layouts = ({"dp": 2}, {"dp": 2, "zero": 1}, {"dp": 2, "zero": 3}, {"tp": 2}, {"pp": 2, "schedule": "1f1b"})
+        for layout in layouts + ({"recompute": "full"}, {"recompute": "selective"}):
             assert not any("(measured)" in name for name in other_terms(plan, **layout))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term, replace
+from planc.cost.wrappers import recompute_seconds, with_wrapper_time
 from planc.strategies.tensor_parallel.cost_pass import sp_regather, tp_block_collectives
 
 
@@ -50,7 +51,11 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
                 volume=tp.volume + blocks * sent / 2,
                 detail=tp.detail + ", +2 in the recomputed forward",
             )
-    return est.updated(stage_fn=stage_fn, comm=comm, compute=est.compute + extra, recompute=est.recompute + extra)
+    est = est.updated(stage_fn=stage_fn, comm=comm, compute=est.compute + extra, recompute=est.recompute + extra)
+    return with_wrapper_time(est, _WRAPPER, recompute_seconds(ctx))
+
+
+_WRAPPER = "activation checkpointing's own work (measured)"
 
 
 def _with_regather(ctx: CostContext, est: Estimate) -> CommCost | None:
