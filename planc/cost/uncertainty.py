@@ -53,6 +53,7 @@ class CheckedRun:
     """predicted throughput / reported throughput - 1."""
 
 
+@lru_cache(maxsize=2)
 def _runs(key: str) -> tuple[CheckedRun, ...]:
     block = accuracy_table().get("sharded_dp", {})
     return tuple(CheckedRun(**r) for r in block.get(key, ()))
