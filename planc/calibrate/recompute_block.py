@@ -64,7 +64,8 @@ def _probe(fn: Callable[[], None], device: torch.device) -> float:
 
 def _beyond(fn: Callable[[], None], reference: Callable[[], None], device: torch.device, budget: float) -> float:
     """Median of (``fn`` - ``reference``) over alternating repetitions."""
-    fn(), reference()
+    fn()
+    reference()
     differences = []
     for _ in range(repeats_for(2 * _probe(fn, device), budget, least=5)):
         differences.append(

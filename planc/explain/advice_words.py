@@ -114,10 +114,10 @@ def _unchecked(a: Advice) -> str:
     if beyond:
         slow = sorted(1 + r.error for r in beyond)
         families = sorted({r.run.split("/")[0] for r in beyond})
-        ranks = sorted(r.shard_ranks for r in beyond)
+        low, high = min(r.shard_ranks for r in beyond), max(r.shard_ranks for r in beyond)
         checked += (
-            f"; the one published measurement at {ranks[0]}–{ranks[-1]} ranks ({', '.join(families)}, "
-            f"another program) ran {slow[0]:.1f}–{slow[-1]:.1f}× slower than this model predicts"
+            f"; the one published measurement at {low}–{high} ranks ({', '.join(families)}, another program)"
+            f" ran {slow[0]:.1f}–{slow[-1]:.1f}× slower than this model predicts"
         )
     if a.layout is not None and a.gain is not None:
         speed = f"{_faster(a.gain)} by the model" if a.gain >= 1 else f"{1 - a.gain:.0%} slower but simpler"
