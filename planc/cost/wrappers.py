@@ -9,12 +9,14 @@ holds what one unit costs (:class:`~planc.spec.hardware_profile.WrapperOverheads
   reducer's hooks and bucket copies run on the synchronising micro-batch; ``no_sync`` skips them);
 - FSDP2 ``fully_shard`` and bf16 DDP's ``replicate``: every unit (each block, the root), per
   micro-batch (their pre/post forward and backward hooks run every micro-batch);
-- DTensor TP: every block of a rank, per micro-batch, at the cost measured on planc's own block
-  with its TP plan, with or without sequence parallelism;
+- DTensor TP: every block of a rank, per micro-batch, at the cost measured on planc's own GPT
+  block with its TP plan, with or without sequence parallelism, scaled by the plan's block's op
+  count over the GPT block's (DTensor's cost is per op);
 - the pipeline schedule: every action of a rank (each of its v chunks' forward and backward of
   each micro-batch; zero-bubble splits the backward in two, input and weight gradients);
 - activation checkpointing: every block of a rank, per micro-batch, full or selective (measured
-  on one process, beyond the rerun forward the recompute pass prices).
+  on one process on the GPT block, beyond the rerun forward the recompute pass prices; scaled by
+  op count as TP's).
 
 Without a profile (or with one that predates these fields) every cost is 0 and no term is added:
 data-sheet predictions, the GPU ones included, do not move. On a GPU this host time overlaps the
@@ -25,7 +27,7 @@ eager ops' on a CPU, and only when measured.
 from __future__ import annotations
 
 from planc.cost.context import CostContext
-from planc.cost.dispatch import tensors_per_block
+from planc.cost.dispatch import BLOCK_OPS, block_ops, tensors_per_block
 from planc.cost.estimate import Estimate
 from planc.spec.hardware_profile import WrapperOverheads
 
@@ -66,11 +68,25 @@ def replicate_seconds(ctx: CostContext, units: int) -> float:
     return ctx.micro_batches * units * measured_overheads(ctx).replicate_per_unit
 
 
+#: The block ``planc calibrate`` measures DTensor TP and checkpointing on (planc's GPT block:
+#: ``planc.calibrate.tp_block.SPEC``; a test holds the two together), as (norm, mlp, position).
+MEASURED_BLOCK = ("layernorm", "gelu", "learned")
+
+
+def per_op_scale(ctx: CostContext) -> float:
+    """The plan's block's aten ops over the measured block's (:data:`planc.cost.dispatch.BLOCK_OPS`,
+    forward and backward): DTensor's dispatch and sharding propagation, and selective
+    checkpointing's policy, run once per op, so a Llama block (RMSNorm, SwiGLU, RoPE: 250 ops)
+    costs 1.7x the measured GPT block (148)."""
+    model = ctx.model
+    return sum(block_ops(model)) / sum(BLOCK_OPS[MEASURED_BLOCK])
+
+
 def tp_seconds(ctx: CostContext) -> float:
     layers = max(st.layers for st in ctx.stages)
     w = measured_overheads(ctx)
     per_block = w.tp_sp_per_block if ctx.layout.sequence_parallel else w.tp_per_block
-    return ctx.micro_batches * layers * per_block
+    return ctx.micro_batches * layers * per_block * per_op_scale(ctx)
 
 
 def pp_seconds(ctx: CostContext) -> float:
@@ -84,4 +100,4 @@ def recompute_seconds(ctx: CostContext) -> float:
     micro-batch, beyond the rerun forward the recompute pass prices."""
     mode, w = ctx.layout.recompute, measured_overheads(ctx)
     per_block = {"full": w.checkpoint_per_block, "selective": w.selective_per_block}.get(mode, 0.0)
-    return ctx.micro_batches * max(st.layers for st in ctx.stages) * per_block
+    return ctx.micro_batches * max(st.layers for st in ctx.stages) * per_block * per_op_scale(ctx)

@@ -101,6 +101,26 @@ def test_recomputation_charges_every_block_per_micro_batch(calibrated):
     assert name not in other_terms(calibrated)
 
 
+def test_per_op_terms_scale_with_the_blocks_op_count(tmp_path, calibrated):
+    # DTensor TP and checkpointing cost per aten op; calibrate measures them on planc's GPT block.
+    from planc.calibrate.tp_block import SPEC
+    from planc.cost.dispatch import BLOCK_OPS
+    from planc.cost.wrappers import MEASURED_BLOCK
+    from planc.spec.model import ModelSpec
+
+    measured = ModelSpec.model_validate(SPEC)
+    assert (measured.norm, measured.mlp, measured.position) == MEASURED_BLOCK
+    # A Llama block (RMSNorm, SwiGLU, RoPE) runs 98 + 152 aten ops against the GPT block's 47 + 101.
+    llama = calibrated.model_copy(
+        update={"model": calibrated.model.model_copy(update={"norm": "rmsnorm", "mlp": "swiglu", "position": "rope"})}
+    )
+    assert sum(BLOCK_OPS[("rmsnorm", "swiglu", "rope")]) == 250 and sum(BLOCK_OPS[MEASURED_BLOCK]) == 148
+    tp = other_terms(llama, tp=2)["DTensor dispatch (measured)"]
+    assert tp == pytest.approx(4 * 2 * TP_PER_BLOCK * 250 / 148)
+    full = other_terms(llama, recompute="full")["activation checkpointing's own work (measured)"]
+    assert full == pytest.approx(4 * 2 * CHECKPOINT_PER_BLOCK * 250 / 148)
+
+
 def test_no_wrapper_term_without_measurement(tmp_path):
     # A profile of the previous format (no "wrappers" key) still loads, with every cost 0 ...
     old = profile_dict()
