@@ -83,10 +83,14 @@ def per_op_scale(ctx: CostContext) -> float:
 
 
 def tp_seconds(ctx: CostContext) -> float:
+    """DTensor's per-block cost; under recomputation the rerun forward dispatches its DTensor ops
+    again: the forward's share of the block's ops (47 of 148 for a GPT block) once more."""
     layers = max(st.layers for st in ctx.stages)
     w = measured_overheads(ctx)
     per_block = w.tp_sp_per_block if ctx.layout.sequence_parallel else w.tp_per_block
-    return ctx.micro_batches * layers * per_block * per_op_scale(ctx)
+    forward, backward = block_ops(ctx.model)
+    rerun = forward / (forward + backward) if ctx.layout.recompute != "none" else 0.0
+    return ctx.micro_batches * layers * per_block * per_op_scale(ctx) * (1.0 + rerun)
 
 
 def pp_seconds(ctx: CostContext) -> float:

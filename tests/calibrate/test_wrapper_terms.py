@@ -119,6 +119,9 @@ def test_per_op_terms_scale_with_the_blocks_op_count(tmp_path, calibrated):
     assert tp == pytest.approx(4 * 2 * TP_PER_BLOCK * 250 / 148)
     full = other_terms(llama, recompute="full")["activation checkpointing's own work (measured)"]
     assert full == pytest.approx(4 * 2 * CHECKPOINT_PER_BLOCK * 250 / 148)
+    # Recomputation reruns the forward's DTensor ops: 98 of the Llama block's 250 once more.
+    rerun = other_terms(llama, tp=2, recompute="full")["DTensor dispatch (measured)"]
+    assert rerun == pytest.approx(tp * (1 + 98 / 250))
 
 
 def test_no_wrapper_term_without_measurement(tmp_path):
