@@ -209,6 +209,10 @@ def band(stats: dict) -> dict:
     }
 
 
+#: What pyproject.toml registers; without them (planc on the path, not installed) every prediction
+#: would silently lose the strategies' cost passes.
+BUILTIN_STRATEGIES = frozenset({"ddp", "zero1", "fsdp", "tensor_parallel", "pipeline", "recompute", "bf16"})
+
 #: A published run counts as a check of sharded data parallelism when predicted within this.
 CHECKED_WITHIN = 0.15
 
@@ -363,6 +367,14 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     runs = [r for r in data["runs"] if not args.family or r["family"] in args.family]
     registry = load_registry()
+    missing = BUILTIN_STRATEGIES - registry.registered
+    if missing:  # planc importable from the source tree but not installed: no entry points, no strategies
+        print(
+            f"planc's built-in strategies are not registered in this Python ({', '.join(sorted(missing))}): "
+            "install planc into it (pip install -e .) before predicting",
+            file=sys.stderr,
+        )
+        return 2
     results = [predict(r, families[r["family"]], registry) for r in runs]
     stats = family_stats(results, families, runs)
     print_summary(stats)
