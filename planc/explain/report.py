@@ -18,6 +18,7 @@ from planc.explain.totals import band_text, mfu_text, totals_dict, totals_line
 from planc.explain.visible import visible
 from planc.explain.words import layout_dict, rejection_dict, rejection_reason, suggestion_text
 from planc.hardware.topology import GroupLink
+from planc.planner.checked import sharded_regime, unchecked, widest_checked
 from planc.planner.choose import Choice
 from planc.planner.explore import Candidate
 from planc.planner.ladder import rung_name
@@ -101,7 +102,7 @@ def to_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
         "comm": [_comm_dict(c, links) for c in est.comm],
         "throughput": _throughput_dict(est),
         "training": totals_dict(plan, est) if est.fits else None,
-        "uncertainty": {"step_time_relative": step_time_uncertainty()},
+        "uncertainty": _uncertainty_dict(plan, choice),
         "bottleneck": bottleneck(est, links, cpu=plan.hardware.is_cpu, inter_node_bw=plan.hardware.inter_node_bw),
         "rejected": [rejection_dict(r) for r in choice.rejected],
         "alternatives": [_alternative_dict(a) for a in choice.alternatives],
@@ -122,6 +123,24 @@ def _throughput_dict(est: Estimate) -> dict[str, Any] | None:
         "hardware_tflops_per_device": est.hardware_tflops_per_device,
         "mfu": est.mfu,
         "hfu": est.hfu,
+    }
+
+
+def _uncertainty_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
+    """The band, and where the chosen layout stands against the published checks
+    (:mod:`planc.planner.checked`): ``checked`` is False past them."""
+    regime = sharded_regime(choice.layout, choice.estimate)
+    widest = widest_checked()
+    return {
+        "step_time_relative": step_time_uncertainty(),
+        "checked": not unchecked(plan, choice.layout, choice.estimate),
+        "sharded_dp": None
+        if regime is None
+        else {
+            "shard_ranks": regime[0],
+            "traffic_ratio": regime[1],
+            "checked_up_to_ranks": widest.shard_ranks if widest else None,
+        },
     }
 
 

@@ -104,6 +104,12 @@ def test_a_fixed_zero3_over_1536_ranks_is_warned_about():
     text = advice_text(notes[0])
     assert text.startswith("warning:") and "1536 ranks" in text and "the plan fixes it" in text
     assert "narayanan2021-table2-zero3" in text
+    # explain --json says the same in its uncertainty object.
+    from planc.explain.report import to_dict
+
+    uncertainty = to_dict(p, choice)["uncertainty"]
+    assert uncertainty["checked"] is False
+    assert uncertainty["sharded_dp"]["shard_ranks"] == 1536 and uncertainty["sharded_dp"]["checked_up_to_ranks"] == 512
 
 
 def test_the_planner_sets_aside_an_unchecked_layout_when_a_checked_one_fits():
