@@ -105,7 +105,8 @@ def unchecked_regime(plan: Plan, choice: Choice) -> Advice | None:
             gain=other.tokens_per_s / choice.estimate.tokens_per_s,
             regime=sharded_regime(other.layout, other.estimate),
         )
-    if unchecked(plan, choice.layout, choice.estimate):
+    if (choice.fits or choice.fixed) and unchecked(plan, choice.layout, choice.estimate):
+        # (a least-hungry misfit is no choice to be sure of: its suggestion is what explain shows)
         return Advice("unchecked", regime=sharded_regime(choice.layout, choice.estimate), fixed=choice.fixed)
     return None
 
