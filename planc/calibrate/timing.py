@@ -51,3 +51,34 @@ def timed(fn: Callable[[], object], device: torch.device, budget: float) -> floa
     """Median seconds of ``fn``, with as many repetitions as ``budget`` seconds allow (one probe first)."""
     probe = median_seconds(fn, device, repeats=1, warmup=1)
     return median_seconds(fn, device, repeats=repeats_for(probe, budget), warmup=1)
+
+
+def slowest_rank(seconds: float, device: torch.device) -> float:
+    """The largest of every rank's ``seconds`` when a process group is up (all ranks must call),
+    else ``seconds``."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return seconds
+    value = torch.tensor([seconds], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return float(value)
+
+
+def paired_difference(
+    fn: Callable[[], object], reference: Callable[[], object], device: torch.device, budget: float
+) -> float:
+    """Median of (``fn`` - ``reference``) seconds over alternating repetitions, this rank's.
+
+    Paired and alternating, so that a shared machine's load, which moves from one second to the
+    next, weighs on both sides of each difference alike (timing each side on its own, minutes
+    apart, left differences that were mostly load). Under a process group every rank runs as many
+    repetitions as the slowest rank's probe allows (the callables may meet in collectives)."""
+    fn()
+    reference()
+    probe = slowest_rank(median_seconds(fn, device, repeats=1, warmup=0), device)
+    differences = []
+    for _ in range(repeats_for(2 * probe, budget, least=5)):
+        seconds = median_seconds(fn, device, repeats=1, warmup=0)
+        differences.append(seconds - median_seconds(reference, device, repeats=1, warmup=0))
+    return statistics.median(differences)

@@ -28,7 +28,7 @@ from planc.calibrate.gemm import measure_gemms
 from planc.calibrate.memory_bw import measure_memory_bandwidth
 from planc.calibrate.recompute_block import measure_recompute
 from planc.calibrate.wrappers import measure_wrappers
-from planc.spec.hardware_profile import SCHEMA_VERSION, HardwareProfile, MeasuredRates, WrapperOverheads
+from planc.spec.hardware_profile import SCHEMA_VERSION, HardwareProfile, MeasuredRates
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,9 +58,11 @@ def main(argv: list[str] | None = None) -> int:
             if inter is not None:
                 collectives += measure_group(inter, "inter_node", workload["message_bytes"], device, repeats)
             collectives = gather_fits(collectives)
-            recompute = measured.wrappers.model_dump(include={"checkpoint_per_block", "selective_per_block"})
-            wrappers = measure_wrappers(device, args.budget).model_copy(update=recompute)
-            measured = measured.model_copy(update={"wrappers": wrappers})
+            measured = measured.model_copy(update={"wrappers": measure_wrappers(device, args.budget)})
+        # One process suffices for checkpointing's own work (no collectives): every calibration has it.
+        full, selective = measure_recompute(device, args.budget)
+        recompute = {"checkpoint_per_block": full, "selective_per_block": selective}
+        measured = measured.model_copy(update={"wrappers": measured.wrappers.model_copy(update=recompute)})
         if int(os.environ.get("RANK", "0")) == 0:
             profile = describe(device, world, per_node, measured, collectives)
             args.out.write_text(profile.model_dump_json(indent=2) + "\n")
@@ -88,13 +90,7 @@ def measure_compute(workload: dict, device: torch.device, budget: float) -> Meas
         attention=tuple(attention),
         memory_bandwidth=measure_memory_bandwidth(device, budget),
         seconds_per_op=measure_dispatch(device, budget),
-        wrappers=_recompute_overheads(device, budget),
     )
-
-
-def _recompute_overheads(device: torch.device, budget: float) -> WrapperOverheads:
-    full, selective = measure_recompute(device, budget)
-    return WrapperOverheads(checkpoint_per_block=full, selective_per_block=selective)
 
 
 def gather_fits(fits: list) -> list:

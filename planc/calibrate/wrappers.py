@@ -20,14 +20,13 @@ A negative difference (noise on a fast device) is stored as 0.
 from __future__ import annotations
 
 import copy
-import statistics
 from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from planc.calibrate.timing import median_seconds, repeats_for
+from planc.calibrate.timing import median_seconds, paired_difference, repeats_for, slowest_rank
 from planc.calibrate.tp_block import measure_tp_blocks
 from planc.spec.hardware_profile import WrapperOverheads
 
@@ -55,32 +54,16 @@ def _step_fn(model: nn.Module, x: torch.Tensor):
 
 
 def _extra(wrapped, plain, device: torch.device, budget: float) -> float:
-    """Median of (``wrapped`` - ``plain``) seconds over alternating repetitions, the slowest rank's.
-
-    Paired and alternating, so that a shared machine's load, which moves from one second to the
-    next, weighs on both sides of each difference alike (timing each side on its own, minutes
-    apart, left differences that were mostly load)."""
-    wrapped(), plain()
-    probe = torch.tensor([median_seconds(wrapped, device, repeats=1, warmup=0)], device=device)
-    dist.all_reduce(probe, op=dist.ReduceOp.MAX)
-    differences = []
-    for _ in range(repeats_for(2 * float(probe), budget, least=5)):
-        differences.append(median_seconds(wrapped, device, repeats=1, warmup=0))
-        differences[-1] -= median_seconds(plain, device, repeats=1, warmup=0)
-    extra = torch.tensor([statistics.median(differences)], device=device)
-    dist.all_reduce(extra, op=dist.ReduceOp.MAX)
-    return float(extra)
+    """Median of (``wrapped`` - ``plain``) seconds over alternating repetitions, the slowest rank's."""
+    return slowest_rank(paired_difference(wrapped, plain, device, budget), device)
 
 
 def _bare(fn, device: torch.device, budget: float) -> float:
     """Median seconds of ``fn``, the slowest rank's, with the same repetitions on every rank (``fn``
     runs collectives: a rank that stopped early would leave the others waiting)."""
-    probe = torch.tensor([median_seconds(fn, device, repeats=1, warmup=1)], device=device)
-    dist.all_reduce(probe, op=dist.ReduceOp.MAX)
-    repeats = repeats_for(float(probe), budget)
-    seconds = torch.tensor([median_seconds(fn, device, repeats=repeats, warmup=1)], device=device)
-    dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
-    return float(seconds)
+    probe = slowest_rank(median_seconds(fn, device, repeats=1, warmup=1), device)
+    repeats = repeats_for(probe, budget)
+    return slowest_rank(median_seconds(fn, device, repeats=repeats, warmup=1), device)
 
 
 def measure_wrappers(device: torch.device, budget: float) -> WrapperOverheads:

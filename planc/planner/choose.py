@@ -163,10 +163,10 @@ def prefer_checked(plan: Plan, fitting: list[Candidate]) -> tuple[list[Candidate
     """(the candidates to choose from, those set aside): layouts past every published check of
     sharded data parallelism (:mod:`planc.planner.checked`) are set aside when a checked one fits
     -- a prediction the model has never been held to does not outbid one it has."""
-    checked = [c for c in fitting if not unchecked(plan, c.layout, c.estimate)]
-    if not checked or len(checked) == len(fitting):
+    past = [unchecked(plan, c.layout, c.estimate) for c in fitting]
+    if not any(past) or all(past):
         return fitting, []
-    return checked, [c for c in fitting if unchecked(plan, c.layout, c.estimate)]
+    return [c for c, p in zip(fitting, past) if not p], [c for c, p in zip(fitting, past) if p]
 
 
 def pick(fitting: list[Candidate], best: Candidate, margin: Margin) -> Candidate:
