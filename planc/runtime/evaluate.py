@@ -43,12 +43,13 @@ def _batch_loss(job, batch: torch.Tensor) -> float:
 
 
 def _pipeline_forward(job, micro_batches: list) -> torch.Tensor | None:
-    """The schedule's forward-only pass; the last stage returns the micro-batch losses' mean."""
+    """The schedule's forward-only pass; the last stage returns the micro-batch losses' mean (its
+    logits are not kept: :func:`planc.runtime.step._pipeline_forward_backward` says why)."""
     losses: list[torch.Tensor] = []
     args = (torch.cat([x for x, _ in micro_batches]),) if job.is_first_stage else ()
     kwargs = {"target": torch.cat([y for _, y in micro_batches]), "losses": losses} if job.is_last_stage else {}
     with job.loss_context():
-        job.schedule.eval(*args, **kwargs)
+        job.schedule.eval(*args, return_outputs=False, **kwargs)
     if not job.is_last_stage:
         return None
     return torch.stack([_plain(loss).float() for loss in losses]).mean()
