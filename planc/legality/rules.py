@@ -319,6 +319,22 @@ def zero_bubble_with_data_parallel(schedule: str | None, dp: int, zero: int) -> 
     return None
 
 
+def zero_bubble_with_selective_recompute(schedule: str | None, recompute: str) -> Violation | None:
+    """torch's selective activation checkpointing lets a checkpointed region run backward once,
+    and the zero-bubble schedules run it twice: input gradients, then weight gradients (a real
+    run stops at its first step with "Trying to backward an extra time ... under selective
+    activation checkpoint"; found by ``planc verify --simulate``). Full recomputation (plain
+    checkpointing) and no recomputation run; so does selective under 1F1B and interleaved."""
+    if schedule == "zero-bubble" and recompute == "selective":
+        return Violation(
+            ("layout", "recompute"),
+            "zero-bubble runs each block's backward twice (input, then weight gradients), which torch's "
+            "selective activation checkpointing does not allow",
+            "use recompute = full or none with zero-bubble, or schedule = interleaved with selective",
+        )
+    return None
+
+
 def pipeline_violations(plan: Plan, layout: Layout, style: StageStyle) -> list[Violation]:
     """Every pipeline rule a resolved layout breaks (the ``pipeline`` strategy's check)."""
     m = stages.micro_batches(plan.train.global_batch, layout.dp, layout.micro_batch)
@@ -329,6 +345,7 @@ def pipeline_violations(plan: Plan, layout: Layout, style: StageStyle) -> list[V
         micro_batch_count(layout.schedule, layout.pp, m, style),
         v_shape(layout.schedule, layout.virtual_stages, plan.model.tie_embeddings, style),
         zero_bubble_with_data_parallel(layout.schedule, layout.dp, layout.zero),
+        zero_bubble_with_selective_recompute(layout.schedule, layout.recompute),
     ]
     return [v for v in found if v is not None]
 

@@ -24,8 +24,9 @@ the rules of :mod:`planc.legality.rules` allow:
   pp > 1, sequence_parallel = true needs tp > 1, and zero >= 1 needs dp > 1 (there is nothing to
   shard over one rank), so layouts that would silently drop the key are not tried;
 - the schedule's own rules on m = global_batch / (dp x micro_batch)
-  (:func:`~planc.legality.rules.micro_batch_count`) and on data parallelism
-  (:func:`~planc.legality.rules.zero_bubble_with_data_parallel`).
+  (:func:`~planc.legality.rules.micro_batch_count`), on data parallelism
+  (:func:`~planc.legality.rules.zero_bubble_with_data_parallel`) and on recomputation
+  (:func:`~planc.legality.rules.zero_bubble_with_selective_recompute`).
 """
 
 from __future__ import annotations
@@ -172,6 +173,11 @@ def micro_batch_options(plan: Plan, dp: int) -> list[int]:
 def schedule_composes(schedule: str | None, dp: int, zero: int) -> bool:
     """Whether the schedule works with this kind of data parallelism."""
     return rules.zero_bubble_with_data_parallel(schedule, dp, zero) is None
+
+
+def recompute_composes(schedule: str | None, recompute: str) -> bool:
+    """Whether the schedule runs under this recomputation (zero-bubble not under selective)."""
+    return rules.zero_bubble_with_selective_recompute(schedule, recompute) is None
 
 
 def micro_batch_accepted(schedule: str | None, pp: int, m: int) -> bool:

@@ -259,6 +259,8 @@ def _scan(scorer: Scorer, family: Family, schedule: ScheduleChoice, sp: bool) ->
     """Recomputation from none to full, each over the micro-batches ascending (rules 3 and 4)."""
     fits_up_to = 0  # largest micro-batch that fit with less recomputation
     for recompute in family.recomputes:
+        if not space.recompute_composes(schedule[0], recompute):
+            continue
         fit_here = 0
         best_speed = 0.0
         for mb in family.micro_batches:

@@ -41,7 +41,8 @@ def legal_layouts(plan: Plan) -> Iterator[Layout]:
                     continue
                 for sp in family.sps:
                     for recompute in family.recomputes:
-                        yield family.layout(recompute, schedule, sp, mb)
+                        if space.recompute_composes(schedule[0], recompute):
+                            yield family.layout(recompute, schedule, sp, mb)
 
 
 def refused_everywhere(plan: Plan, registry: Registry) -> list[SpecIssue]:

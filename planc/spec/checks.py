@@ -83,6 +83,8 @@ def check_pipeline(plan: Plan) -> Iterable[SpecIssue]:
             found.append(rules.virtual_stages_need_stages(v, pp))
     if fixed(schedule) and fixed(v):
         found.append(rules.schedule_stages_per_rank(schedule, v))
+    if fixed(schedule) and fixed(lay.recompute):
+        found.append(rules.zero_bubble_with_selective_recompute(schedule, lay.recompute))
     return _issues(*found)
 
 
