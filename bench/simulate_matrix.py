@@ -1,4 +1,4 @@
-"""`planc verify --simulate` over Llama 3 8B and 70B plans at 8 ... 512 devices.
+"""`planc verify --simulate` over Llama 3 8B and 70B plans at 8 ... 512 devices, pipelines included.
 
     python bench/simulate_matrix.py                 # every case, then the table
     python bench/simulate_matrix.py --case 70b-512  # one case
@@ -46,6 +46,21 @@ CASES = {
     "70b-256": ("llama3-70b", 32, 512, FSDP_FULL),
     "70b-512": ("llama3-70b", 64, 1024, FSDP_FULL),
     "70b-64-tp8": ("llama3-70b", 8, 16, "tp = 8  pp = 1  dp = 8  zero = 3  sequence_parallel = true"),
+    # Pipeline parallelism (planc.verify.fake_pipeline stands in for the other stages): first, middle, last stage.
+    "8b-16-tp8-pp2": ("llama3-8b", 2, 32, "tp = 8  pp = 2  dp = 1  schedule = 1f1b  sequence_parallel = true"),
+    "70b-64-tp8-pp4": (
+        "llama3-70b",
+        8,
+        32,
+        "tp = 8  pp = 4  dp = 2  zero = 2  schedule = interleaved  virtual_stages = 2  sequence_parallel = true",
+    ),
+    "70b-128-tp8-pp8": (
+        "llama3-70b",
+        16,
+        64,
+        "tp = 8  pp = 8  dp = 2  zero = 2  schedule = zero-bubble  virtual_stages = 2  sequence_parallel = true"
+        "  recompute = full",
+    ),
 }
 GOALS = {"model states": 0.01, "peak memory": 0.15}
 
@@ -71,6 +86,7 @@ def run_case(name: str, registry) -> dict:
         "peak_predicted": peak.predicted,
         "peak_simulated": peak.measured,
         "peak_error": peak.error,
+        "peak_errors": {r.rank: round(r.error, 4) for r in rows if r.section == "peak memory" and r.error is not None},
         "seconds": time.perf_counter() - began,
         "max_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     }

@@ -37,6 +37,19 @@ def fake_process_group(rank: int, world_size: int) -> Iterator[None]:
         yield
     finally:
         dist.destroy_process_group()
+        _forget_dtensor_plans()
+
+
+def _forget_dtensor_plans() -> None:
+    """Empty DTensor's caches of sharding and redistribution plans. They are keyed by device mesh,
+    and a mesh equals another of the same shape and dimension names whatever its process groups:
+    simulating a second rank in this process (the last pipeline stage after the first) would take
+    the first rank's plans, naming process groups destroyed with it."""
+    from torch.distributed.tensor._redistribute import _gen_transform_infos
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    _clear_sharding_prop_cache()
+    _gen_transform_infos.cache_clear()
 
 
 @contextlib.contextmanager

@@ -79,18 +79,12 @@ def simulate(plan: Plan, layout: Layout, registry, ranks: list[int]) -> dict:
 def refusal(plan: Plan, layout: Layout, registry) -> str | None:
     """Why torch cannot run this layout's program on fake tensors, or None when it can.
 
-    Both limits are torch's, met at the first step (issue 13 asks to say where it does not work):
-    ``DistributedDataParallel`` verifies its parameters across processes in C++, reading their
-    data, which fake tensors have not (fp32 DDP and ZeRO-1 in any precision use it; bf16 DDP
-    uses the composable ``replicate``, which works); and ``torch.distributed.pipelining``'s schedule votes among its
-    stages with ``Tensor.item()`` before its first step (``_warmup_p2p``), a data-dependent read
-    fake tensors cannot answer.
+    The limit is torch's, met when the model is wrapped (issue 13 asks to say where it does not
+    work): ``DistributedDataParallel`` verifies its parameters across processes in C++, reading
+    their data, which fake tensors have not (fp32 DDP and ZeRO-1 in any precision use it; bf16 DDP
+    uses the composable ``replicate``, which works). Pipeline schedules, which read their peers'
+    votes and shapes, run with :mod:`planc.verify.fake_pipeline` standing in for the peers.
     """
-    if layout.pp > 1:
-        return (
-            "torch.distributed.pipelining's schedule reads a value with Tensor.item() when it first runs "
-            "(its stages' warm-up vote), which fake tensors cannot answer; pipeline parallelism is not simulated"
-        )
     for strategy in registry.active(plan, layout):
         wraps_ddp = strategy.name == "zero1" or (
             strategy.name == "ddp" and not _uses_replicate(plan, strategy.options_for(plan, layout))
@@ -133,8 +127,11 @@ def simulate_rank(plan: Plan, layout: Layout, registry, rank: int) -> dict:
         with fake_tensors():
             job.init_weights()
             job.build_optimizer()
-            _create_optimizer_states(job)
             batch = torch.zeros((plan.train.global_batch, plan.model.seq_len + 1), dtype=torch.long)
+            if job.schedule is not None:
+                _first_pipeline_step(job, batch)
+            else:
+                _create_optimizer_states(job)
             peak = _tracked_step(job, batch)
             states = model_state_bytes(job)
         coordinates = job.coordinates
@@ -168,6 +165,18 @@ def _create_optimizer_states(job) -> None:
         optimizer.zero_grad(set_to_none=True)
 
 
+def _first_pipeline_step(job, batch: torch.Tensor) -> None:
+    """A pipelined job's first step, untracked: the schedule infers its stages' metadata on it
+    (:mod:`planc.verify.fake_pipeline` answers for the peers) -- a forward and backward of its own,
+    under ``autograd.grad``, which torch's module tracker cannot follow -- and the optimizer creates
+    its states. The tracked step is then the second, as every later one."""
+    from planc.runtime.step import optimizer_step
+    from planc.verify.fake_pipeline import stand_in_peers
+
+    stand_in_peers(job)
+    optimizer_step(job, batch)
+
+
 def _tracked_step(job, batch: torch.Tensor) -> dict:
     """One optimizer step under ``MemTracker``; its peak on the job's device, by category. RMSNorm
     keeps what its CUDA kernel keeps (:mod:`planc.verify.cuda_kernels`), not its CPU decomposition."""
@@ -179,8 +188,10 @@ def _tracked_step(job, batch: torch.Tensor) -> dict:
     roots = {id(part) for part in job.model_parts}
 
     def new_micro_batch(module, args):  # the tracker refuses a second root forward per iteration
-        if id(module) in roots:
-            tracker.reset_mod_stats()
+        if id(module) not in roots:
+            return None
+        tracker.reset_mod_stats()
+        return tuple(_not_a_leaf(arg) for arg in args)
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(new_micro_batch)
     try:
@@ -196,6 +207,17 @@ def _tracked_step(job, batch: torch.Tensor) -> dict:
     }
 
 
+def _not_a_leaf(arg):
+    """A pipeline stage's received activation is a leaf that requires grad, and schedules that split
+    the backward (interleaved, zero-bubble) take its gradient with ``autograd.grad``. The tracker's
+    module hooks on a leaf input fail there ("A leaf node was passed to _will_engine_execute_node
+    ... autograd.grad()"); a view of it (no storage, same gradient) is not a leaf. The stage only
+    sees the view: what it keeps for backward is unchanged."""
+    if isinstance(arg, torch.Tensor) and arg.is_leaf and arg.requires_grad:
+        return arg.view_as(arg)
+    return arg
+
+
 class _StepPeakTracker(MemTracker):
     """torch's ``MemTracker`` keeping the step's peak only, not every active module's own.
 
@@ -203,7 +225,20 @@ class _StepPeakTracker(MemTracker):
     (hundreds in a 32-block model) to update per-module peaks this comparison does not use: three
     quarters of the simulation's time at llama3-8b. The step's peak and its snapshot by category
     are kept exactly as ``MemTracker`` keeps them.
+
+    Per-module statistics are reset at each micro-batch's first forward (:func:`_tracked_step`); a
+    pipeline schedule runs an earlier micro-batch's backward after that (1F1B, and a V schedule's
+    later stage on the same rank), whose module hooks then find no statistics: they are skipped
+    (they only record per-module snapshots; the step's peak does not depend on them).
     """
+
+    def _pre_bw_hook(self, module, args) -> None:
+        if module is None or module in self.memory_tracking:
+            super()._pre_bw_hook(module, args)
+
+    def _post_bw_hook(self, module, args) -> None:
+        if module is None or module in self.memory_tracking:
+            super()._post_bw_hook(module, args)
 
     def _update_peak_stats(self, peak_state) -> None:
         for device, snapshot in self._curr_mem_snap.items():

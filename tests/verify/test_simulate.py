@@ -115,7 +115,7 @@ def test_the_ranks_that_differ_are_simulated_by_default():
 def test_layouts_torch_cannot_run_on_fake_tensors_are_refused_with_the_reason():
     plan, _ = _tiny()
     pipelined = Layout(tp=1, pp=2, dp=8, zero=3, recompute="none", schedule="1f1b", micro_batch=1)
-    assert "pipelining" in refusal(plan, pipelined, REGISTRY)
+    assert refusal(plan, pipelined, REGISTRY) is None  # planc.verify.fake_pipeline answers for the other stages
     ddp = Layout(tp=1, pp=1, dp=16, zero=0, recompute="none", schedule=None, micro_batch=1)
     assert "DistributedDataParallel" in refusal(plan, ddp, REGISTRY)
     bf16 = load_plan_text(TINY_16.replace("precision = fp32", "precision = bf16"), "bf16.plan", strategies=REGISTRY)
@@ -137,13 +137,6 @@ def test_the_command_refuses_ranks_outside_the_world(tmp_path, capsys):
     assert "ranks 0 to 15" in capsys.readouterr().err
     assert main(["verify", str(path), "--ranks", "1"]) != 0
     assert "--simulate" in capsys.readouterr().err
-
-
-def test_pipelined_plans_are_refused_by_the_command(tmp_path, capsys):
-    path = tmp_path / "pp.plan"
-    path.write_text(TINY_16.replace("pp = 1\n  dp = 16", "pp = 2\n  dp = 8"))
-    assert main(["verify", str(path), "--simulate", "--out", str(tmp_path / "run")]) != 0
-    assert "pipelining" in capsys.readouterr().err
 
 
 def test_the_command_saves_the_result_and_explain_shows_it(tmp_path, monkeypatch, capsys):
