@@ -274,6 +274,31 @@ def logits_bytes(
     return 2 * e * n + (12 - e) * c
 
 
+def loss_saved_bytes(
+    model: ModelSpec,
+    b: int,
+    tp: int,
+    compute_bytes: int,
+    chunk_elements: int = LOSS_CHUNK_ELEMENTS,
+    loss: Literal["chunked", "whole", "megatron"] = "chunked",
+) -> float:
+    """Bytes one micro-batch's logits and loss keep from its forward until its backward on the
+    last pipeline stage (what a schedule that runs several forwards before their backwards holds
+    per micro-batch; :func:`logits_bytes` is the peak of the one whose loss runs).
+
+    torch's ``PipelineStage`` keeps each micro-batch's output -- the logits, e N (N as in
+    :func:`logits_bytes`) -- until that micro-batch's backward. planc's chunked loss keeps only
+    those same logits; the unchunked float32 loss (one chunk, or ``whole``) also keeps
+    log-softmax's float32 output, 4 N; Megatron's its float32 softmax, 4 N. Simulated (tests/verify/
+    test_simulate_pipeline.py, GPipe, one chunk): 8.1 N per micro-batch in fp32, 6.0 N in bf16.
+    """
+    n = model.seq_len * b * model.padded_vocab / tp
+    one_chunk = max(1, chunk_elements // max(1, model.padded_vocab // tp)) >= model.seq_len * b
+    if loss == "chunked" and not one_chunk:
+        return compute_bytes * n
+    return (compute_bytes + 4) * n
+
+
 # -- fixed overheads ---------------------------------------------------------------------------
 
 #: CUDA context, cuBLAS/cuDNN workspaces and NCCL's internal buffers, per GPU: a fixed term.

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import shard_states, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
-from planc.cost.memory import fsdp_gather_bytes
-from planc.cost.params import embedding_params_per_shard
+from planc.cost.memory import fsdp_gather_bytes, model_state_bytes
+from planc.cost.params import StageParams, embedding_params_per_shard
 from planc.cost.wrappers import fsdp_seconds, with_wrapper_time
 from planc.hardware.topology import GroupLink
 from planc.spec.layout import Layout
@@ -34,6 +36,65 @@ def reduce_gradients_seconds(nbytes: float, link: GroupLink, replicas: GroupLink
     all-reduces each rank's 1/``shards`` shard across the replica group."""
     seconds = reduce_scatter_seconds(nbytes, link)
     return seconds + (all_reduce_seconds(nbytes / shards, replicas) if replicas is not None else 0.0)
+
+
+def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ...]:
+    """FSDP's buffers on stage ``s`` beside its sharded states (see :func:`cost`)."""
+    lay, zero = ctx.layout, ctx.layout.zero
+    e, g = ctx.compute_bytes, ctx.grad_reduce_bytes
+    st = ctx.stage(s.rank)
+    root = st.params - st.layers * st.layer_params
+    head = root - (embedding_params_per_shard(ctx.model, lay.tp) if st.embedding else 0)
+    if lay.pp > 1 and deferred:
+        sharded = model_state_bytes(st.params, lay.shard_degree, zero, ctx.state_bytes).grads
+        largest = root if root else ctx.model.ffn * ctx.model.hidden / lay.tp
+        return _pipelined_buffers(st, root, largest, zero, e, g, sharded)
+    held, per_block = fsdp_gather_bytes(st.layer_params, root, head, zero, e, g)
+    terms = [Term(f"FSDP block backward: 2 gathered + gradients (ZeRO-{zero})", per_block, "backward")]
+    if held:
+        terms.append(Term("FSDP root unit and head gradient (all backward)", held))
+    if deferred:
+        terms.append(Term("unsharded fp32 gradients kept across micro-batches", g * st.params))
+    return tuple(terms)
+
+
+def _pipelined_buffers(
+    st: StageParams, root: int, largest: float, zero: int, e: int, g: int, sharded_grads: float
+) -> tuple[Term, ...]:
+    """FSDP's buffers on a pipeline stage with several micro-batches. torch's ``PipelineStage``
+    keeps the parameters unsharded after each backward and defers the gradient reduction to the
+    step's end (``set_reshard_after_backward(False)``, ``set_requires_gradient_sync(False)``):
+
+    - ZeRO-3: by the end of a backward every unit of the stage is gathered, e bytes per
+      parameter -- the blocks that a backward gathers and the root unit are among them, not beside;
+    - the stage's gradients accumulate unsharded in fp32 (``to_accumulated_grad_if_needed``), g
+      bytes per parameter, until the one reduce-scatter after the last micro-batch: the gradient
+      copies a per-micro-batch reduce-scatter would take never exist mid-step, and neither do the
+      sharded gradients that the model states count -- the optimizer's ``zero_grad`` freed them
+      and that reduce-scatter makes them, when the activations are gone -- so the term is the
+      unsharded gradients less the sharded ones;
+    - in mixed precision a unit's gradients exist in compute precision (e bytes) until its
+      post-backward adds them to the fp32 ones: one block's while it runs backward, and the root
+      unit's (``root`` parameters: the head on the last stage, the embedding on the first) until
+      the end of the backward, where the root's post-backward comes;
+    - in fp32 autograd adds each new gradient into the accumulated one: the transient is one
+      parameter's gradient, at most the ``largest`` (the embedding or head, else a block's FFN matrix).
+
+    ``planc verify --simulate`` found the unpipelined terms kept these twice (tiny ZeRO-3 pipeline:
+    predicted +31% and +26% over the simulated peak of the first and last stage) and no sharded
+    gradient at the peak (tests/verify/test_simulate_pipeline.py)."""
+    terms = []
+    if e != g:
+        terms.append(Term("FSDP block backward: its gradients in compute precision", e * st.layer_params, "backward"))
+        if root:
+            terms.append(Term("FSDP root unit's gradients in compute precision (all backward)", e * root))
+    else:
+        terms.append(Term("a new gradient before it is added to the accumulated one", e * largest, "backward"))
+    unsharded = g * st.params - sharded_grads
+    terms.append(Term("unsharded fp32 gradients kept across micro-batches (less the sharded ones)", unsharded))
+    if zero == 3:  # not resharded after backward (see parameter_gathers)
+        terms.append(Term("parameters left unsharded between micro-batches", e * st.params))
+    return tuple(terms)
 
 
 def _traffic_text(lay: Layout, n_gathers: int, scatters: int) -> str:
@@ -126,24 +187,9 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         medium=link.medium,
         detail=_traffic_text(lay, n_gathers, scatters),
     )
-    label = f"FSDP block backward: 2 gathered + gradients (ZeRO-{zero})"
-
-    def buffers(s: StageMemory) -> tuple[Term, ...]:
-        st = ctx.stage(s.rank)
-        root = st.params - st.layers * st.layer_params
-        head = root - (embedding_params_per_shard(ctx.model, lay.tp) if st.embedding else 0)
-        held, per_block = fsdp_gather_bytes(st.layer_params, root, head, zero, e, g)
-        terms = [Term(label, per_block, "backward")]
-        if held:
-            terms.append(Term("FSDP root unit and head gradient (all backward)", held))
-        if deferred:
-            terms.append(Term("unsharded fp32 gradients kept across micro-batches", g * st.params))
-        if lay.pp > 1 and zero == 3 and m > 1:  # not resharded after backward (see n_gathers)
-            terms.append(Term("parameters left unsharded between micro-batches", e * st.params))
-        return tuple(terms)
-
     # FSDP2 copies each gathered shard out of the all-gather buffer (read + write e bytes) and
     # casts the gradients to fp32 for the reduce-scatter (read e, write g): memory traffic.
     copies = psi * (n_gathers * 2 * e + scatters * (e + g)) / ctx.device.memory_rate
+    buffers = partial(_buffers, ctx, deferred)
     est = with_wrapper_time(shard_states(ctx, est, zero, buffers, comm), _WRAPPER, fsdp_seconds(ctx, units))
     return with_contention(ctx, est.replace(compute=est.compute + copies), comm.total - comm.exposed)

@@ -10,6 +10,7 @@ from planc import stages
 from planc.cost.comm import all_gather_seconds, p2p_seconds
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
+from planc.cost.memory import loss_saved_bytes
 from planc.cost.wrappers import pp_seconds, with_wrapper_time
 
 
@@ -18,6 +19,10 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
 
     - **Activations**: rank i holds :func:`~planc.stages.chunks_in_flight` stage-micro-batches
       of (its layers / v) blocks each.
+    - **Losses**: under GPipe the last stage runs every micro-batch's forward and loss before any
+      backward, so m - 1 more losses wait with their saved tensors
+      (:func:`~planc.cost.memory.loss_saved_bytes`); the other schedules run the last stage's
+      backward right after its forward.
     - **Receive buffers**: torch's stages allocate an activation buffer (every stage but the
       first) and a gradient buffer (every stage but the last) for each of the m x v
       stage-micro-batches; Megatron only for the one in flight.
@@ -51,7 +56,11 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
     else:
         buffers = (not st.embedding or v > 1) + (not st.head or v > 1)
         label = "pipeline send/receive buffers"
-    terms = (Term(label, buffers * ctx.boundary_bytes),) if buffers else ()
+    terms: tuple[Term, ...] = (Term(label, buffers * ctx.boundary_bytes),) if buffers else ()
+    if st.head and lay.schedule == "gpipe" and m > 1:
+        # every forward runs before any backward: the other m - 1 micro-batches' losses wait too
+        saved = loss_saved_bytes(ctx.model, lay.micro_batch, lay.tp, ctx.compute_bytes, loss=ctx.profile.loss)
+        terms += (Term(f"loss kept for backward ({m - 1} more micro-batches, GPipe)", (m - 1) * saved),)
     return s.updated(act_layers=chunks * st.layers / v, transient=terms)
 
 
