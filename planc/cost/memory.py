@@ -261,27 +261,26 @@ def logits_bytes(
     an fp32 copy of the logits and keeps it for backward) the head's output and that copy and its
     softmax, (e + 8) N.
     """
-    n = model.seq_len * b * model.padded_vocab / tp
+    n, one_chunk = _local_logits(model, b, tp, chunk_elements)
     if loss == "whole":
         return 12 * n
     if loss == "megatron":
         return (compute_bytes + 8) * n
-    local_vocab = max(1, model.padded_vocab // tp)
-    if max(1, chunk_elements // local_vocab) >= model.seq_len * b:
+    if one_chunk:
         return 12 * n  # one chunk: run as the whole loss, without checkpointing (planc.runtime.loss)
+    local_vocab = max(1, model.padded_vocab // tp)
     c = min(n, max(1, chunk_elements // local_vocab) * local_vocab)
     e = compute_bytes
     return 2 * e * n + (12 - e) * c
 
 
-def loss_saved_bytes(
-    model: ModelSpec,
-    b: int,
-    tp: int,
-    compute_bytes: int,
-    chunk_elements: int = LOSS_CHUNK_ELEMENTS,
-    loss: Literal["chunked", "whole", "megatron"] = "chunked",
-) -> float:
+def _local_logits(model: ModelSpec, b: int, tp: int, chunk_elements: int) -> tuple[float, bool]:
+    """(N, the logits of one micro-batch on a tensor-parallel rank; whether they fit one loss chunk)."""
+    local_vocab = max(1, model.padded_vocab // tp)
+    return model.seq_len * b * model.padded_vocab / tp, max(1, chunk_elements // local_vocab) >= model.seq_len * b
+
+
+def loss_saved_bytes(model: ModelSpec, b: int, tp: int, compute_bytes: int, loss: str = "chunked") -> float:
     """Bytes one micro-batch's logits and loss keep from its forward until its backward on the
     last pipeline stage (what a schedule that runs several forwards before their backwards holds
     per micro-batch; :func:`logits_bytes` is the peak of the one whose loss runs).
@@ -292,8 +291,7 @@ def loss_saved_bytes(
     log-softmax's float32 output, 4 N; Megatron's its float32 softmax, 4 N. Simulated (tests/verify/
     test_simulate_pipeline.py, GPipe, one chunk): 8.1 N per micro-batch in fp32, 6.0 N in bf16.
     """
-    n = model.seq_len * b * model.padded_vocab / tp
-    one_chunk = max(1, chunk_elements // max(1, model.padded_vocab // tp)) >= model.seq_len * b
+    n, one_chunk = _local_logits(model, b, tp, LOSS_CHUNK_ELEMENTS)
     if loss == "chunked" and not one_chunk:
         return compute_bytes * n
     return (compute_bytes + 4) * n
