@@ -54,13 +54,6 @@ CASES = {
         32,
         "tp = 8  pp = 4  dp = 2  zero = 2  schedule = interleaved  virtual_stages = 2  sequence_parallel = true",
     ),
-    "70b-128-tp8-pp8": (
-        "llama3-70b",
-        16,
-        64,
-        "tp = 8  pp = 8  dp = 2  zero = 2  schedule = zero-bubble  virtual_stages = 2  sequence_parallel = true"
-        "  recompute = full",
-    ),
 }
 GOALS = {"model states": 0.01, "peak memory": 0.15}
 
