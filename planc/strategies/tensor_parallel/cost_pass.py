@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
 from planc.cost.context import CostContext
-from planc.cost.estimate import CommCost, Estimate, StageMemory
+from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.wrappers import tp_seconds, with_wrapper_time
 
 
@@ -113,12 +113,32 @@ def _edge_collectives(ctx: CostContext) -> tuple[float, float]:
 
 
 def _replicated_embedding_grad(ctx: CostContext, s: StageMemory) -> StageMemory:
-    """The vocab-parallel embedding's gradient comes out of backward as a *replicated* DTensor:
-    every TP rank holds the whole [V, h] gradient until ``zero_grad``, not its 1/t rows
-    (measured by ``planc verify``: torch 2.13, tp = 2, no data parallelism). Counted where it was
-    measured; under DDP/FSDP over TP the data-parallel wrapper owns the gradient's form."""
+    """The vocab-parallel embedding's gradient comes out of backward whole: DTensor has no
+    row-sharded strategy for ``embedding_dense_backward`` (its weight gradient is Partial or
+    column-sharded, then redistributed to the rows). Without data parallelism every TP rank holds
+    the whole [V, h] gradient until ``zero_grad``, not its 1/t rows (measured by ``planc verify``:
+    torch 2.13, tp = 2); under FSDP for a while at the end of the embedding's backward (found by
+    ``planc verify --simulate``, first pipeline stages). Under DDP over TP: not measured."""
     lay = ctx.layout
-    if lay.dp > 1 or not ctx.stage(s.rank).embedding:
+    st = ctx.stage(s.rank)
+    if not st.embedding:
         return s
     rows = ctx.model.padded_vocab - ctx.model.padded_vocab // lay.tp
-    return s.updated(grads=s.grads + ctx.state_bytes.grads * rows * ctx.model.hidden)
+    if lay.dp == 1:
+        return s.updated(grads=s.grads + ctx.state_bytes.grads * rows * ctx.model.hidden)
+    if lay.zero < 2:
+        return s
+    # Under FSDP the gradient is still whole while the embedding's backward finishes: in compute
+    # precision and in the fp32 that FSDP accumulates, (e + 4) bytes for each of the other ranks'
+    # rows. It comes at the end of a micro-batch's backward, when that micro-batch's activations on
+    # this chunk are gone: only what exceeds them counts (under a pipeline the other micro-batches'
+    # stay), and only when no other phase of the step holds more (phase "embedding"). Simulated
+    # (docs/verify.md): (e + 4)(1 - 1/t) bytes per vocabulary x hidden element at t = 2 and 4, in
+    # bf16 and fp32.
+    per_block = {"none": ctx.layer_act.none, "selective": ctx.layer_act.selective, "full": ctx.layer_act.full}
+    finished = per_block[lay.recompute] * st.layers / lay.virtual_stages
+    excess = (ctx.compute_bytes + 4) * rows * ctx.model.hidden - finished
+    if excess <= 0:
+        return s
+    term = Term("embedding gradient over the whole vocabulary, beyond the finished activations", excess, "embedding")
+    return s.updated(transient=(term,))
