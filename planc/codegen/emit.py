@@ -120,7 +120,7 @@ def emit_program(
         "import argparse",
         "",
         "from planc.runtime.job import Job",
-        "from planc.runtime.loop import shutdown, train",
+        "from planc.runtime.loop import leave, shutdown, train",
         "from planc.spec import Layout, Plan",
     ]
     if builtin_imports:
@@ -205,6 +205,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    leave()  # status 0 without interpreter finalization, which can abort in C++ (see leave)
 '''
 
 

@@ -106,7 +106,7 @@ import sys
 from planc.codegen import compile_plan
 from planc.dsl.load import load_plan
 from planc.runtime.compose import compose
-from planc.runtime.loop import shutdown, train
+from planc.runtime.loop import leave, shutdown, train
 from planc.strategies.registry import load_registry
 registry = load_registry()
 compiled = compile_plan(load_plan(sys.argv[1], strategies=registry), registry)
@@ -114,4 +114,5 @@ try:
     train(compose(compiled.plan, compiled.layout, registry), steps=6, out_dir=sys.argv[2])
 finally:
     shutdown()
+leave()
 """

@@ -15,7 +15,7 @@ Predicted   6.5 MiB of 3.8 GiB per device; step 0.0235 s; 43,616 tokens/s
 import argparse
 
 from planc.runtime.job import Job
-from planc.runtime.loop import shutdown, train
+from planc.runtime.loop import leave, shutdown, train
 from planc.spec import Layout, Plan
 from planc.strategies import ddp, pipeline, tensor_parallel
 
@@ -146,3 +146,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    leave()  # status 0 without interpreter finalization, which can abort in C++ (see leave)

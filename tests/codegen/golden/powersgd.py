@@ -15,7 +15,7 @@ Predicted   3.0 MiB of 3.8 GiB per device; step 0.00224 s; 114,375 tokens/s
 import argparse
 
 from planc.runtime.job import Job
-from planc.runtime.loop import shutdown, train
+from planc.runtime.loop import leave, shutdown, train
 from planc.spec import Layout, Plan
 from planc.strategies import ddp
 from planc.strategies.registry import load_registry
@@ -148,3 +148,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    leave()  # status 0 without interpreter finalization, which can abort in C++ (see leave)
