@@ -5,7 +5,9 @@ at the plan's world size; planc's own job -- the same ``Job.create``, the same s
 functions in composition order, ``init_weights``, ``build_optimizer`` the emitted program calls
 (:func:`planc.runtime.compose.compose_on_meta`) -- allocated as fake tensors; and one optimizer
 step (:func:`planc.runtime.step.optimizer_step`: every micro-batch of gradient accumulation or of
-the pipeline schedule, clipping, the optimizer) on a fake batch. Measured:
+the pipeline schedule, clipping, the optimizer) on a fake batch. A pipelined job's schedule reads
+its peers' votes and shapes, which :mod:`planc.verify.fake_pipeline` answers; its first step runs
+untracked and the second is measured. Measured:
 
 - model-state bytes after the step (:func:`planc.verify.model_states.model_state_bytes`, the
   function the real probe uses: each rank's local shard storage);
