@@ -128,6 +128,10 @@ class LayerActivations:
     full: float
     """Full recomputation: only the block's input is kept."""
 
+    def under(self, recompute: str) -> float:
+        """The bytes for a layout's ``recompute`` ("none", "selective" or "full")."""
+        return {"none": self.none, "selective": self.selective, "full": self.full}[recompute]
+
 
 def gemm_input_copies(model: ModelSpec, compute_bytes: int, residual_bytes: int) -> tuple[int, int]:
     """How many copies of the attention and MLP inputs the block's GEMMs save.

@@ -56,9 +56,7 @@ def predicted_for_rank(ctx: CostContext, est: Estimate, pp_rank: int) -> dict:
     v = ctx.layout.virtual_stages
     stored = memory.master if memory.master else memory.params
     blocks_per_chunk = params.layers / v
-    per_block = {"none": ctx.layer_act.none, "selective": ctx.layer_act.selective, "full": ctx.layer_act.full}[
-        ctx.layout.recompute
-    ]
+    per_block = ctx.layer_act.under(ctx.layout.recompute)
     return {
         "model_states": {"params": stored, "grads": memory.grads, "optimizer": memory.optimizer},
         "activations": {"per_block_bytes": per_block, "blocks_bytes": per_block * blocks_per_chunk},

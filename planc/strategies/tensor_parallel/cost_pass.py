@@ -135,8 +135,7 @@ def _replicated_embedding_grad(ctx: CostContext, s: StageMemory) -> StageMemory:
     # stay), and only when no other phase of the step holds more (phase "embedding"). Simulated
     # (docs/verify.md): (e + 4)(1 - 1/t) bytes per vocabulary x hidden element at t = 2 and 4, in
     # bf16 and fp32.
-    per_block = {"none": ctx.layer_act.none, "selective": ctx.layer_act.selective, "full": ctx.layer_act.full}
-    finished = per_block[lay.recompute] * st.layers / lay.virtual_stages
+    finished = ctx.layer_act.under(lay.recompute) * st.layers / lay.virtual_stages
     excess = (ctx.compute_bytes + 4) * rows * ctx.model.hidden - finished
     if excess <= 0:
         return s
