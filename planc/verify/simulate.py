@@ -192,10 +192,8 @@ def _tracked_step(job, batch: torch.Tensor) -> dict:
     roots = {id(part) for part in job.model_parts}
 
     def new_micro_batch(module, args):  # the tracker refuses a second root forward per iteration
-        if id(module) not in roots:
-            return None
-        tracker.reset_mod_stats()
-        return tuple(_not_a_leaf(arg) for arg in args)
+        if id(module) in roots:
+            tracker.reset_mod_stats()
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(new_micro_batch)
     split_backward = job.layout.schedule == "zero-bubble"
@@ -245,17 +243,6 @@ class _NoHandle:
 
 def _no_hook(tensors, fn, **kwargs) -> _NoHandle:
     return _NoHandle()
-
-
-def _not_a_leaf(arg):
-    """A pipeline stage's received activation is a leaf that requires grad, and schedules that split
-    the backward (interleaved, zero-bubble) take its gradient with ``autograd.grad``. The tracker's
-    module hooks on a leaf input fail there ("A leaf node was passed to _will_engine_execute_node
-    ... autograd.grad()"); a view of it (no storage, same gradient) is not a leaf. The stage only
-    sees the view: what it keeps for backward is unchanged."""
-    if isinstance(arg, torch.Tensor) and arg.is_leaf and arg.requires_grad:
-        return arg.view_as(arg)
-    return arg
 
 
 class _StepPeakTracker(MemTracker):
