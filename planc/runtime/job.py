@@ -138,6 +138,10 @@ class Job:
     local_shard_specs: dict[nn.Parameter, DTensorSpec] = field(default_factory=dict)
     """Parameters that hold a tensor-parallel shard as a plain tensor (for DDP and ZeRO-1, which
     cannot take DTensors) -> their DTensor spec, so norms and checkpoints still see the whole."""
+    gradients_in_buckets: bool = False
+    """Set by ``ddp`` (DistributedDataParallel): the gradients are views into DDP's buckets, which
+    the step zeroes in place instead of setting them to None (a None gradient is created beside
+    the bucket: :func:`planc.strategies.ddp.runtime.give_zero_gradients`)."""
     optimizer_factory: Callable[[Optimizer], Optimizer] | None = None
     """Set by ``zero1``: turns the plan's optimizer (built for one model part's parameters) into the
     one to use, e.g. a ZeroRedundancyOptimizer of the same class, groups and settings."""

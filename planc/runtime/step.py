@@ -60,8 +60,7 @@ def optimizer_step(
         inputs_and_targets(rows.to(job.device))
         for rows in local_micro_batches(batch, job.coordinates["dp"], job.layout.dp, job.layout.micro_batch)
     ]
-    for optimizer in job.optimizers:
-        optimizer.zero_grad(set_to_none=True)
+    clear_gradients(job)
     if job.schedule is not None:
         local_loss = _pipeline_forward_backward(job, micro_batches)
     else:
@@ -75,6 +74,18 @@ def optimizer_step(
         scheduler.step()
     reduction.wait()
     return reduced[:1], total_norm, lr, reduced[1]
+
+
+def clear_gradients(job) -> None:
+    """Drop the last step's gradients: set them to None, or zero them in place where they are
+    views into DDP's buckets (``job.gradients_in_buckets``), which must stay views."""
+    if not job.gradients_in_buckets:
+        for optimizer in job.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        return
+    grads = [p.grad for p in job.local_parameters if p.grad is not None]
+    if grads:
+        torch._foreach_zero_(grads)
 
 
 def _accumulate(job, micro_batches: list) -> torch.Tensor:
