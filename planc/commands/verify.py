@@ -140,7 +140,11 @@ def collect(plan, layout, registry, run_dir: Path) -> dict:
             ) from None
     rows = []
     for record in records:
-        rows.extend(rows_for_rank(record, predicted_for_rank(ctx, estimate, record["coordinates"]["pp"])))
+        rows.extend(
+            rows_for_rank(
+                record, predicted_for_rank(ctx, estimate, record["coordinates"]["pp"], record["coordinates"]["dp"])
+            )
+        )
     return {
         "layout": layout.model_dump(mode="json"),
         "describe": layout.describe(),

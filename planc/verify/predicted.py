@@ -18,6 +18,7 @@ from __future__ import annotations
 from planc.cost.context import CostContext
 from planc.cost.estimate import Estimate, StageMemory
 from planc.cost.params import StageParams
+from planc.cost.zero_partition import with_zero1_share, zero1_state_elements
 
 #: Terms a simulation on fake tensors cannot see (planc.cost.driver.finalize adds them last).
 UNSIMULATED_TERMS = ("CUDA context and library workspaces", "allocator margin")
@@ -41,18 +42,24 @@ def peak_net_bytes(memory: StageMemory) -> float:
     return memory.total - unseen
 
 
-def stage_for(ctx: CostContext, est: Estimate, pp_rank: int) -> tuple[StageMemory, StageParams]:
+def stage_for(
+    ctx: CostContext, est: Estimate, pp_rank: int, dp_rank: int | None = None
+) -> tuple[StageMemory, StageParams]:
     """The representative stage (memory, parameters) standing for pipeline rank ``pp_rank``:
-    itself when represented, else the second stage (every middle rank is like it)."""
+    itself when represented, else the second stage (every middle rank is like it). Under torch's
+    ZeRO-1 the stage's memory holds its most loaded data-parallel rank's optimizer states; given
+    ``dp_rank``, that rank's own (:mod:`planc.cost.zero_partition`)."""
     ranks = [s.rank for s in est.stages]
     rank = pp_rank if pp_rank in ranks else (ranks[1] if len(ranks) > 2 else ranks[-1])
     memory = next(s for s in est.stages if s.rank == rank)
+    if dp_rank is not None and ctx.layout.zero == 1 and ctx.layout.dp > 1 and ctx.profile.torch_data_parallel:
+        memory = with_zero1_share(ctx, memory, zero1_state_elements(ctx, rank)[dp_rank])
     return memory, ctx.stage(rank)
 
 
-def predicted_for_rank(ctx: CostContext, est: Estimate, pp_rank: int) -> dict:
+def predicted_for_rank(ctx: CostContext, est: Estimate, pp_rank: int, dp_rank: int | None = None) -> dict:
     """The numbers :mod:`planc.verify.report` holds against one rank's measurements (bytes, seconds)."""
-    memory, params = stage_for(ctx, est, pp_rank)
+    memory, params = stage_for(ctx, est, pp_rank, dp_rank)
     v = ctx.layout.virtual_stages
     stored = memory.master if memory.master else memory.params
     blocks_per_chunk = params.layers / v

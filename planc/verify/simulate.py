@@ -64,9 +64,9 @@ def simulate(plan: Plan, layout: Layout, registry, ranks: list[int]) -> dict:
                 f"rank {rank}: {type(exc).__name__}: {first_line}",
                 hint="a strategy or op that torch cannot run on fake tensors; planc verify (a real run) still works",
             ) from exc
-        pp_rank = record["coordinates"]["pp"]
-        predicted = predicted_for_rank(ctx, estimate, pp_rank)
-        predicted["peak_bytes"] = peak_net_bytes(stage_for(ctx, estimate, pp_rank)[0])
+        pp_rank, dp_rank = record["coordinates"]["pp"], record["coordinates"]["dp"]
+        predicted = predicted_for_rank(ctx, estimate, pp_rank, dp_rank)
+        predicted["peak_bytes"] = peak_net_bytes(stage_for(ctx, estimate, pp_rank, dp_rank)[0])
         records.append(record)
         rows.extend(row for row in rows_for_rank(record, predicted) if row.section in SIMULATED)
     return {
@@ -83,21 +83,24 @@ def simulate(plan: Plan, layout: Layout, registry, ranks: list[int]) -> dict:
 def refusal(plan: Plan, layout: Layout, registry) -> str | None:
     """Why torch cannot run this layout's program on fake tensors, or None when it can.
 
-    The limit is torch's, met when the model is wrapped (issue 13 asks to say where it does not
-    work): ``DistributedDataParallel`` verifies its parameters across processes in C++, reading
-    their data, which fake tensors have not (fp32 DDP and ZeRO-1 in any precision use it; bf16 DDP
-    uses the composable ``replicate``, which works). Pipeline schedules, which read their peers'
-    votes and shapes, run with :mod:`planc.verify.fake_pipeline` standing in for the peers.
+    The limits are torch's (issue 13 asks to say where it does not work). DistributedDataParallel
+    (fp32 DDP, ZeRO-1 in any precision) runs with :func:`planc.verify.fake_world.ddp_on_fake_tensors`
+    and :func:`~planc.verify.fake_world.completing_comm_hooks`, but not under pipelining: there
+    planc turns on its search for unused parameters, whose reducer reads a count on the host in
+    the middle of backward (``Tensor.item()``), which fake tensors have not. A plugin's DDP
+    communication hook (``planc-powersgd``) waits on the ``fake`` backend's futures, which hold no
+    tensor. Pipeline schedules, which read their peers' votes and shapes, run with
+    :mod:`planc.verify.fake_pipeline` standing in for the peers.
     """
     for strategy in registry.active(plan, layout):
         wraps_ddp = strategy.name == "zero1" or (
             strategy.name == "ddp" and not _uses_replicate(plan, strategy.options_for(plan, layout))
         )
-        if wraps_ddp:
+        if wraps_ddp and layout.pp > 1:
             return (
-                "DistributedDataParallel reads its parameters' data when it wraps the model (to compare them "
-                "across processes), which fake tensors have not; fp32 DDP and ZeRO-1 are not simulated "
-                "(bf16 DDP, ZeRO-2 and ZeRO-3 are)"
+                "under pipelining DistributedDataParallel looks for unused parameters, reading a count on the "
+                "host in the middle of backward, which fake tensors have not; fp32 DDP and ZeRO-1 are "
+                "simulated without pipelining (bf16 DDP, ZeRO-2 and ZeRO-3 with it too)"
             )
     return None
 
@@ -121,7 +124,7 @@ def simulate_rank(plan: Plan, layout: Layout, registry, rank: int) -> dict:
     """Build ``plan``'s job for ``rank`` of ``layout``'s world under fake tensors, run one step,
     and return what it held: ``{"rank", "coordinates", "model_states", "peak", "seconds"}``."""
     from planc.runtime.compose import compose_on_meta
-    from planc.verify.fake_world import fake_process_group, fake_tensors
+    from planc.verify.fake_world import completing_comm_hooks, ddp_on_fake_tensors, fake_process_group, fake_tensors
     from planc.verify.model_states import model_state_bytes
 
     began = time.perf_counter()
@@ -129,7 +132,9 @@ def simulate_rank(plan: Plan, layout: Layout, registry, rank: int) -> dict:
     with fake_process_group(rank, layout.dims.world_size):
         job = compose_on_meta(plan, layout, registry, device="cpu")  # mesh and meta model: outside fake mode
         with fake_tensors():
-            job.init_weights()
+            with ddp_on_fake_tensors():
+                job.init_weights()
+            completing_comm_hooks(job.model_parts)
             job.build_optimizer()
             batch = torch.zeros((plan.train.global_batch, plan.model.seq_len + 1), dtype=torch.long)
             if job.schedule is not None:
@@ -162,11 +167,14 @@ def _create_optimizer_states(job) -> None:
     warm-up step), so that the tracked step holds them throughout as every later step does -- not
     only from its end. An optimizer step on zero gradients: cheaper than a whole warm-up step, and
     fake tensors hold no values for the zeros to change."""
+    from planc.runtime.step import clear_gradients
+
     for param in job.local_parameters:
-        param.grad = torch.zeros_like(param)
+        if param.grad is None:  # DDP's gradients are already there, views into its buckets
+            param.grad = torch.zeros_like(param)
     for optimizer in job.optimizers:
         optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    clear_gradients(job)
 
 
 def _first_pipeline_step(job, batch: torch.Tensor) -> None:
