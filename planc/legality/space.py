@@ -26,7 +26,7 @@ the rules of :mod:`planc.legality.rules` allow:
 - the schedule's own rules on m = global_batch / (dp x micro_batch)
   (:func:`~planc.legality.rules.micro_batch_count`), on data parallelism
   (:func:`~planc.legality.rules.zero_bubble_with_data_parallel`) and on recomputation
-  (:func:`~planc.legality.rules.zero_bubble_with_selective_recompute`).
+  (:func:`~planc.legality.rules.zero_bubble_with_recompute`).
 """
 
 from __future__ import annotations
@@ -176,8 +176,8 @@ def schedule_composes(schedule: str | None, dp: int, zero: int) -> bool:
 
 
 def recompute_composes(schedule: str | None, recompute: str) -> bool:
-    """Whether the schedule runs under this recomputation (zero-bubble not under selective)."""
-    return rules.zero_bubble_with_selective_recompute(schedule, recompute) is None
+    """Whether the schedule runs under this recomputation (zero-bubble only without)."""
+    return rules.zero_bubble_with_recompute(schedule, recompute) is None
 
 
 def micro_batch_accepted(schedule: str | None, pp: int, m: int) -> bool:

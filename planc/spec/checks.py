@@ -84,7 +84,7 @@ def check_pipeline(plan: Plan) -> Iterable[SpecIssue]:
     if fixed(schedule) and fixed(v):
         found.append(rules.schedule_stages_per_rank(schedule, v))
     if fixed(schedule) and fixed(lay.recompute):
-        found.append(rules.zero_bubble_with_selective_recompute(schedule, lay.recompute))
+        found.append(rules.zero_bubble_with_recompute(schedule, lay.recompute))
     return _issues(*found)
 
 
