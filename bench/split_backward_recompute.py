@@ -62,8 +62,10 @@ def measure(checkpointed: bool, split: bool) -> dict:
             torch.autograd.backward(out, grad)
             row["backward"] = (forwards[0] - before, peak.peak)
             return row
-        _, groups = stage_backward_input([out], [grad], [x], (p for b in blocks for p in b.parameters()))
+        grads_in, groups = stage_backward_input([out], [grad], [x], (p for b in blocks for p in b.parameters()))
         row["input half"] = (forwards[0] - before, peak.peak)
+        grad_input = grads_in[0].untyped_storage().nbytes()
+        row["kept between the halves"] = peak.current - row["held after forward"] - grad_input
         before, peak.peak = forwards[0], 0
         stage_backward_weight((p for b in blocks for p in b.parameters()), groups)
         row["weight half"] = (forwards[0] - before, peak.peak)

@@ -190,6 +190,29 @@ def chunks_in_flight(schedule: str | None, pp: int, v: int, m: int, rank: int, s
     raise ValueError(f"unknown schedule {schedule!r}")
 
 
+def zero_bubble_peaks(pp: int, v: int, m: int, rank: int, style: StageStyle = "looped") -> tuple[tuple[int, int], ...]:
+    """Where a zero-bubble rank's peak can be: (stage-micro-batches holding activations, of them
+    those whose output gradients wait for the weight-gradient pass), one pair per candidate; the
+    peak is the largest of a x activations + d x output gradients
+    (:func:`planc.cost.memory.split_backward_output_grads`).
+
+    A stage-micro-batch keeps its output gradients from the start of its input-gradient pass to
+    the end of its weight-gradient pass. Read off torch's own order (tests/test_stages.py checks
+    every legal p <= 8, v <= 4, m at several ratios of the two sizes):
+
+    - looped: at the activations' peak (:func:`chunks_in_flight`) rank i has i + 1 waiting;
+    - V: either all 2 p stage-micro-batches with one waiting, or, on the later ranks, p + i with
+      2 i + 1 waiting (the V's second stage runs its input passes ahead of its weight passes).
+      Exact from 2 p - 1 micro-batches on (the number torch plans the V for); with fewer, torch
+      drops the missing ones from the plan and the peak is lower: this is an upper bound there.
+    """
+    held = chunks_in_flight("zero-bubble", pp, v, m, rank, style)
+    if style != "v":
+        return ((held, min(rank + 1, held)),)
+    late = min(pp + rank, held)
+    return ((held, 1), (late, min(2 * rank + 1, late)))
+
+
 def flush_bubble_slots(pp: int, v: int, m: int) -> float:
     """Idle micro-batch slots of a pipeline flush: (p - 1)/v once m >= p (Narayanan et al. 2021,
     Sec. 2.2: bubble fraction (p - 1)/(v m)).

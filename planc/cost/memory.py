@@ -301,6 +301,27 @@ def loss_saved_bytes(model: ModelSpec, b: int, tp: int, compute_bytes: int, loss
     return (compute_bytes + 4) * n
 
 
+def split_backward_output_grads(model: ModelSpec, tokens: int, tp: int, sequence_parallel: bool, e: int) -> float:
+    """Bytes one block keeps from zero-bubble's input-gradient pass to its weight-gradient pass,
+    beyond its activations, for one micro-batch of ``tokens`` tokens.
+
+    torch's split backward (``torch.distributed.pipelining._backward.stage_backward_input``)
+    keeps, for each parameter group, the gradient of the group's output -- each linear's output,
+    each norm's -- so that the weight pass can start from there. Per block: the column-parallel
+    outputs (q, k, v and the MLP's input projections) sharded over ``tp``; the row-parallel ones
+    (attention-out, MLP-out) whole, as the partial sums they are before their reduction; the two
+    norms' outputs, over ``tp`` under sequence parallelism, whole otherwise; in compute precision.
+    Measured on 4 of planc's Llama blocks (``python bench/split_backward_recompute.py``, "kept
+    between the halves"): 26.5 MiB against 26.0 by this formula."""
+    h, f, kv = model.hidden, model.ffn, model.kv_dim
+    q = model.heads * model.head_dim
+    mlp_in = 2 if model.mlp == "swiglu" else 1
+    column = (q + 2 * kv + mlp_in * f) / tp
+    row = 2 * h
+    norms = 2 * h / (tp if sequence_parallel else 1)
+    return e * tokens * (column + row + norms)
+
+
 # -- fixed overheads ---------------------------------------------------------------------------
 
 #: CUDA context, cuBLAS/cuDNN workspaces and NCCL's internal buffers, per GPU: a fixed term.

@@ -10,7 +10,7 @@ from planc import stages
 from planc.cost.comm import all_gather_seconds, p2p_seconds
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
-from planc.cost.memory import loss_saved_bytes
+from planc.cost.memory import loss_saved_bytes, split_backward_output_grads
 from planc.cost.wrappers import pp_seconds, with_wrapper_time
 
 
@@ -19,6 +19,10 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
 
     - **Activations**: rank i holds :func:`~planc.stages.chunks_in_flight` stage-micro-batches
       of (its layers / v) blocks each.
+    - **Zero-bubble** keeps each stage-micro-batch's graph from its forward to its weight pass,
+      and from its input pass on the output gradients of its linears and norms
+      (:func:`~planc.cost.memory.split_backward_output_grads`): the rank's peak is the larger of
+      the placements :func:`~planc.stages.zero_bubble_peaks` reads off torch's order.
     - **Losses**: under GPipe the last stage runs every micro-batch's forward and loss before any
       backward, so m - 1 more losses wait with their saved tensors
       (:func:`~planc.cost.memory.loss_saved_bytes`); the other schedules run the last stage's
@@ -61,7 +65,32 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         # every forward runs before any backward: the other m - 1 micro-batches' losses wait too
         saved = loss_saved_bytes(ctx.model, lay.micro_batch, lay.tp, ctx.compute_bytes, loss=ctx.profile.loss)
         terms += (Term(f"loss kept for backward ({m - 1} more micro-batches, GPipe)", (m - 1) * saved),)
+    if lay.schedule == "zero-bubble":
+        chunks, waiting = _zero_bubble_peak(ctx, s, st.layers / v)
+        terms += (
+            Term(
+                f"output gradients kept for the weight pass ({waiting} chunk-micro-batches)",
+                waiting * st.layers / v * _output_grads(ctx),
+            ),
+        )
     return s.updated(act_layers=chunks * st.layers / v, transient=terms)
+
+
+def _output_grads(ctx: CostContext) -> float:
+    """Bytes of output gradients one block keeps between zero-bubble's two backward halves."""
+    lay = ctx.layout
+    return split_backward_output_grads(
+        ctx.model, ctx.tokens_per_microbatch, lay.tp, lay.sequence_parallel, ctx.compute_bytes
+    )
+
+
+def _zero_bubble_peak(ctx: CostContext, s: StageMemory, chunk_layers: float) -> tuple[int, int]:
+    """(chunk-micro-batches holding activations, of them waiting for the weight pass) at the
+    rank's peak under zero-bubble (:func:`~planc.stages.zero_bubble_peaks`)."""
+    lay = ctx.layout
+    candidates = stages.zero_bubble_peaks(lay.pp, lay.virtual_stages, ctx.micro_batches, s.rank, ctx.stage_style)
+    activations, grads = s.act_per_layer * chunk_layers, _output_grads(ctx) * chunk_layers
+    return max(candidates, key=lambda c: c[0] * activations + c[1] * grads)
 
 
 def _bubble(ctx: CostContext) -> float:
