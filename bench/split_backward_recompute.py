@@ -76,13 +76,15 @@ def measure(checkpointed: bool, split: bool) -> dict:
 def main() -> None:
     mib = 2**20
     print(f"{MODEL['layers']} Llama-style blocks, hidden {MODEL['hidden']}, {MODEL['seq_len']} tokens x {MICRO_BATCH}")
-    print("| backward | recompute | held after forward | pass: block forwards rerun, peak |")
+    print("| backward | recompute | held after forward | pass: block forwards rerun, peak (and what the split keeps) |")
     print("|---|---|---:|---|")
     for split in (False, True):
         for checkpointed in (False, True):
             row = measure(checkpointed, split)
             passes = [(k, v) for k, v in row.items() if isinstance(v, tuple)]
             text = "; ".join(f"{name}: {n} forwards, {p / mib:.1f} MiB" for name, (n, p) in passes)
+            if "kept between the halves" in row:
+                text += f"; kept between the halves: {row['kept between the halves'] / mib:.1f} MiB"
             kind = "split (zero-bubble)" if split else "one (1F1B)"
             held = row["held after forward"] / mib
             print(f"| {kind} | {'full' if checkpointed else 'none'} | {held:.1f} MiB | {text} |")
