@@ -33,8 +33,15 @@ def _unique_bytes(tensors, seen: set[int]) -> int:
     return total
 
 
+def state_holders(optimizers) -> list:
+    """The optimizers whose ``state`` holds the tensors: ZeroRedundancyOptimizer's local one
+    (``.optim``) in its place -- the wrapper's own ``state`` is empty, so a memory tracker told
+    of the wrapper would not see the states (``planc verify`` read ZeRO-1's peak 33% low)."""
+    return [getattr(optimizer, "optim", optimizer) for optimizer in optimizers]
+
+
 def _optimizer_tensors(optimizer):
-    inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer's local optimizer
+    (inner,) = state_holders([optimizer])
     for state in inner.state.values():
         yield from (v for v in state.values() if isinstance(v, torch.Tensor))
 
