@@ -46,6 +46,9 @@ CASES = {
     "70b-256": ("llama3-70b", 32, 512, FSDP_FULL),
     "70b-512": ("llama3-70b", 64, 1024, FSDP_FULL),
     "70b-64-tp8": ("llama3-70b", 8, 16, "tp = 8  pp = 1  dp = 8  zero = 3  sequence_parallel = true"),
+    # ZeRO-1 (DistributedDataParallel + ZeroRedundancyOptimizer): rank 0 gets the embedding whole, the
+    # last rank an even share's worth of smaller tensors.
+    "8b-64-zero1": ("llama3-8b", 8, 64, "tp = 1  pp = 1  dp = 64  zero = 1  recompute = full"),
     # Pipeline parallelism (planc.verify.fake_pipeline stands in for the other stages): first, middle, last stage.
     "8b-16-tp8-pp2": ("llama3-8b", 2, 32, "tp = 8  pp = 2  dp = 1  schedule = 1f1b  sequence_parallel = true"),
     "70b-64-tp8-pp4": (
