@@ -99,6 +99,32 @@ def _is_writer() -> bool:
     return not _distributed() or dist.get_rank() == 0
 
 
+@contextlib.contextmanager
+def _gradients_set_aside(optimizer: torch.optim.Optimizer):
+    """Hide the parameters' gradients from DCP while it names an optimizer's states.
+
+    An optimizer that has not stepped has no states to name, so ``get_optimizer_state_dict``
+    first creates them with a zero-gradient step -- but only when no parameter has a gradient
+    (``torch.distributed.checkpoint.state_dict._init_optim_state``), and then sets every gradient
+    to None. planc's DDP keeps its gradients as zeroed views into its buckets, never None
+    (:func:`planc.strategies.ddp.runtime.give_zero_gradients`): DCP skipped the states, and a
+    resumed run silently restarted Adam's moments (losses left the reference at the first step
+    after a restart: tests/reliability). Set aside, the states are made and loaded; the bucket
+    views are put back after."""
+    if optimizer.state:
+        yield
+        return
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    kept = [p.grad for p in params]
+    for param in params:
+        param.grad = None
+    try:
+        yield
+    finally:
+        for param, grad in zip(params, kept):
+            param.grad = grad
+
+
 def _inner_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     """The optimizer whose ``state`` holds this rank's tensors (ZeRO keeps only its partition's)."""
     from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -144,7 +170,8 @@ def _state(pairs) -> tuple[dict[str, Any], dict[str, Any], list[tuple[set[str], 
     owned = []
     for part, optimizer in pairs:
         part_model = get_model_state_dict(part)
-        part_optim = get_optimizer_state_dict(part, _inner_optimizer(optimizer), options=OPTIM_OPTIONS)
+        with _gradients_set_aside(_inner_optimizer(optimizer)):
+            part_optim = get_optimizer_state_dict(part, _inner_optimizer(optimizer), options=OPTIM_OPTIONS)
         clash = (model_state.keys() & part_model.keys()) | (
             (optim_tensors.keys() | optim_values.keys()) & part_optim.keys()
         )

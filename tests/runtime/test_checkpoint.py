@@ -135,3 +135,28 @@ def test_optimizer_hyperparameters_come_back_with_their_types(tmp_path):
         assert {k: v for k, v in saved.items() if k != "params"} == {k: v for k, v in loaded.items() if k != "params"}
     assert isinstance(fresh_opt.param_groups[0]["betas"], tuple)
     assert fresh_sched.get_last_lr() == scheduler.get_last_lr() and fresh_sched.last_epoch == 3
+
+
+def test_optimizer_states_come_back_when_the_gradients_are_zeroed_views_not_none(tmp_path):
+    # planc's DDP keeps every gradient as a zeroed view into its buckets, never None. DCP creates a
+    # fresh optimizer's states (to load into) only when no gradient exists: it used to skip them, and
+    # a resumed DDP run restarted Adam's moments from zero (tests/reliability caught the losses).
+    model, optimizer, scheduler = _parts()
+    for param in model.parameters():
+        param.grad = torch.randn_like(param)
+    for _ in range(3):
+        optimizer.step()
+        scheduler.step()
+    save_checkpoint(tmp_path, 3, [model], [optimizer], [scheduler])
+    fresh, fresh_opt, fresh_sched = _parts(seed=1)
+    grads = [torch.zeros_like(p) for p in fresh.parameters()]
+    for param, grad in zip(fresh.parameters(), grads):
+        param.grad = grad  # as DDP's bucket views: present from the start
+    load_checkpoint(tmp_path, [fresh], [fresh_opt], [fresh_sched])
+    saved, loaded = optimizer.state_dict()["state"], fresh_opt.state_dict()["state"]
+    assert loaded.keys() == saved.keys() and len(saved) == len(list(model.parameters()))
+    for index, state in saved.items():
+        for name in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(loaded[index][name], state[name]), (index, name)
+    # the same gradient tensors (the bucket views) are back on the parameters, still zero
+    assert all(p.grad is g and not g.any() for p, g in zip(fresh.parameters(), grads))
