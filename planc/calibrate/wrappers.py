@@ -89,10 +89,22 @@ def measure_wrappers(device: torch.device, budget: float) -> WrapperOverheads:
 
 
 def _ddp(plain, x, plain_step: Callable[[], None], tensors, numel, device, budget) -> float:
+    """DDP as planc's program builds it (:func:`planc.strategies.ddp.runtime.wrap_ddp`): gradients
+    as views into the buckets from the start, zeroed in place each step."""
     from torch.nn.parallel import DistributedDataParallel
 
-    ddp = DistributedDataParallel(copy.deepcopy(plain))
-    t_ddp = _extra(_step_fn(ddp, x), plain_step, device, budget)
+    from planc.strategies.ddp.runtime import give_zero_gradients
+
+    model = copy.deepcopy(plain)
+    give_zero_gradients(model)
+    ddp = DistributedDataParallel(model, gradient_as_bucket_view=True)
+    bucket_views = [p.grad for p in model.parameters() if p.grad is not None]
+
+    def step():
+        ddp(x).sum().backward()
+        torch._foreach_zero_(bucket_views)
+
+    t_ddp = _extra(step, plain_step, device, budget)
     grads = torch.zeros(numel, device=device)  # one bucket: the stack is far below 25 MiB
     t_reduce = _bare(lambda: dist.all_reduce(grads), device, budget)
     return max(0.0, (t_ddp - t_reduce) / tensors)
