@@ -24,7 +24,8 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
       (:func:`~planc.cost.memory.split_backward_output_grads`): the rank's peak is the larger of
       the placements :func:`~planc.stages.zero_bubble_peaks` reads off torch's order.
     - **Losses**: under GPipe the last stage runs every micro-batch's forward and loss before any
-      backward, so m - 1 more losses wait with their saved tensors
+      backward, and under zero-bubble the schedule keeps every loss to the step's end with the
+      graph its input pass retained, so m - 1 more losses wait with their saved tensors
       (:func:`~planc.cost.memory.loss_saved_bytes`); the other schedules run the last stage's
       backward right after its forward.
     - **Receive buffers**: torch's stages allocate an activation buffer (every stage but the
@@ -61,10 +62,14 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         buffers = (not st.embedding or v > 1) + (not st.head or v > 1)
         label = "pipeline send/receive buffers"
     terms: tuple[Term, ...] = (Term(label, buffers * ctx.boundary_bytes),) if buffers else ()
-    if st.head and lay.schedule == "gpipe" and m > 1:
-        # every forward runs before any backward: the other m - 1 micro-batches' losses wait too
+    if st.head and lay.schedule in ("gpipe", "zero-bubble") and m > 1:
+        # GPipe: every forward runs before any backward, so the other m - 1 micro-batches' losses
+        # wait too. Zero-bubble: the schedule keeps every micro-batch's loss until the step ends
+        # (PipelineScheduleSingle._internal_losses) and its input pass retains the graph, which the
+        # weight pass never walks above the logits: the losses' saved tensors stay as long.
         saved = loss_saved_bytes(ctx.model, lay.micro_batch, lay.tp, ctx.compute_bytes, loss=ctx.profile.loss)
-        terms += (Term(f"loss kept for backward ({m - 1} more micro-batches, GPipe)", (m - 1) * saved),)
+        why = "GPipe" if lay.schedule == "gpipe" else "zero-bubble, kept to the step's end"
+        terms += (Term(f"loss kept for backward ({m - 1} more micro-batches, {why})", (m - 1) * saved),)
     if lay.schedule == "zero-bubble":
         chunks, waiting = _zero_bubble_peak(ctx, s, st.layers / v)
         terms += (
