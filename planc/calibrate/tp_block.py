@@ -17,6 +17,7 @@ import copy
 import torch
 import torch.distributed as dist
 
+from planc.calibrate.timing import beyond_parts
 from planc.spec.model import ModelSpec
 
 SPEC = dict(layers=1, hidden=32, heads=4, vocab=96, seq_len=16)
@@ -61,13 +62,15 @@ def _sharded(block, x, sequence_parallel: bool, plain, device, bare, extra) -> f
     del plan["feed_forward.w3"]  # GELU MLP: no gate matrix
     parallelize_module(sharded, mesh, plan)
     local = x.chunk(world, dim=1)[dist.get_rank()].contiguous() if sequence_parallel else x
-    t_sharded = extra(_step(sharded, local), plain)
     full = torch.zeros(x.numel(), device=device)
     part = torch.zeros(x.numel() // world, device=device)
-    if sequence_parallel:
-        gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
-        scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
-        t_comm = 2 * bare(lambda: (gather(full, part), scatter(part, full)))
-    else:
-        t_comm = 4 * bare(lambda: dist.all_reduce(full))
-    return max(0.0, t_sharded - t_comm)
+    gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+    scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+
+    def measure() -> tuple[float, float]:
+        t_sharded = extra(_step(sharded, local), plain)
+        if sequence_parallel:
+            return t_sharded, 2 * bare(lambda: (gather(full, part), scatter(part, full)))
+        return t_sharded, 4 * bare(lambda: dist.all_reduce(full))
+
+    return beyond_parts(measure)

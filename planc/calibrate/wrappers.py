@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from planc.calibrate.timing import median_seconds, paired_difference, repeats_for, slowest_rank
+from planc.calibrate.timing import beyond_parts, median_seconds, paired_difference, repeats_for, slowest_rank
 from planc.calibrate.tp_block import measure_tp_blocks
 from planc.spec.hardware_profile import WrapperOverheads
 
@@ -117,7 +117,6 @@ def _fsdp(plain, x, plain_step, numel, world, device, budget) -> float:
     for unit in model:
         fully_shard(unit)
     fully_shard(model)
-    t_fsdp = _extra(_step_fn(model, x), plain_step, device, budget)
     # Per unit: an all-gather in forward, again in backward (resharded after forward), a reduce-scatter.
     shard = -(-numel // UNITS // world)
     local, full = torch.zeros(shard, device=device), torch.zeros(shard * world, device=device)
@@ -131,8 +130,10 @@ def _fsdp(plain, x, plain_step, numel, world, device, budget) -> float:
         gather(full, local)
         scatter(local, full)
 
-    t_comm = UNITS * _bare(unit_collectives, device, budget)
-    return max(0.0, (t_fsdp - t_comm) / UNITS)
+    def measure() -> tuple[float, float]:
+        return _extra(_step_fn(model, x), plain_step, device, budget), UNITS * _bare(unit_collectives, device, budget)
+
+    return beyond_parts(measure) / UNITS
 
 
 def _replicate(plain, x, plain_step, numel, device, budget) -> float:
