@@ -33,16 +33,53 @@ def layer_params_per_shard(model: ModelSpec, tp: int) -> int:
     Row-parallel (weights sharded, biases replicated): attention-out, MLP-out. Norms replicated.
     At tp = 1 this equals ``model.params_per_layer``.
     """
-    h, f, kv = model.hidden, model.ffn, model.kv_dim
-    matrices = 2 if model.mlp == "gelu" else 3
-    sharded = 2 * h * h + 2 * h * kv + matrices * h * f
-    replicated = 2 * model.norm_params
+    matrices, vectors = block_tensor_sizes(model, tp)
+    return sum(matrices) + sum(vectors)
+
+
+def block_tensor_sizes(model: ModelSpec, tp: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(matrices, vectors): element counts of one block's parameter tensors on one TP rank.
+
+    Column-parallel (wq, wk, wv, the MLP's input projections) split their weights and biases by
+    ``tp``; row-parallel (wo, the MLP's output) their weights, their biases are replicated; norms
+    are replicated. Their sum is :func:`layer_params_per_shard`; ZeRO-1's partition needs them one
+    by one, split as the optimizer's parameter groups are (:mod:`planc.cost.zero_partition`)."""
+    h, f, q, kv = model.hidden, model.ffn, model.heads * model.head_dim, model.kv_dim
+    mlp_in = 2 if model.mlp == "swiglu" else 1
+    matrices = (h * q // tp, h * kv // tp, h * kv // tp, q * h // tp) + (h * f // tp,) * mlp_in + (f * h // tp,)
+    vectors: list[int] = []
+    if model.bias or model.qkv_bias:
+        vectors += [q // tp, kv // tp, kv // tp]
     if model.bias:
-        sharded += (h + 2 * kv) + (matrices - 1) * f  # column-parallel biases
-        replicated += 2 * h  # row-parallel biases (attention-out, MLP-out)
-    elif model.qkv_bias:
-        sharded += h + 2 * kv  # Qwen2: the QKV biases only
-    return sharded // tp + replicated
+        vectors += [h] + [f // tp] * mlp_in + [h]
+    vectors += _norm_tensor_sizes(model) * 2
+    return matrices, tuple(vectors)
+
+
+def _norm_tensor_sizes(model: ModelSpec) -> list[int]:
+    """One norm's tensors: a weight, and a bias for a biased LayerNorm."""
+    return [model.hidden] * (2 if model.norm == "layernorm" and model.bias else 1)
+
+
+def stage_tensor_sizes(
+    model: ModelSpec, tp: int, pp: int, virtual_stages: int, stage: int
+) -> tuple[list[int], list[int]]:
+    """(matrices, vectors) of pipeline stage ``stage`` (one model part) on one TP rank: its blocks,
+    the embeddings on the first stage, the final norm and head on the last (a copy of the tied
+    embedding when the head is on another stage than the embedding)."""
+    stages = pp * virtual_stages
+    layers = chunk_layer_counts(model.layers, stages)[stage]
+    block_matrices, block_vectors = block_tensor_sizes(model, tp)
+    matrices, vectors = list(block_matrices) * layers, list(block_vectors) * layers
+    if stage == 0:
+        matrices.append(model.padded_vocab * model.hidden // tp)
+        if model.position == "learned":
+            matrices.append(model.seq_len * model.hidden)
+    if stage == stages - 1:
+        vectors += _norm_tensor_sizes(model)
+        if not (model.tie_embeddings and stages == 1):
+            matrices.append(model.padded_vocab * model.hidden // tp)
+    return matrices, vectors
 
 
 def embedding_params_per_shard(model: ModelSpec, tp: int) -> int:
