@@ -18,7 +18,7 @@ from __future__ import annotations
 from planc.cost.context import CostContext
 from planc.cost.estimate import Estimate, StageMemory
 from planc.cost.params import StageParams
-from planc.cost.zero_partition import with_zero1_share, zero1_state_elements
+from planc.cost.zero_partition import partitioned_by_tensor, with_zero1_share, zero1_state_elements
 
 #: Terms a simulation on fake tensors cannot see (planc.cost.driver.finalize adds them last).
 UNSIMULATED_TERMS = ("CUDA context and library workspaces", "allocator margin")
@@ -52,7 +52,7 @@ def stage_for(
     ranks = [s.rank for s in est.stages]
     rank = pp_rank if pp_rank in ranks else (ranks[1] if len(ranks) > 2 else ranks[-1])
     memory = next(s for s in est.stages if s.rank == rank)
-    if dp_rank is not None and ctx.layout.zero == 1 and ctx.layout.dp > 1 and ctx.profile.torch_data_parallel:
+    if dp_rank is not None and partitioned_by_tensor(ctx):
         memory = with_zero1_share(ctx, memory, zero1_state_elements(ctx, rank)[dp_rank])
     return memory, ctx.stage(rank)
 

@@ -79,7 +79,7 @@ def give_zero_gradients(part: nn.Module) -> None:
     ``no_sync`` (every micro-batch but the last) autograd keeps it there, and the reducer copies it
     into the bucket only in the synchronising backward: with the gradients set to None at each step
     a rank held every gradient twice through its accumulation, g bytes per parameter more than the
-    buckets (found by ``planc verify --simulate``; tests/strategies/test_ddp_gradient_views.py).
+    buckets (found by ``planc verify --simulate``; tests/verify/test_simulate.py).
     The zeros are made at initialisation, before any activation or optimizer state exists."""
     for param in part.parameters():
         if param.requires_grad and param.grad is None:

@@ -71,30 +71,27 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         why = "GPipe" if lay.schedule == "gpipe" else "zero-bubble, kept to the step's end"
         terms += (Term(f"loss kept for backward ({m - 1} more micro-batches, {why})", (m - 1) * saved),)
     if lay.schedule == "zero-bubble":
-        chunks, waiting = _zero_bubble_peak(ctx, s, st.layers / v)
+        # Output gradients of one chunk-micro-batch, kept between the two backward halves.
+        chunk_grads = (
+            st.layers
+            / v
+            * split_backward_output_grads(
+                ctx.model, ctx.tokens_per_microbatch, lay.tp, lay.sequence_parallel, ctx.compute_bytes
+            )
+        )
+        chunks, waiting = _zero_bubble_peak(ctx, s, s.act_per_layer * st.layers / v, chunk_grads)
         terms += (
-            Term(
-                f"output gradients kept for the weight pass ({waiting} chunk-micro-batches)",
-                waiting * st.layers / v * _output_grads(ctx),
-            ),
+            Term(f"output gradients kept for the weight pass ({waiting} chunk-micro-batches)", waiting * chunk_grads),
         )
     return s.updated(act_layers=chunks * st.layers / v, transient=terms)
 
 
-def _output_grads(ctx: CostContext) -> float:
-    """Bytes of output gradients one block keeps between zero-bubble's two backward halves."""
-    lay = ctx.layout
-    return split_backward_output_grads(
-        ctx.model, ctx.tokens_per_microbatch, lay.tp, lay.sequence_parallel, ctx.compute_bytes
-    )
-
-
-def _zero_bubble_peak(ctx: CostContext, s: StageMemory, chunk_layers: float) -> tuple[int, int]:
+def _zero_bubble_peak(ctx: CostContext, s: StageMemory, activations: float, grads: float) -> tuple[int, int]:
     """(chunk-micro-batches holding activations, of them waiting for the weight pass) at the
-    rank's peak under zero-bubble (:func:`~planc.stages.zero_bubble_peaks`)."""
+    rank's peak under zero-bubble (:func:`~planc.stages.zero_bubble_peaks`), for ``activations``
+    and output ``grads`` bytes per chunk-micro-batch."""
     lay = ctx.layout
     candidates = stages.zero_bubble_peaks(lay.pp, lay.virtual_stages, ctx.micro_batches, s.rank, ctx.stage_style)
-    activations, grads = s.act_per_layer * chunk_layers, _output_grads(ctx) * chunk_layers
     return max(candidates, key=lambda c: c[0] * activations + c[1] * grads)
 
 

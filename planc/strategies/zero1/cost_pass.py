@@ -7,7 +7,7 @@ from planc.cost.context import CostContext
 from planc.cost.data_parallel import bucket_bytes, bucket_terms, grad_all_reduce, shard_states, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory
 from planc.cost.wrappers import ddp_seconds, tensors_per_rank, with_wrapper_time
-from planc.cost.zero_partition import with_zero1_share, zero1_state_elements
+from planc.cost.zero_partition import partitioned_by_tensor, with_zero1_share, zero1_state_elements
 
 
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
@@ -47,7 +47,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         detail=detail,
     )
     est = shard_states(ctx, est, 1, lambda s: bucket_terms(ctx, s.rank), comm)
-    if ctx.profile.torch_data_parallel:
+    if partitioned_by_tensor(ctx):
         est = est.updated(stage_fn=lambda s: _most_loaded_rank(ctx, s))
     est = with_wrapper_time(est, "DDP hooks and buckets (measured)", ddp_seconds(ctx))
     return with_contention(ctx, est, seconds - exposed)
