@@ -62,8 +62,9 @@ def profile_for(family: dict, run: dict):
     return (replace(base, **kept) if kept else base), dropped
 
 
-def plans_for(run: dict):
-    """One plan per combination of list-valued layout keys (usually one)."""
+def plans_for(run: dict, hardware_profile: str | None = None):
+    """One plan per combination of list-valued layout keys (usually one); ``hardware_profile``
+    (an absolute path written by ``planc calibrate``) prices them at its measured rates."""
     layout = dict(run["layout"])
     listed = {k: v for k, v in layout.items() if isinstance(v, list)}
     for combo in itertools.product(*listed.values()):
@@ -72,6 +73,8 @@ def plans_for(run: dict):
         # headroom 0: these runs ran, so their layouts fit the device as it is; the planner's safety
         # margin is not part of the question "how fast is this layout".
         hardware = {"headroom": 0, **{k: _quantity(v) for k, v in run["hardware"].items()}}
+        if hardware_profile is not None:
+            hardware["profile"] = hardware_profile
         yield build_plan({"model": run["model"], "hardware": hardware, "train": train, "layout": lay})
 
 
@@ -100,11 +103,11 @@ def reported_step(run: dict, plan) -> float:
     return flops / (rep["tflops_per_gpu"] * 1e12 * gpus)
 
 
-def predict(run: dict, family: dict, registry: Registry) -> dict:
+def predict(run: dict, family: dict, registry: Registry, hardware_profile: str | None = None) -> dict:
     """Predicted step, memory and error of one run (strategies from ``registry``)."""
     profile, dropped = profile_for(family, run)
     best = None
-    for plan in plans_for(run):
+    for plan in plans_for(run, hardware_profile):
         try:
             choice = choose(plan, registry, tolerance=0.0, top_k=0, profile=profile)
         except NoLegalLayout as exc:

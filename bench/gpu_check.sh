@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# planc's checks on one CUDA GPU: the numbers docs/gpu.md reports. From the repository root:
+#
+#   OUT=/tmp/gpu-check bash bench/gpu_check.sh [STEP ...]
+#
+# Steps (default: all, in this order; each is independent, its log in logs/<step>.log of the
+# archive $OUT/gpu-check.tar.gz, rewritten after every step so a cut-off run still returns it):
+#   env        torch, CUDA and the GPU; planc's strategies registered
+#   verify     planc verify of plans/gpu/llama3-8b-4layers-1xh100.plan (Llama 3 8B's block, head and
+#              vocabulary, 4 layers, seq 8192): model states, saved activations, CUDA peak, step time
+#   calibrate  the calibration worker over every GEMM and attention shape of the published H100 runs
+#              (bench/published_calibrated.py workload), and `planc calibrate --plan` for the plan above
+#   run        planc run of that plan, then bench/handwritten_one_gpu.py on the same plan: step times
+#              side by side, losses (same data and initialisation)
+#   resume     plans/gpu/tiny-1xh100.plan to step 10 (checkpoints at 5 and 10), resumed to 16, and 16
+#              steps straight: DCP on CUDA
+#   variants   planc verify of the 8B-shaped plan with recompute = full, and with micro_batch = 2
+#
+# Python packages the GPU machine lacks (lark, pydantic, and planc's own entry points: a wheel of
+# this checkout) travel as wheels in .whl, installed into /tmp/site when the imports fail; the
+# repository goes first on PYTHONPATH so the code is this checkout's.
+set -u
+OUT=${OUT:-runs/gpu-check}
+WORK=${WORK:-/tmp/planc-gpu-check}
+LOGS=$WORK/logs
+mkdir -p "$OUT" "$WORK" "$LOGS"
+export PYTHONUNBUFFERED=1
+if [ -d .whl ] && ! python3 -c "import lark, pydantic, planc.strategies" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || echo "gpu_check: installing .whl failed"
+  export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+PLAN=${PLAN:-plans/gpu/llama3-8b-4layers-1xh100.plan}  # overridable, to try the script on CPU plans
+TINY=${TINY:-plans/gpu/tiny-1xh100.plan}
+
+planc() { python3 -m planc "$@"; }
+
+# step NAME SECONDS: run the function step_NAME with a time limit, its output to $LOGS/NAME.log.
+step() {
+  local name=$1 limit=$2 began=$SECONDS
+  echo "=== $name (limit ${limit}s)"
+  timeout --kill-after=10 "$limit" bash -c "step_$name" >"$LOGS/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - began)) s"
+  grep -E "^(RESULT|planc verify|  )" "$LOGS/$name.log" | tail -n 40
+  [ $rc -ne 0 ] && tail -n 25 "$LOGS/$name.log"
+  # The device tool returns at most 8 files: everything but the profiles goes into one archive.
+  tar -czf "$OUT/gpu-check.tar.gz" -C "$WORK" --exclude='checkpoints' --exclude='*.pt' --exclude='*.distcp' . 2>/dev/null
+  return 0
+}
+
+step_env() {
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
+  python3 -c "import torch, sys; print('RESULT torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0), 'python', sys.version.split()[0])"
+  planc --version
+  planc plugins 2>&1 | head -20
+}
+
+step_verify() {
+  planc verify "$PLAN" --steps 6 --out "$WORK/verify-none"
+  cp "$WORK/verify-none/verify.json" "$WORK/verify-none.json"
+}
+
+step_calibrate() {
+  python3 bench/published_calibrated.py workload --device H100-SXM --out "$WORK/published-workload.json"
+  python3 -m planc.calibrate.worker --workload "$WORK/published-workload.json" --out "$OUT/h100-published.json" --budget 0.1
+  echo "RESULT published profile written"
+  planc calibrate --plan "$PLAN" --out "$OUT/h100-plan.json"
+  echo "RESULT plan profile written"
+  python3 bench/published_calibrated.py compare "$OUT/h100-published.json" --device H100-SXM | tail -n 8
+}
+
+step_run() {
+  planc run "$PLAN" --out "$WORK/run" --steps 20
+  cp "$WORK/run/metrics.jsonl" "$WORK/run-metrics.jsonl"
+  python3 bench/handwritten_one_gpu.py "$WORK/run/plan.json" 20 "$WORK/handwritten.json"
+  python3 - "$WORK/run-metrics.jsonl" "$WORK/handwritten.json" <<'EOF'
+import json, statistics, sys
+planc = [json.loads(line) for line in open(sys.argv[1])]
+hand = json.load(open(sys.argv[2]))
+gaps = lambda xs: [b - a for a, b in zip(xs, xs[1:])][3:]
+p, h = statistics.median(gaps([r["elapsed_s"] for r in planc])), statistics.median(gaps(hand["wall_s"]))
+print(f"RESULT step planc {p:.4f} s  hand-written {h:.4f} s  ratio {p / h:.3f}  predicted {planc[-1]['predicted_step_s']:.4f} s")
+print(f"RESULT peak planc {planc[-1]['memory_bytes'] / 2**30:.2f} GiB  hand-written {hand['peak_bytes'][0] / 2**30:.2f} GiB")
+print("RESULT loss planc    ", " ".join(f"{r['loss']:.4f}" for r in planc[:5]), "...", f"{planc[-1]['loss']:.4f}")
+print("RESULT loss hand     ", " ".join(f"{x:.4f}" for x in hand["loss"][:5]), "...", f"{hand['loss'][-1]:.4f}")
+EOF
+}
+
+step_resume() {
+  planc run "$TINY" --out "$WORK/tiny-resumed" --steps 10
+  planc run "$TINY" --out "$WORK/tiny-resumed" --steps 16
+  planc run "$TINY" --out "$WORK/tiny-straight" --steps 16
+  python3 - "$WORK/tiny-resumed/metrics.jsonl" "$WORK/tiny-straight/metrics.jsonl" <<'EOF'
+import json, sys
+resumed = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r}
+straight = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2])) if "loss" in r}
+worst = max(abs(resumed[s] - straight[s]) for s in straight)
+print(f"RESULT resume steps {sorted(resumed)[0]}..{max(resumed)}; largest |loss difference| against straight: {worst:.2e}")
+print("RESULT resumed ", " ".join(f"{resumed[s]:.4f}" for s in sorted(resumed)[-6:]))
+print("RESULT straight", " ".join(f"{straight[s]:.4f}" for s in sorted(straight)[-6:]))
+EOF
+}
+
+step_variants() {
+  sed 's/recompute = none/recompute = full/' "$PLAN" >"$WORK/full.plan"
+  planc verify "$WORK/full.plan" --steps 6 --out "$WORK/verify-full"
+  cp "$WORK/verify-full/verify.json" "$WORK/verify-full.json"
+  sed -E 's/^(  micro_batch += )1$/\12/' "$PLAN" >"$WORK/mb2.plan"
+  planc verify "$WORK/mb2.plan" --steps 6 --out "$WORK/verify-mb2"
+  cp "$WORK/verify-mb2/verify.json" "$WORK/verify-mb2.json"
+}
+
+export -f planc step_env step_verify step_calibrate step_run step_resume step_variants
+export PLAN TINY OUT WORK LOGS
+
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(env verify calibrate run resume variants)
+for s in "${steps[@]}"; do
+  case $s in
+    env) step env 60 ;;
+    verify) step verify 180 ;;
+    calibrate) step calibrate 200 ;;
+    run) step run 180 ;;
+    resume) step resume 150 ;;
+    variants) step variants 240 ;;
+    *) echo "gpu_check: unknown step $s (env verify calibrate run resume variants)" ;;
+  esac
+done
+ls -la "$OUT"

@@ -1,0 +1,70 @@
+"""The hand-written baseline for a plan on one CUDA device: what an engineer writes without planc.
+
+    python bench/handwritten_one_gpu.py RUN_DIR/plan.json STEPS OUT.json
+
+PLAN.json is the plan a planc run directory holds, or `planc check --json` prints.
+
+The plan's model (planc.runtime.transformer, the same code and initialisation as planc's program),
+its synthetic data (planc.runtime.data), AdamW with its hyper-parameters, bf16 autocast over fp32
+weights (what planc runs without data parallelism) or plain fp32, gradient accumulation over the
+plan's micro-batches, global-norm clipping, and a plain ``F.cross_entropy`` over the whole logits.
+No distributed wrapper: one device. Writes, per step, the loss and the ``time.perf_counter()`` at
+the step's end after a device synchronisation (``wall_s``), and ``torch.cuda.max_memory_allocated``
+(``peak_bytes``); bench/gpu_check.sh sets the median step gap beside the ``step_s`` planc's own
+program logs for the same plan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from planc.runtime.data import build_data
+from planc.runtime.optim import build_optimizer, lr_at
+from planc.runtime.transformer import build_model, init_weights
+from planc.spec import Plan
+
+
+def main(plan_path: str, steps: int, out_path: str) -> None:
+    raw = json.loads(Path(plan_path).read_text())
+    plan = Plan.model_validate(raw.get("plan", raw))  # a run directory's plan.json, or `planc check --json`'s
+    cuda = torch.cuda.is_available()  # the CPU is for trying the script out; the baseline is a GPU's
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    model = build_model(plan.model, device=device)
+    init_weights(model, plan.train.seed)
+    optimizer = build_optimizer(model.parameters(), plan.train)
+    data = build_data(plan.train, plan.model, base_dir=plan.data_root)
+    micro = plan.train.micro_batch
+    accumulation = plan.train.global_batch // micro
+    bf16 = plan.train.precision == "bf16"
+    record: dict[str, list] = {"wall_s": [], "loss": []}
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, plan.train)
+        batch = data.batch_for_step(step).to(device)
+        total = torch.zeros((), device=device)
+        for i in range(accumulation):
+            rows = batch[i * micro : (i + 1) * micro]
+            autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+            with autocast:
+                logits = model(rows[:, :-1])
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), rows[:, 1:].flatten()) / accumulation
+            loss.backward()
+            total += loss.detach()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), plan.train.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        record["loss"].append(float(total))  # synchronises, as a logged loss does
+        record["wall_s"].append(time.perf_counter())
+    record["peak_bytes"] = [torch.cuda.max_memory_allocated(device) if cuda else 0]
+    Path(out_path).write_text(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
