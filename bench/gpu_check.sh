@@ -15,6 +15,11 @@
 #   resume     plans/gpu/tiny-1xh100.plan to step 10 (checkpoints at 5 and 10), resumed to 16, and 16
 #              steps straight: DCP on CUDA
 #   variants   planc verify of the 8B-shaped plan with recompute = full, and with micro_batch = 2
+#   selective  planc verify of it with recompute = selective (torchtitan's setting for Llama 3 8B)
+#   profile    bench/handwritten_one_gpu.py on that plan with step 3 under torch.profiler: kernel
+#              time by kind (GEMM, attention, loss, optimizer, other) against the step's wall time
+#   sustained  bench/gpu_sustained.py: one GEMM back to back for 20 s, rate and SM clock per second
+# nvidia-smi logs clock, power, temperature and utilisation every second to smi.csv meanwhile.
 #
 # Python packages the GPU machine lacks (lark, pydantic, and planc's own entry points: a wheel of
 # this checkout) travel as wheels in .whl, installed into /tmp/site when the imports fail; the
@@ -111,11 +116,29 @@ step_variants() {
   cp "$WORK/verify-mb2/verify.json" "$WORK/verify-mb2.json"
 }
 
-export -f planc step_env step_verify step_calibrate step_run step_resume step_variants
+step_selective() {
+  sed 's/recompute = none/recompute = selective/' "$PLAN" >"$WORK/selective.plan"
+  planc verify "$WORK/selective.plan" --steps 6 --out "$WORK/verify-selective"
+  cp "$WORK/verify-selective/verify.json" "$WORK/verify-selective.json"
+}
+
+step_profile() {
+  planc check --json "$PLAN" >"$WORK/plan-check.json"
+  python3 bench/handwritten_one_gpu.py "$WORK/plan-check.json" 6 "$WORK/profile.json" --profile-step 3
+  python3 -c "import json,sys; k=json.load(open(sys.argv[1]))['kernels']; print('RESULT kernels', ' '.join(f'{n} {v*1e3:.1f} ms' for n, v in k.items()))" "$WORK/profile.json"
+}
+
+step_sustained() {
+  python3 bench/gpu_sustained.py --seconds 20
+}
+
+export -f planc step_env step_verify step_calibrate step_run step_resume step_variants step_selective step_profile step_sustained
 export PLAN TINY OUT WORK LOGS
 
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,utilization.gpu --format=csv -l 1 \
+  >"$WORK/smi.csv" 2>/dev/null &
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(env verify calibrate run resume variants)
+[ ${#steps[@]} -eq 0 ] && steps=(env verify calibrate run resume variants selective profile sustained)
 for s in "${steps[@]}"; do
   case $s in
     env) step env 60 ;;
@@ -124,7 +147,10 @@ for s in "${steps[@]}"; do
     run) step run 180 ;;
     resume) step resume 150 ;;
     variants) step variants 240 ;;
-    *) echo "gpu_check: unknown step $s (env verify calibrate run resume variants)" ;;
+    selective) step selective 120 ;;
+    profile) step profile 120 ;;
+    sustained) step sustained 60 ;;
+    *) echo "gpu_check: unknown step $s (env verify calibrate run resume variants selective profile sustained)" ;;
   esac
 done
 ls -la "$OUT"

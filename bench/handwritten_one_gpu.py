@@ -1,6 +1,6 @@
 """The hand-written baseline for a plan on one CUDA device: what an engineer writes without planc.
 
-    python bench/handwritten_one_gpu.py RUN_DIR/plan.json STEPS OUT.json
+    python bench/handwritten_one_gpu.py RUN_DIR/plan.json STEPS OUT.json [--profile-step N]
 
 PLAN.json is the plan a planc run directory holds, or `planc check --json` prints.
 
@@ -12,13 +12,20 @@ No distributed wrapper: one device. Writes, per step, the loss and the ``time.pe
 the step's end after a device synchronisation (``wall_s``), and ``torch.cuda.max_memory_allocated``
 (``peak_bytes``); bench/gpu_check.sh sets the median step gap beside the ``step_s`` planc's own
 program logs for the same plan.
+
+With ``--profile-step N`` step N runs under ``torch.profiler`` and OUT.json also gets
+``kernels``: the device time of that step's kernels by kind (GEMM, attention, loss, optimizer,
+other: elementwise ops, norms, casts, reductions), read from the profiler's Chrome trace, beside
+the step's wall time -- what the cost model's compute terms claim to add up to.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
-import sys
+import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,8 +37,32 @@ from planc.runtime.optim import build_optimizer, lr_at
 from planc.runtime.transformer import build_model, init_weights
 from planc.spec import Plan
 
+#: Kernel kinds by name (cuBLAS/CUTLASS GEMMs are "gemm", "xmma", "cutlass" or "nvjet" kernels; SDPA's
+#: flash and memory-efficient kernels name themselves; the first match wins).
+KERNEL_KINDS = (
+    ("attention", re.compile(r"flash|fmha|attention|efficient_attention", re.I)),
+    ("gemm", re.compile(r"gemm|xmma|cutlass|nvjet|gemv|splitk", re.I)),
+    ("loss", re.compile(r"softmax|nll_loss|cross_entropy", re.I)),
+    ("optimizer", re.compile(r"multi_tensor|adam|foreach", re.I)),
+)
 
-def main(plan_path: str, steps: int, out_path: str) -> None:
+
+def kernel_kind(name: str) -> str:
+    return next((kind for kind, pattern in KERNEL_KINDS if pattern.search(name)), "other")
+
+
+def kernels_by_kind(trace_path: str) -> dict[str, float]:
+    """Seconds of device time per kernel kind in a Chrome trace written by ``torch.profiler``."""
+    events = json.loads(Path(trace_path).read_text()).get("traceEvents", [])
+    seconds: dict[str, float] = {}
+    for event in events:
+        if event.get("cat") == "kernel" and "dur" in event:
+            kind = kernel_kind(event.get("name", ""))
+            seconds[kind] = seconds.get(kind, 0.0) + event["dur"] / 1e6
+    return seconds
+
+
+def main(plan_path: str, steps: int, out_path: str, profile_step: int | None = None) -> None:
     raw = json.loads(Path(plan_path).read_text())
     plan = Plan.model_validate(raw.get("plan", raw))  # a run directory's plan.json, or `planc check --json`'s
     cuda = torch.cuda.is_available()  # the CPU is for trying the script out; the baseline is a GPU's
@@ -45,6 +76,15 @@ def main(plan_path: str, steps: int, out_path: str) -> None:
     bf16 = plan.train.precision == "bf16"
     record: dict[str, list] = {"wall_s": [], "loss": []}
     for step in range(steps):
+        profiler = None
+        if step == profile_step:
+            from torch.profiler import ProfilerActivity, profile
+
+            profiler = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
+            if cuda:
+                torch.cuda.synchronize(device)
+            began = time.perf_counter()
+            profiler.__enter__()
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, plan.train)
         batch = data.batch_for_step(step).to(device)
@@ -62,9 +102,23 @@ def main(plan_path: str, steps: int, out_path: str) -> None:
         optimizer.zero_grad(set_to_none=True)
         record["loss"].append(float(total))  # synchronises, as a logged loss does
         record["wall_s"].append(time.perf_counter())
+        if profiler is not None:
+            profiler.__exit__(None, None, None)
+            with tempfile.TemporaryDirectory() as tmp:
+                trace = str(Path(tmp) / "trace.json")
+                profiler.export_chrome_trace(trace)
+                record["kernels"] = {"step_s": record["wall_s"][-1] - began, **kernels_by_kind(trace)}
     record["peak_bytes"] = [torch.cuda.max_memory_allocated(device) if cuda else 0]
     Path(out_path).write_text(json.dumps(record) + "\n")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("plan_json")
+    parser.add_argument("steps", type=int)
+    parser.add_argument("out")
+    parser.add_argument(
+        "--profile-step", type=int, help="profile this step: device time by kernel kind (no kernels on CPU)"
+    )
+    args = parser.parse_args()
+    main(args.plan_json, args.steps, args.out, args.profile_step)

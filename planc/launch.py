@@ -5,7 +5,7 @@ A run directory holds ``plan.json`` (the validated plan, the chosen layout and t
 ``heartbeats/`` and ``checkpoints/`` (see :mod:`planc.rundir`). Launching it again with the same
 directory resumes from the newest complete checkpoint. torchrun restarts the workers after a
 failure (``--max-restarts``) and gives them the plan's stop deadline to save on SIGTERM
-(``--shutdown-timeout``); :mod:`planc.supervise` watches torchrun itself.
+(``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``); :mod:`planc.supervise` watches torchrun itself.
 """
 
 from __future__ import annotations
@@ -19,7 +19,13 @@ import time
 from pathlib import Path
 
 from planc.codegen import CompiledPlan
-from planc.codegen.emit import RESTART_ENV, resilience_flags, restart_env_prefix
+from planc.codegen.emit import (
+    FIXED_SHUTDOWN_TIMEOUT_S,
+    launch_env,
+    launch_env_prefix,
+    resilience_flags,
+    shutdown_timeout,
+)
 from planc.codegen.quoting import inert_text
 from planc.errors import PlanError
 from planc.fileio import write_text_atomically  # noqa: F401  (re-exported for commands)
@@ -90,7 +96,7 @@ def local_command(compiled: CompiledPlan, run_dir: Path, *, steps: int | None, m
     """The single-node launch as a user would type it."""
     extra = f" --steps {steps}" if steps is not None else ""
     return (
-        f"cd {shlex.quote(str(run_dir))} && {restart_env_prefix(max_restarts)}torchrun --standalone --nproc-per-node "
+        f"cd {shlex.quote(str(run_dir))} && {launch_env_prefix(compiled.plan, max_restarts)}torchrun --standalone --nproc-per-node "
         f"{compiled.plan.hardware.per_node}{_flags_text(compiled, max_restarts)} {PROGRAM} --out .{extra}"
     )
 
@@ -102,7 +108,7 @@ def multi_node_commands(
     hw = compiled.plan.hardware
     extra = f" --steps {steps}" if steps is not None else ""
     return [
-        f"cd {shlex.quote(str(run_dir))} && {restart_env_prefix(max_restarts)}torchrun --nnodes {hw.nodes} "
+        f"cd {shlex.quote(str(run_dir))} && {launch_env_prefix(compiled.plan, max_restarts)}torchrun --nnodes {hw.nodes} "
         f"--nproc-per-node {hw.per_node} "
         f"--node-rank {node} --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:{RENDEZVOUS_PORT}"
         f"{_flags_text(compiled, max_restarts)} {PROGRAM} --out .{extra}"
@@ -116,7 +122,7 @@ def slurm_script(compiled: CompiledPlan, run_dir: Path, *, steps: int | None, ma
     name = inert_text(compiled.plan.model.name or "planc", 40).replace(" ", "_").replace("'", "")
     extra = f" --steps {steps}" if steps is not None else ""
     gres = "" if hw.device == "cpu" else f"#SBATCH --gpus-per-node={hw.per_node}\n"
-    exports = "".join(f"export {key}={value}\n" for key, value in RESTART_ENV.items()) if max_restarts else ""
+    exports = "".join(f"export {key}={value}\n" for key, value in launch_env(compiled.plan, max_restarts).items())
     return f"""#!/bin/bash
 #SBATCH --job-name=planc-{name}
 #SBATCH --nodes={hw.nodes}
@@ -164,8 +170,8 @@ def launch_local(compiled: CompiledPlan, run_dir: Path, *, steps: int | None, ma
     env = dict(os.environ)
     env["PLANC_RUN_DIR"] = str(run_dir.resolve())
     env["PLANC_MAX_RESTARTS"] = str(max_restarts)
-    if max_restarts:
-        env.update({key: env.get(key, value) for key, value in RESTART_ENV.items()})
+    env.update({key: env.get(key, value) for key, value in launch_env(plan, max_restarts).items()})
+    _warn_if_torchrun_kills_sooner(plan)
     if plan.hardware.device == "cpu":
         # Share the cores between the processes instead of oversubscribing them (torchrun's default
         # of 1 thread also works, but says so with a warning on every launch).
@@ -191,6 +197,24 @@ def launch_local(compiled: CompiledPlan, run_dir: Path, *, steps: int | None, ma
         name = signal.Signals(-outcome.status).name
         print(f"planc: torchrun was killed by {name}; its workers stopped; starting it again", file=sys.stderr)
         record_event(run_dir, "agent_lost", signal=name)
+
+
+def _warn_if_torchrun_kills_sooner(plan) -> None:
+    """An older torchrun (before torch 2.12) kills the workers a fixed 30 s after a stop signal."""
+    timeout = shutdown_timeout(plan)
+    if timeout is None or timeout <= FIXED_SHUTDOWN_TIMEOUT_S:
+        return
+    from torch.distributed.launcher.api import LaunchConfig
+
+    if "shutdown_timeout" not in LaunchConfig.__dataclass_fields__:
+        import torch
+
+        print(
+            f"planc: warning: torch {torch.__version__}'s torchrun kills the workers {FIXED_SHUTDOWN_TIMEOUT_S} s "
+            f"after a stop signal, before the plan's stop deadline of {timeout - 5} s: a stop checkpoint that "
+            "takes longer is cut off (the newest complete one stays); torch 2.12 or newer honours the deadline",
+            file=sys.stderr,
+        )
 
 
 def last_metrics(run_dir: Path) -> list[dict]:

@@ -5,7 +5,7 @@ decides what to pass on), and each worker in yet another one (torchrun's choice)
 process outlives the run:
 
 * **SIGTERM, SIGHUP or Ctrl-C to `planc run`** is passed to torchrun, which passes it to every worker
-  once and waits up to ``--shutdown-timeout`` (the plan's stop deadline): the workers finish the step
+  once and waits up to its shutdown timeout (the plan's stop deadline): the workers finish the step
   in flight, save a checkpoint and exit. If the tree is still there ``deadline + GRACE`` seconds
   later, every process in it is killed. A second Ctrl-C kills it at once.
 * **torchrun dies with `planc run` (even by SIGKILL):** torchrun is started with

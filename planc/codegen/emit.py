@@ -46,22 +46,42 @@ class Prediction:
 
 
 def resilience_flags(plan: Plan, max_restarts: int) -> list[str]:
-    """torchrun's restart and shutdown options for ``plan`` (none when they are torchrun's defaults)."""
-    flags = ["--max-restarts", str(max_restarts)] if max_restarts else []
-    if plan.checkpoint is not None:
-        # The workers' own watchdog fires at the stop deadline; torchrun's SIGKILL a little later.
-        flags += ["--shutdown-timeout", str(math.ceil(plan.checkpoint.stop_deadline) + 5)]
-    return flags
+    """torchrun's restart option for ``plan`` (none when it is torchrun's default)."""
+    return ["--max-restarts", str(max_restarts)] if max_restarts else []
 
 
 #: With restarts, the workers must not share the rendezvous' TCPStore: a restarted group would read the
 #: previous group's addresses from it and fail to connect (pytorch/pytorch#135712; seen here with gloo).
 RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
+#: torchrun's grace period between forwarding a stop signal and killing the workers. An environment
+#: variable, not the ``--shutdown-timeout`` flag: torch 2.12 added both, and an older torchrun (2.11,
+#: seen on a GPU machine) refuses the flag but ignores the variable, keeping its fixed 30 s.
+SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+#: What a torchrun without the setting waits (torch 2.11's ``LocalElasticAgent``).
+FIXED_SHUTDOWN_TIMEOUT_S = 30
 
-def restart_env_prefix(max_restarts: int) -> str:
-    """``VAR=value `` assignments to put before torchrun when it may restart the workers."""
-    return "".join(f"{key}={value} " for key, value in RESTART_ENV.items()) if max_restarts else ""
+
+def shutdown_timeout(plan: Plan) -> int | None:
+    """torchrun's grace period for ``plan``: the stop deadline plus 5 s, so the workers' own watchdog,
+    which fires at the deadline, acts first (None without a checkpoint block: torchrun's default)."""
+    if plan.checkpoint is None:
+        return None
+    return math.ceil(plan.checkpoint.stop_deadline) + 5
+
+
+def launch_env(plan: Plan, max_restarts: int) -> dict[str, str]:
+    """The environment torchrun needs for ``plan`` beyond its flags."""
+    env = dict(RESTART_ENV) if max_restarts else {}
+    timeout = shutdown_timeout(plan)
+    if timeout is not None:
+        env[SHUTDOWN_TIMEOUT_ENV] = str(timeout)
+    return env
+
+
+def launch_env_prefix(plan: Plan, max_restarts: int) -> str:
+    """``VAR=value `` assignments to put before torchrun."""
+    return "".join(f"{key}={value} " for key, value in launch_env(plan, max_restarts).items())
 
 
 def torchrun_command(plan: Plan, program: str = "train.py") -> str:
@@ -69,7 +89,7 @@ def torchrun_command(plan: Plan, program: str = "train.py") -> str:
     hw = plan.hardware
     restarts = plan.checkpoint.max_restarts if plan.checkpoint is not None else 0
     flags = "".join(f" {flag}" for flag in resilience_flags(plan, restarts))
-    env = restart_env_prefix(restarts)
+    env = launch_env_prefix(plan, restarts)
     if hw.nodes == 1:
         return f"{env}torchrun --standalone --nproc-per-node {hw.per_node}{flags} {program}"
     return (

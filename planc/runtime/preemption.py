@@ -4,7 +4,7 @@ The first SIGTERM or SIGINT sets a flag that the training loop reads after each 
 agree on it (one all-reduce) and leave at the same step, saving a checkpoint first. From that
 moment a watchdog thread gives the rank ``deadline`` seconds: a rank that has not finished the step
 in flight and the save by then reports what it was doing (its Python stacks) and exits, so a stop
-never waits forever; torchrun's ``--shutdown-timeout`` (the same deadline, set by `planc run`)
+never waits forever; torchrun's shutdown timeout (the same deadline, set by `planc run`)
 kills whatever is left a little later. Further SIGTERMs change nothing (Slurm and torchrun may each
 send one); a second Ctrl-C interrupts at once.
 

@@ -28,7 +28,7 @@ class CheckpointSpec(SpecModel):
     complete checkpoint (`planc run --max-restarts` overrides)."""
     stop_deadline: Seconds = Field(default=DEFAULT_STOP_DEADLINE, gt=0)
     """After SIGTERM or Ctrl-C: time to finish the step in flight and save; a process still busy then is
-    killed (torchrun's --shutdown-timeout)."""
+    killed (torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT; torch 2.11's torchrun kills at 30 s)."""
     async_save: Flag = False
     """Write checkpoints in the background (dcp.async_save): a save stalls training only for a copy of the
     state; the checkpoint is published once every rank has written it."""

@@ -51,12 +51,12 @@ def test_printed_commands_carry_restarts_and_the_stop_deadline(tmp_path, capsys)
     assert main(["run", str(plan), "--out", str(out), "--print"]) == 0
     # max_restarts defaults to 3; torchrun's shutdown timeout is the 60 s deadline + 5 s for the workers' own watchdog.
     assert capsys.readouterr().out.strip() == (
-        f"cd {out} && TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc-per-node 2 "
-        "--max-restarts 3 --shutdown-timeout 65 train.py --out ."
+        f"cd {out} && TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 TORCH_ELASTIC_SHUTDOWN_TIMEOUT=65 torchrun --standalone "
+        "--nproc-per-node 2 --max-restarts 3 train.py --out ."
     )
     assert main(["run", str(plan), "--out", str(out), "--print", "--max-restarts", "0"]) == 0
     assert capsys.readouterr().out.strip() == (
-        f"cd {out} && torchrun --standalone --nproc-per-node 2 --shutdown-timeout 65 train.py --out ."
+        f"cd {out} && TORCH_ELASTIC_SHUTDOWN_TIMEOUT=65 torchrun --standalone --nproc-per-node 2 train.py --out ."
     )
 
 
