@@ -69,6 +69,8 @@ def predicted_for_rank(ctx: CostContext, est: Estimate, pp_rank: int, dp_rank: i
         "activations": {"per_block_bytes": per_block, "blocks_bytes": per_block * blocks_per_chunk},
         "comm": {c.group: c.volume for c in est.comm},
         "peak_bytes": memory.total,
+        "peak_net_bytes": peak_net_bytes(memory),
+        "context_bytes": sum(t.value for t in memory.transient if t.name.startswith(UNSIMULATED_TERMS[0])),
         "step_s": est.step_s,
         "step_parts": est.step_parts(),
     }

@@ -98,7 +98,11 @@ class StepProbe:
             torch.cuda.reset_peak_memory_stats(job.device)
             result = train_step(job, batch, stop_requested)
             self._synchronize()
-            self.record["peak"] = {"bytes": torch.cuda.max_memory_allocated(job.device), "source": "cuda"}
+            self.record["peak"] = {
+                "bytes": torch.cuda.max_memory_allocated(job.device),
+                "reserved_bytes": torch.cuda.max_memory_reserved(job.device),
+                "source": "cuda",
+            }
             return result
         from torch.distributed._tools.mem_tracker import MemTracker
 

@@ -70,11 +70,28 @@ def rows_for_rank(measured: dict, predicted: dict) -> list[Row]:
         rows.append(Row(rank, "saved activations", "per block", None, None, note="not measurable under recompute"))
     rows.extend(_comm_rows(rank, measured.get("comm", []), predicted["comm"]))
     peak = measured.get("peak")
-    if peak:
+    if peak and peak.get("source") == "cuda" and "peak_net_bytes" in predicted:
+        rows.extend(_cuda_peak_rows(rank, peak, predicted))
+    elif peak:
         rows.append(Row(rank, "peak memory", "step peak", predicted["peak_bytes"], peak["bytes"], note=_source(peak)))
     if measured.get("step_s"):
         times = sorted(measured["step_s"])
         rows.append(Row(rank, "step time", "median step", predicted["step_s"], times[len(times) // 2], unit="s"))
+    return rows
+
+
+def _cuda_peak_rows(rank: int, peak: dict, predicted: dict) -> list[Row]:
+    """On CUDA, like with like: the tensors (``max_memory_allocated``) against the prediction net of
+    the CUDA context and the allocator margin, and the allocator's cache (``max_memory_reserved``)
+    against the prediction less the context alone -- what the margin is for."""
+    rows = [
+        Row(rank, "peak memory", "allocated", predicted["peak_net_bytes"], peak["bytes"], note=_source(peak)),
+    ]
+    if peak.get("reserved_bytes"):
+        reserved = predicted["peak_bytes"] - predicted.get("context_bytes", 0.0)
+        rows.append(
+            Row(rank, "peak memory", "reserved", reserved, peak["reserved_bytes"], note="cuda max_memory_reserved")
+        )
     return rows
 
 

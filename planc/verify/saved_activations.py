@@ -25,7 +25,11 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _is_weight_copy(tensor: torch.Tensor) -> bool:
-    """autocast's cast of a parameter: a ``_to_copy`` whose input is a leaf that accumulates a gradient."""
+    """autocast's cast of a parameter, or a view of it: a ``_to_copy`` whose input is a leaf that
+    accumulates a gradient. A linear saves its weight transposed (``TBackward0`` over the copy),
+    so a view is judged by the tensor it views."""
+    if tensor._base is not None:
+        tensor = tensor._base
     fn = tensor.grad_fn
     if fn is None or type(fn).__name__ != "ToCopyBackward0":
         return False
