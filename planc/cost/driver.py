@@ -64,6 +64,7 @@ def base_estimate(ctx: CostContext) -> Estimate:
             plan.train.optimizer,
             ctx.device,
             step_host_ops(model, max(st.layers for st in ctx.stages)),
+            ctx.profile.optimizer_kernel,
         ),
         micro_batches=m,
         capacity=ctx.capacity,

@@ -53,8 +53,15 @@ class RuntimeProfile:
     materialized: scores, softmax and its dropout go through HBM (pre-FlashAttention)."""
     flash_kernel: Literal["fa2", "cudnn", "triton"] = "fa2"
     """Which fused attention kernel runs (``attention = "flash"``): FlashAttention-2 (torch SDPA's
-    flash backend, flash-attn 2), cuDNN's fused attention (Transformer Engine), or FlashAttention
-    in Triton. Their rates differ most on Hopper (:data:`planc.cost.compute.FUSED_ATTENTION_EFFICIENCY`)."""
+    flash backend, flash-attn 2), cuDNN's fused attention (Transformer Engine; torch SDPA on Hopper
+    since torch 2.9-2.11), or FlashAttention in Triton. Their rates differ most on Hopper
+    (:data:`planc.cost.compute.FUSED_ATTENTION_EFFICIENCY`)."""
+    optimizer_kernel: Literal["fused", "foreach"] = "fused"
+    """How the optimizer step runs (:data:`planc.cost.compute.OPTIMIZER_STEP_BYTES`). ``fused``: one
+    kernel reads and writes every state once (torch's ``fused=True`` AdamW, which planc's program
+    uses on CUDA; apex/Transformer Engine's FusedAdam). ``foreach``: torch's default multi-tensor
+    AdamW, a chain of ``_foreach_*`` passes with temporaries, and its single-tensor loop on CPU,
+    which runs the same passes tensor by tensor."""
     dropout: bool = False
     """Dropout after attention and MLP (1-byte masks stored, Korthikanti et al. 2022 Sec. 4.1)."""
     fused_elementwise: bool = False
@@ -133,18 +140,27 @@ class RuntimeProfile:
 
 #: The program planc emits: PyTorch eager, SDPA (flash) attention, no dropout, autocast bf16
 #: (fp32 params) for DDP/ZeRO-1 and FSDP2 MixedPrecisionPolicy(bf16 params, fp32 reduce) for
-#: ZeRO-2/3, torch.distributed.pipelining schedules, DTensor tensor/sequence parallelism.
-PLANC_RUNTIME = RuntimeProfile(name="planc runtime (PyTorch eager, SDPA)")
+#: ZeRO-2/3, torch.distributed.pipelining schedules, DTensor tensor/sequence parallelism, fused
+#: AdamW on CUDA. SDPA's kernel on Hopper is cuDNN's: torch prefers it on sm90 once its bundled
+#: cuDNN is new enough (pytorch/pytorch#162073; torch 2.11 on an H100 ran
+#: ``cudnn_generated_fort_native_sdpa_sm90_flash_*`` kernels, docs/gpu.md); elsewhere the
+#: "cudnn" rates are FlashAttention-2's.
+PLANC_RUNTIME = RuntimeProfile(name="planc runtime (PyTorch eager, SDPA)", flash_kernel="cudnn")
 
-#: The same program on CPU processes: torch has no fused RMSNorm kernel there.
-PLANC_RUNTIME_CPU = replace(PLANC_RUNTIME, name="planc runtime on CPU (PyTorch eager, SDPA)", rms_norm="composite")
+#: The same program on CPU processes: torch has no fused RMSNorm kernel there, and its AdamW runs
+#: the single-tensor loop (``fused`` and ``foreach`` default to CUDA tensors only).
+PLANC_RUNTIME_CPU = replace(
+    PLANC_RUNTIME, name="planc runtime on CPU (PyTorch eager, SDPA)", rms_norm="composite", optimizer_kernel="foreach"
+)
 
 
 def on_hardware(profile: RuntimeProfile, is_cpu: bool) -> RuntimeProfile:
     """``profile`` as it runs on the plan's devices: on CPU, PyTorch's CPU kernels."""
     if not is_cpu:
         return profile
-    return PLANC_RUNTIME_CPU if profile == PLANC_RUNTIME else replace(profile, rms_norm="composite")
+    if profile == PLANC_RUNTIME:
+        return PLANC_RUNTIME_CPU
+    return replace(profile, rms_norm="composite", optimizer_kernel="foreach")
 
 
 #: Megatron-LM as run for Narayanan et al. 2021 (arXiv 2104.04473): fp16 mixed precision with

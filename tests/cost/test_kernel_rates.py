@@ -16,6 +16,7 @@ from planc.cost.compute import (
     fused_attention_rates,
     gemm_seconds,
 )
+from planc.cost.profile import on_hardware
 from planc.planner import choose
 from planc.spec import build_plan
 from planc.strategies.registry import load_registry
@@ -62,7 +63,7 @@ def test_attention_length_factor_follows_the_measured_curve():
 def test_hopper_attention_makes_a_block_slower_than_the_ampere_ratio_predicted():
     plan = _plan()
     device = device_for(plan.hardware, "bf16")
-    fa2 = block_times(plan.model, 2, 1, False, device, 2, 2, PLANC_RUNTIME)
+    fa2 = block_times(plan.model, 2, 1, False, device, 2, 2, replace(PLANC_RUNTIME, flash_kernel="fa2"))
     cudnn = block_times(plan.model, 2, 1, False, device, 2, 2, replace(PLANC_RUNTIME, flash_kernel="cudnn"))
     # T = 16384 tokens, causal attention FLOPs 4 T s h / 2 = 2.2e12 forward: at 0.42 vs 0.67 of the
     # GEMM rate the difference is flops (1/0.42 - 1/0.67) / gemm_rate
@@ -70,6 +71,12 @@ def test_hopper_attention_makes_a_block_slower_than_the_ampere_ratio_predicted()
     rate = 0.68 * 989e12
     assert fa2.forward - cudnn.forward == pytest.approx(flops / rate * (1 / 0.42 - 1 / 0.67))
     assert fa2.backward - cudnn.backward == pytest.approx(2.5 * flops / rate * (1 / 0.40 - 1 / 0.65))
+
+
+def test_planc_runs_cudnn_attention_on_hopper_and_its_cpu_runtime_the_optimizer_loop():
+    """torch 2.11's SDPA ran cuDNN's kernels on an H100 (docs/gpu.md); on CPU torch's AdamW is a loop."""
+    assert PLANC_RUNTIME.flash_kernel == "cudnn" and PLANC_RUNTIME.optimizer_kernel == "fused"
+    assert on_hardware(PLANC_RUNTIME, is_cpu=True).optimizer_kernel == "foreach"
 
 
 def test_composite_rmsnorm_moves_r_plus_3e_plus_28_bytes_per_element():

@@ -47,7 +47,9 @@ def test_the_default_margin_is_the_measured_uncertainty_and_the_floor():
 
 
 def test_tiny_model_on_4_cpu_processes_gets_ddp_and_explain_says_why():
-    # Issue 12 point 2: 237 k parameters on 4 CPU processes got ZeRO-2 for a predicted 0.7 ms (8%).
+    # Issue 12 point 2: 237 k parameters on 4 CPU processes got ZeRO-2 for a predicted 0.7 ms (8%). Since
+    # the optimizer step is priced as torch's CPU loop runs it (104 B/param), ZeRO-2's sharded step gains
+    # 1.4 ms (16%): more than the band, less than the 5 ms floor, which keeps DDP.
     p = build_plan(
         {
             "model": TINY,
@@ -60,7 +62,9 @@ def test_tiny_model_on_4_cpu_processes_gets_ddp_and_explain_says_why():
     assert (choice.layout.dp, choice.layout.zero) == (4, 0)
     assert choice.best is not None and choice.best.layout.zero > 0  # a more complex layout was (a bit) faster
     words = [advice_text(a) for a in advise(p, choice, REGISTRY)]
-    assert any(w.startswith("ZeRO") and "faster per step" in w and "uncertainty (±8%): DDP" in w for w in words)
+    assert any(
+        w.startswith("ZeRO") and "faster per step" in w and "below the 5 ms floor: DDP is kept" in w for w in words
+    )
     assert choose(p, REGISTRY, tolerance=0.0).layout.zero > 0  # --tolerance 0: the fastest
 
 
@@ -76,7 +80,7 @@ def test_explain_prints_the_advice_and_json_carries_it(tmp_path, capsys):
     )
     assert main(["explain", str(path)]) == 0
     text = capsys.readouterr().out
-    assert "margin ±8% or 5 ms per step" in text and "within the model's uncertainty (±8%): DDP is kept" in text
+    assert "margin ±8% or 5 ms per step" in text and "below the 5 ms floor: DDP is kept" in text
     assert main(["explain", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["margin"]["from_uncertainty"] and out["margin"]["floor_s"] == FLOOR_S
