@@ -95,8 +95,9 @@ def _flags_text(compiled: CompiledPlan, max_restarts: int) -> str:
 def local_command(compiled: CompiledPlan, run_dir: Path, *, steps: int | None, max_restarts: int = 0) -> str:
     """The single-node launch as a user would type it."""
     extra = f" --steps {steps}" if steps is not None else ""
+    env = launch_env_prefix(compiled.plan, max_restarts)
     return (
-        f"cd {shlex.quote(str(run_dir))} && {launch_env_prefix(compiled.plan, max_restarts)}torchrun --standalone --nproc-per-node "
+        f"cd {shlex.quote(str(run_dir))} && {env}torchrun --standalone --nproc-per-node "
         f"{compiled.plan.hardware.per_node}{_flags_text(compiled, max_restarts)} {PROGRAM} --out .{extra}"
     )
 
@@ -107,8 +108,9 @@ def multi_node_commands(
     """One shell command per node: torchrun with a c10d rendezvous on node 0 ($MASTER_ADDR)."""
     hw = compiled.plan.hardware
     extra = f" --steps {steps}" if steps is not None else ""
+    env = launch_env_prefix(compiled.plan, max_restarts)
     return [
-        f"cd {shlex.quote(str(run_dir))} && {launch_env_prefix(compiled.plan, max_restarts)}torchrun --nnodes {hw.nodes} "
+        f"cd {shlex.quote(str(run_dir))} && {env}torchrun --nnodes {hw.nodes} "
         f"--nproc-per-node {hw.per_node} "
         f"--node-rank {node} --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:{RENDEZVOUS_PORT}"
         f"{_flags_text(compiled, max_restarts)} {PROGRAM} --out .{extra}"

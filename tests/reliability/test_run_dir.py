@@ -60,6 +60,32 @@ def test_printed_commands_carry_restarts_and_the_stop_deadline(tmp_path, capsys)
     )
 
 
+def test_an_older_torchrun_that_kills_before_the_deadline_is_named(tmp_path, capsys, monkeypatch):
+    """torch 2.11's torchrun has no shutdown timeout (seen on a GPU machine): it kills 30 s after a stop
+    signal, so a 60 s deadline gets a warning; torch 2.13's honours the deadline and gets none."""
+    import dataclasses
+
+    import torch.distributed.launcher.api as launcher_api
+
+    from planc.dsl.load import load_plan
+    from planc.launch import _warn_if_torchrun_kills_sooner
+    from planc.strategies.registry import load_registry
+
+    plan = load_plan(_plan(tmp_path, checkpoint="every = 2  stop_deadline = 1 min"), strategies=load_registry())
+    _warn_if_torchrun_kills_sooner(plan)
+    assert "kills the workers" not in capsys.readouterr().err
+
+    @dataclasses.dataclass
+    class LaunchConfigOf211:  # the fields that matter: no shutdown_timeout
+        min_nodes: int = 1
+
+    monkeypatch.setattr(launcher_api, "LaunchConfig", LaunchConfigOf211)
+    _warn_if_torchrun_kills_sooner(plan)
+    assert (
+        "kills the workers 30 s after a stop signal, before the plan's stop deadline of 60 s" in capsys.readouterr().err
+    )
+
+
 def test_rewinding_moves_later_steps_aside_and_drops_a_torn_line(tmp_path):
     _metrics(tmp_path, [1, 2, 3, 4])
     with open(tmp_path / "metrics.jsonl", "a") as f:
