@@ -124,8 +124,20 @@ step_selective() {
 
 step_profile() {
   planc check --json "$PLAN" >"$WORK/plan-check.json"
-  python3 bench/handwritten_one_gpu.py "$WORK/plan-check.json" 6 "$WORK/profile.json" --profile-step 3
-  python3 -c "import json,sys; k=json.load(open(sys.argv[1]))['kernels']; print('RESULT kernels', ' '.join(f'{n} {v*1e3:.1f} ms' for n, v in k.items()))" "$WORK/profile.json"
+  for optimizer in foreach fused; do
+    python3 bench/handwritten_one_gpu.py "$WORK/plan-check.json" 5 "$WORK/profile-$optimizer.json" --profile-step 3 \
+      $([ $optimizer = fused ] && echo --fused)
+    python3 - "$WORK/profile-$optimizer.json" "$optimizer" <<'EOF'
+import json, sys
+record = json.load(open(sys.argv[1]))
+gaps = [b - a for a, b in zip(record["wall_s"], record["wall_s"][1:])]
+print(f"RESULT {sys.argv[2]} AdamW: steps", " ".join(f"{g:.3f}" for g in gaps), "s; kernels in the profiled step:",
+      " ".join(f"{n} {v * 1e3:.1f} ms" for n, v in record["kernels"].items()))
+if sys.argv[2] == "foreach":
+    for kind, name, seconds, launches in record["top_kernels"][:30]:
+        print(f"RESULT   {seconds * 1e3:7.2f} ms {launches:5d}x {kind:9} {name[:95]}")
+EOF
+  done
 }
 
 step_sustained() {

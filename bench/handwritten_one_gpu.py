@@ -51,18 +51,24 @@ def kernel_kind(name: str) -> str:
     return next((kind for kind, pattern in KERNEL_KINDS if pattern.search(name)), "other")
 
 
-def kernels_by_kind(trace_path: str) -> dict[str, float]:
-    """Seconds of device time per kernel kind in a Chrome trace written by ``torch.profiler``."""
+def kernels_by_kind(trace_path: str, top: int = 40) -> tuple[dict[str, float], list]:
+    """Seconds of device time per kernel kind in a Chrome trace written by ``torch.profiler``, and
+    the ``top`` kernels by time: [kind, name (cut at 120 characters), seconds, launches]."""
     events = json.loads(Path(trace_path).read_text()).get("traceEvents", [])
     seconds: dict[str, float] = {}
+    by_name: dict[str, list] = {}
     for event in events:
         if event.get("cat") == "kernel" and "dur" in event:
-            kind = kernel_kind(event.get("name", ""))
+            name = event.get("name", "")
+            kind = kernel_kind(name)
             seconds[kind] = seconds.get(kind, 0.0) + event["dur"] / 1e6
-    return seconds
+            entry = by_name.setdefault(name[:120], [kind, name[:120], 0.0, 0])
+            entry[2] += event["dur"] / 1e6
+            entry[3] += 1
+    return seconds, sorted(by_name.values(), key=lambda e: -e[2])[:top]
 
 
-def main(plan_path: str, steps: int, out_path: str, profile_step: int | None = None) -> None:
+def main(plan_path: str, steps: int, out_path: str, profile_step: int | None = None, fused: bool = False) -> None:
     raw = json.loads(Path(plan_path).read_text())
     plan = Plan.model_validate(raw.get("plan", raw))  # a run directory's plan.json, or `planc check --json`'s
     cuda = torch.cuda.is_available()  # the CPU is for trying the script out; the baseline is a GPU's
@@ -70,6 +76,11 @@ def main(plan_path: str, steps: int, out_path: str, profile_step: int | None = N
     model = build_model(plan.model, device=device)
     init_weights(model, plan.train.seed)
     optimizer = build_optimizer(model.parameters(), plan.train)
+    if fused:  # the same groups and hyper-parameters, one fused kernel per step instead of foreach passes
+        # Each group carries its own "fused"/"foreach" (None): rebuild the groups from params and decay only.
+        groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in optimizer.param_groups]
+        keys = ("lr", "betas", "eps")
+        optimizer = type(optimizer)(groups, **{k: optimizer.defaults[k] for k in keys}, fused=True)
     data = build_data(plan.train, plan.model, base_dir=plan.data_root)
     micro = plan.train.micro_batch
     accumulation = plan.train.global_batch // micro
@@ -107,7 +118,9 @@ def main(plan_path: str, steps: int, out_path: str, profile_step: int | None = N
             with tempfile.TemporaryDirectory() as tmp:
                 trace = str(Path(tmp) / "trace.json")
                 profiler.export_chrome_trace(trace)
-                record["kernels"] = {"step_s": record["wall_s"][-1] - began, **kernels_by_kind(trace)}
+                kinds, top = kernels_by_kind(trace)
+                record["kernels"] = {"step_s": record["wall_s"][-1] - began, **kinds}
+                record["top_kernels"] = top
     record["peak_bytes"] = [torch.cuda.max_memory_allocated(device) if cuda else 0]
     Path(out_path).write_text(json.dumps(record) + "\n")
 
@@ -120,5 +133,6 @@ if __name__ == "__main__":
     parser.add_argument(
         "--profile-step", type=int, help="profile this step: device time by kernel kind (no kernels on CPU)"
     )
+    parser.add_argument("--fused", action="store_true", help="AdamW/Adam with fused=True")
     args = parser.parse_args()
-    main(args.plan_json, args.steps, args.out, args.profile_step)
+    main(args.plan_json, args.steps, args.out, args.profile_step, args.fused)
