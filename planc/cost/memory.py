@@ -239,7 +239,7 @@ def logits_bytes(
     tp: int,
     compute_bytes: int,
     chunk_elements: int = LOSS_CHUNK_ELEMENTS,
-    loss: Literal["chunked", "whole", "megatron"] = "chunked",
+    loss: Literal["chunked", "whole", "megatron", "fused"] = "chunked",
 ) -> float:
     """Peak bytes of the output logits, the loss and the logits' gradient for one micro-batch
     on the last stage (measured by bench/loss_memory.py; tests/runtime/test_loss.py).
@@ -263,11 +263,14 @@ def logits_bytes(
     Other programs (``RuntimeProfile.loss``): ``whole`` is that unchunked loss, 12 N;
     ``megatron`` (Megatron's vocab-parallel cross-entropy, which computes the softmax in place in
     an fp32 copy of the logits and keeps it for backward) the head's output and that copy and its
-    softmax, (e + 8) N.
+    softmax, (e + 8) N; ``fused`` (a Triton cross-entropy that keeps fp32 in registers) the logits
+    and their gradient, 2 e N.
     """
     n, one_chunk = _local_logits(model, b, tp, chunk_elements)
     if loss == "whole":
         return 12 * n
+    if loss == "fused":
+        return 2 * compute_bytes * n
     if loss == "megatron":
         return (compute_bytes + 8) * n
     if one_chunk:
@@ -284,6 +287,12 @@ def _local_logits(model: ModelSpec, b: int, tp: int, chunk_elements: int) -> tup
     return model.seq_len * b * model.padded_vocab / tp, max(1, chunk_elements // local_vocab) >= model.seq_len * b
 
 
+def loss_checkpointed(model: ModelSpec, b: int, tp: int, loss: str = "chunked") -> bool:
+    """Whether planc's loss runs in checkpointed chunks for this micro-batch (``planc/runtime/loss.py``):
+    more local logits than one chunk holds. Its backward then reruns each chunk's forward."""
+    return loss == "chunked" and not _local_logits(model, b, tp, LOSS_CHUNK_ELEMENTS)[1]
+
+
 def loss_saved_bytes(model: ModelSpec, b: int, tp: int, compute_bytes: int, loss: str = "chunked") -> float:
     """Bytes one micro-batch's logits and loss keep from its forward until its backward on the
     last pipeline stage (what a schedule that runs several forwards before their backwards holds
@@ -295,8 +304,8 @@ def loss_saved_bytes(model: ModelSpec, b: int, tp: int, compute_bytes: int, loss
     log-softmax's float32 output, 4 N; Megatron's its float32 softmax, 4 N. Simulated (tests/verify/
     test_simulate_pipeline.py, GPipe, one chunk): 8.1 N per micro-batch in fp32, 6.0 N in bf16.
     """
-    n, one_chunk = _local_logits(model, b, tp, LOSS_CHUNK_ELEMENTS)
-    if loss == "chunked" and not one_chunk:
+    n, _ = _local_logits(model, b, tp, LOSS_CHUNK_ELEMENTS)
+    if loss_checkpointed(model, b, tp, loss) or loss == "fused":
         return compute_bytes * n
     return (compute_bytes + 4) * n
 

@@ -99,13 +99,16 @@ class RuntimeProfile:
     (torchtitan's ``repeat_kv``: ``expand`` + ``reshape``, a materialized copy) instead of SDPA
     reading the shared heads (time only: under torchtitan's op-level or full recomputation the
     copies are not kept for backward)."""
-    loss: Literal["chunked", "whole", "megatron"] = "chunked"
+    loss: Literal["chunked", "whole", "megatron", "fused"] = "chunked"
     """How the cross-entropy holds the logits (:func:`planc.cost.memory.logits_bytes`).
     ``chunked``: planc's loss (``planc/runtime/loss.py``), float32 in chunks under activation
     checkpointing. ``whole``: ``F.cross_entropy(logits.float())`` over all logits at once
     (torchtitan), 12 bytes per logit at its peak (measured, ``bench/loss_memory.py``).
     ``megatron``: Megatron's vocab-parallel cross-entropy over an fp32 copy of the logits, which
-    keeps its softmax in that copy: the head's output and 8 bytes of fp32 per logit."""
+    keeps its softmax in that copy: the head's output and 8 bytes of fp32 per logit. ``fused``:
+    flash-attn's Triton cross-entropy (llm-foundry's default ``loss_fn: fused_crossentropy``), fp32
+    only in registers: it reads the logits once forward, reads them again and writes their
+    gradient backward."""
     pp_recv_buffers: Literal["per_microbatch", "in_flight"] = "per_microbatch"
     """torch.distributed.pipelining allocates an activation and a gradient receive buffer for
     *every* micro-batch up front (stage.py ``_setup_forward_recv_info``); Megatron only for those

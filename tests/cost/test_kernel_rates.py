@@ -15,7 +15,9 @@ from planc.cost.compute import (
     device_for,
     fused_attention_rates,
     gemm_seconds,
+    head_times,
 )
+from planc.cost.memory import loss_checkpointed
 from planc.cost.profile import on_hardware
 from planc.planner import choose
 from planc.spec import build_plan
@@ -77,6 +79,19 @@ def test_planc_runs_cudnn_attention_on_hopper_and_its_cpu_runtime_the_optimizer_
     """torch 2.11's SDPA ran cuDNN's kernels on an H100 (docs/gpu.md); on CPU torch's AdamW is a loop."""
     assert PLANC_RUNTIME.flash_kernel == "cudnn" and PLANC_RUNTIME.optimizer_kernel == "fused"
     assert on_hardware(PLANC_RUNTIME, is_cpu=True).optimizer_kernel == "foreach"
+
+
+def test_the_chunked_loss_reruns_its_forward_in_backward():
+    """planc's loss checkpoints each chunk of logits: backward pays the upcast and softmax again."""
+    plan = _plan()
+    device = device_for(plan.hardware, "bf16")
+    m, T, V = plan.model, 2 * 8192, plan.model.padded_vocab
+    assert loss_checkpointed(m, 2, 1) and not loss_checkpointed(m, 2, 1, loss="whole")
+    plain = head_times(m, 2, 1, False, device, 2, 2)
+    rerun = head_times(m, 2, 1, False, device, 2, 2, loss_reruns=True)
+    # bf16 logits: upcast (read 2, write 4) and log-softmax (read 4, write 4) = 14 bytes per logit
+    assert rerun[0] == plain[0]
+    assert rerun[1] - plain[1] == pytest.approx(14 * T * V / device.memory_rate)
 
 
 def test_composite_rmsnorm_moves_r_plus_3e_plus_28_bytes_per_element():
