@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 
 from planc.cost.dispatch import MICRO_BATCH_OPS, block_ops, combine
-from planc.cost.memory import gemm_input_copies
+from planc.cost.memory import gemm_input_copies, loss_checkpointed
 from planc.cost.profile import RuntimeProfile
 from planc.spec.hardware import HardwareSpec
 from planc.spec.hardware_profile import MeasuredRates, nearest_attention_rates, nearest_gemm_rate
@@ -379,29 +379,29 @@ def head_times(
     device: Device,
     compute_bytes: int,
     residual_bytes: int,
-    loss_reruns: bool = False,
-    loss_kind: str = "chunked",
+    loss: str = "chunked",
 ) -> tuple[float, float]:
     """(forward, backward) of the final norm, output GEMM and cross-entropy on the last stage.
 
     The loss upcasts the logits to fp32 and runs log-softmax: forward (e + 4) + (4 + 4) bytes
-    per logit, backward about the same (softmax gradient, cast back). ``loss_reruns``: planc's
-    chunked loss checkpoints each chunk (:func:`planc.cost.memory.loss_checkpointed`), so backward
-    runs the upcast and softmax forward again first. (On an H100 planc's program ran 5% slower than
+    per logit, backward about the same (softmax gradient, cast back). planc's chunked loss
+    (``loss``, :attr:`~planc.cost.profile.RuntimeProfile.loss`) checkpoints each chunk when there
+    is more than one (:func:`planc.cost.memory.loss_checkpointed`), so backward runs the upcast and
+    softmax forward again first. (On an H100 planc's program ran 5% slower than
     a plain loop with a whole-logits loss on Llama 3 8B's 128 K vocabulary: docs/gpu.md.)
-    ``loss_kind = "fused"`` (a Triton cross-entropy, fp32 in registers) reads the logits forward
+    ``loss = "fused"`` (a Triton cross-entropy, fp32 in registers) reads the logits forward
     (e per logit) and reads them and writes their gradient backward (2 e).
     """
     T, h, V = model.seq_len * micro_batch, model.hidden, model.padded_vocab
     e, r = compute_bytes, residual_bytes
     h_s = h / tp if sp else h
     gemm = gemm_seconds(T, h, V // tp, device, e)
-    loss = ((e + 4) + 8) * T * V / tp if e != 4 else 8.0 * T * V / tp
-    loss_backward = (2 if loss_reruns else 1) * loss
-    if loss_kind == "fused":
-        loss, loss_backward = e * T * V / tp, 2 * e * T * V / tp
+    loss_forward = ((e + 4) + 8) * T * V / tp if e != 4 else 8.0 * T * V / tp
+    loss_backward = (2 if loss_checkpointed(model, micro_batch, tp, loss) else 1) * loss_forward
+    if loss == "fused":
+        loss_forward, loss_backward = e * T * V / tp, 2 * e * T * V / tp
     norm = 2 * r * T * h_s + ((r + e) * T * h_s if r != e else 0.0)
-    fwd = gemm + (loss + norm) / device.memory_rate
+    fwd = gemm + (loss_forward + norm) / device.memory_rate
     bwd = 2.0 * gemm + (loss_backward + 2 * norm) / device.memory_rate
     # The host ops of embedding, head and loss, a third forward and two thirds backward.
     host = MICRO_BATCH_OPS * device.seconds_per_op

@@ -28,7 +28,6 @@ from planc.cost.memory import (
     ddp_replicates,
     layer_activation_bytes,
     logits_bytes,
-    loss_checkpointed,
     runtime_state_bytes,
 )
 from planc.cost.params import StageParams, stage_params
@@ -192,17 +191,7 @@ class ContextCache:
             model = self.plan.model
             found = (
                 embedding_times(model, b, tp, self.device, r),
-                head_times(
-                    model,
-                    b,
-                    tp,
-                    sp,
-                    self.device,
-                    e,
-                    r,
-                    loss_checkpointed(model, b, tp, self.profile.loss),
-                    self.profile.loss,
-                ),
+                head_times(model, b, tp, sp, self.device, e, r, self.profile.loss),
                 logits_bytes(model, b, tp, e, loss=self.profile.loss),
             )
             self._edges[key] = found

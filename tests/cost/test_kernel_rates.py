@@ -87,8 +87,8 @@ def test_the_chunked_loss_reruns_its_forward_in_backward():
     device = device_for(plan.hardware, "bf16")
     m, T, V = plan.model, 2 * 8192, plan.model.padded_vocab
     assert loss_checkpointed(m, 2, 1) and not loss_checkpointed(m, 2, 1, loss="whole")
-    plain = head_times(m, 2, 1, False, device, 2, 2)
-    rerun = head_times(m, 2, 1, False, device, 2, 2, loss_reruns=True)
+    plain = head_times(m, 2, 1, False, device, 2, 2, loss="whole")
+    rerun = head_times(m, 2, 1, False, device, 2, 2, loss="chunked")
     # bf16 logits: upcast (read 2, write 4) and log-softmax (read 4, write 4) = 14 bytes per logit
     assert rerun[0] == plain[0]
     assert rerun[1] - plain[1] == pytest.approx(14 * T * V / device.memory_rate)
