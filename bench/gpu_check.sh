@@ -19,6 +19,8 @@
 #   profile    bench/handwritten_one_gpu.py on that plan with step 3 under torch.profiler: kernel
 #              time by kind (GEMM, attention, loss, optimizer, other) against the step's wall time
 #   sustained  bench/gpu_sustained.py: one GEMM back to back for 20 s, rate and SM clock per second
+#   layouts    with 2 or more GPUs: bench/gpu_layouts.py (DDP, ZeRO-1, FSDP, TP + SP, 1F1B under planc
+#              verify on the node; with 8, TP 8 against TP 4 x ZeRO-3 and TP 2 x ZeRO-3 for a 70B block)
 # nvidia-smi logs clock, power, temperature and utilisation every second to smi.csv meanwhile.
 #
 # Python packages the GPU machine lacks (lark, pydantic, and planc's own entry points: a wheel of
@@ -144,13 +146,23 @@ step_sustained() {
   python3 bench/gpu_sustained.py --seconds 20
 }
 
-export -f planc step_env step_verify step_calibrate step_run step_resume step_variants step_selective step_profile step_sustained
+step_layouts() {
+  local gpus
+  gpus=$(nvidia-smi -L | wc -l)
+  if [ "$gpus" -lt 2 ]; then
+    echo "RESULT layouts: $gpus GPU(s) here, the layouts need 2 or more"
+    return 0
+  fi
+  python3 bench/gpu_layouts.py --gpus "$gpus" --out "$WORK/layouts"
+}
+
+export -f planc step_env step_verify step_calibrate step_run step_resume step_variants step_selective step_profile step_sustained step_layouts
 export PLAN TINY OUT WORK LOGS
 
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,utilization.gpu --format=csv -l 1 \
   >"$WORK/smi.csv" 2>/dev/null &
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(env verify calibrate run resume variants selective profile sustained)
+[ ${#steps[@]} -eq 0 ] && steps=(env verify calibrate run resume variants selective profile sustained layouts)
 for s in "${steps[@]}"; do
   case $s in
     env) step env 60 ;;
@@ -162,7 +174,8 @@ for s in "${steps[@]}"; do
     selective) step selective 120 ;;
     profile) step profile 120 ;;
     sustained) step sustained 60 ;;
-    *) echo "gpu_check: unknown step $s (env verify calibrate run resume variants selective profile sustained)" ;;
+    layouts) step layouts 560 ;;
+    *) echo "gpu_check: unknown step $s (env verify calibrate run resume variants selective profile sustained layouts)" ;;
   esac
 done
 ls -la "$OUT"

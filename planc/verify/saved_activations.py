@@ -21,7 +21,11 @@ from torch import nn
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor._local_tensor if hasattr(tensor, "_local_tensor") else tensor
+    """The plain tensor holding ``tensor``'s bytes on this rank: a DTensor's local shard, and inside it
+    the buffer of a functional collective still in flight (an ``AsyncCollectiveTensor``, what sequence
+    parallelism's redistributions leave, has no storage of its own to ask)."""
+    local = tensor._local_tensor if hasattr(tensor, "_local_tensor") else tensor
+    return getattr(local, "elem", local) if type(local).__name__ == "AsyncCollectiveTensor" else local
 
 
 def _is_weight_copy(tensor: torch.Tensor) -> bool:

@@ -34,3 +34,16 @@ def test_autocast_weight_copies_and_their_views_are_not_counted():
     # Only the input's bf16 copy is saved for the weight's gradient: 16 x 64 x 2 bytes. The weight's
     # bf16 copy (32 x 64 x 2 = 4096 bytes), saved transposed for the input's gradient, is a weight.
     assert counter.summary()["per_block_bytes"] == 16 * 64 * 2
+
+
+def test_a_functional_collective_in_flight_is_weighed_by_its_buffer():
+    """Sequence parallelism leaves DTensors whose local tensor is an ``AsyncCollectiveTensor``, which
+    has no storage to ask (verify of a TP + SP plan in bf16 crashed on it, found by bench/gpu_layouts.py):
+    its buffer, ``elem``, is what is weighed."""
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+
+    from planc.verify.saved_activations import _local
+
+    buffer = torch.randn(4)
+    in_flight = AsyncCollectiveTensor(buffer)  # .untyped_storage().data_ptr() raises on it
+    assert _local(in_flight) is buffer
