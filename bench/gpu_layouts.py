@@ -4,8 +4,10 @@
 
 For a node of N CUDA devices (N >= 2; bench/gpu_check.sh runs it when it finds them) it writes one
 plan per layout below into DIR, runs ``planc verify`` on each (the emitted program, NCCL, the
-plan's own GPUs) and prints, per layout, predicted beside measured: step time, the allocated peak
-and each mesh dimension's communication bytes, with the model's exposed TP and DP time. The
+plan's own GPUs) and prints, per layout, predicted beside measured: step time, the allocated peak,
+each mesh dimension's communication bytes, and from one profiled step the time in computing
+kernels, in collectives no computing kernel hides, and with the device idle (verify's
+``kernel_timeline``) against the model's parts. The
 results go to DIR/layouts.json. Two questions the first GPU run (one H100) could not answer:
 
 - **The strategies on GPUs at all.** DDP, ZeRO-1, FSDP (ZeRO-3), TP + SP and a 1F1B pipeline of
@@ -102,6 +104,10 @@ def summary(name: str, result: dict, explained: dict) -> dict:
         if ("peak memory", "allocated") in rows
         else pair("peak memory", "step peak"),
         "comm_bytes": comm,
+        # on CUDA, the profiled step (planc.verify.kernel_timeline) against the model's parts
+        "compute_kernels_s": pair("step time", "compute kernels"),
+        "communication_exposed_s": pair("step time", "communication exposed"),
+        "device_idle_s": pair("step time", "device idle"),
         "exposed_s_predicted": exposed,
     }
 
@@ -157,6 +163,13 @@ def main() -> int:
         print(f"RESULT {name:11} {result['describe']}{note}")
         step, peak = fmt(result["step_s"], 1e-3, "ms"), fmt(result["peak_bytes"], 2**30, "GiB")
         print(f"RESULT   step {step}   peak {peak}")
+        if result["compute_kernels_s"][1]:
+            parts = (
+                f"compute kernels {fmt(result['compute_kernels_s'], 1e-3, 'ms')}   "
+                f"exposed communication {fmt(result['communication_exposed_s'], 1e-3, 'ms')}   "
+                f"idle {fmt(result['device_idle_s'], 1e-3, 'ms')}"
+            )
+            print(f"RESULT   {parts}")
         for group, (predicted, measured) in result["comm_bytes"].items():
             exposed = None if result["stand_in"] else result["exposed_s_predicted"].get(group)
             print(

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import re
 import tempfile
 import time
 from pathlib import Path
@@ -36,35 +35,21 @@ from planc.runtime.data import build_data
 from planc.runtime.optim import build_optimizer, lr_at
 from planc.runtime.transformer import build_model, init_weights
 from planc.spec import Plan
-
-#: Kernel kinds by name (cuBLAS/CUTLASS GEMMs are "gemm", "xmma", "cutlass" or "nvjet" kernels; SDPA's
-#: flash and memory-efficient kernels name themselves; the first match wins).
-KERNEL_KINDS = (
-    ("attention", re.compile(r"flash|fmha|attention|efficient_attention", re.I)),
-    ("gemm", re.compile(r"gemm|xmma|cutlass|nvjet|gemv|splitk", re.I)),
-    ("loss", re.compile(r"softmax|nll_loss|cross_entropy", re.I)),
-    ("optimizer", re.compile(r"multi_tensor|adam|foreach", re.I)),
-)
-
-
-def kernel_kind(name: str) -> str:
-    return next((kind for kind, pattern in KERNEL_KINDS if pattern.search(name)), "other")
+from planc.verify.kernel_timeline import kernel_events, kernel_kind
 
 
 def kernels_by_kind(trace_path: str, top: int = 40) -> tuple[dict[str, float], list]:
-    """Seconds of device time per kernel kind in a Chrome trace written by ``torch.profiler``, and
-    the ``top`` kernels by time: [kind, name (cut at 120 characters), seconds, launches]."""
-    events = json.loads(Path(trace_path).read_text()).get("traceEvents", [])
+    """Seconds of device time per kernel kind (:func:`planc.verify.kernel_timeline.kernel_kind`) in a
+    Chrome trace written by ``torch.profiler``, and the ``top`` kernels by time: [kind, name (cut at
+    120 characters), seconds, launches]."""
     seconds: dict[str, float] = {}
     by_name: dict[str, list] = {}
-    for event in events:
-        if event.get("cat") == "kernel" and "dur" in event:
-            name = event.get("name", "")
-            kind = kernel_kind(name)
-            seconds[kind] = seconds.get(kind, 0.0) + event["dur"] / 1e6
-            entry = by_name.setdefault(name[:120], [kind, name[:120], 0.0, 0])
-            entry[2] += event["dur"] / 1e6
-            entry[3] += 1
+    for name, start, end in kernel_events(Path(trace_path)):
+        kind = kernel_kind(name)
+        seconds[kind] = seconds.get(kind, 0.0) + (end - start)
+        entry = by_name.setdefault(name[:120], [kind, name[:120], 0.0, 0])
+        entry[2] += end - start
+        entry[3] += 1
     return seconds, sorted(by_name.values(), key=lambda e: -e[2])[:top]
 
 

@@ -13,7 +13,10 @@ step  measures    how
 3     comm, act   :class:`~planc.verify.comm_counter.CommCounter` (bytes by collective and
                   mesh dimension) and :class:`~planc.verify.saved_activations.SavedActivations`
 4     peak        torch's ``MemTracker`` (CPU; ``torch.cuda.max_memory_allocated`` on CUDA)
-5...  time        more timed steps (the median is reported)
+5     timeline    on CUDA: the step under ``torch.profiler``, its wall time split into compute,
+                  exposed communication and idle device time (:mod:`~planc.verify.kernel_timeline`);
+                  on CPU a timed step
+6...  time        more timed steps (the median is reported)
 ====  ==========  =======================================================================
 
 After every step the rank writes ``verify/rank<R>.json`` in the run directory (model-state
@@ -55,11 +58,15 @@ class StepProbe:
 
     def __call__(self, job, batch, stop_requested: object = False) -> dict:
         phase = ("warmup", "time", "comm", "peak")[self.index] if self.index < 4 else "time"
+        if self.index == 4 and job.device.type == "cuda":
+            phase = "timeline"
         self.index += 1
         if phase == "comm":
             result = self._measure_comm_and_activations(batch, stop_requested)
         elif phase == "peak":
             result = self._measure_peak(batch, stop_requested)
+        elif phase == "timeline":
+            result = self._measure_timeline(batch, stop_requested)
         else:
             began = time.perf_counter()
             result = train_step(job, batch, stop_requested)
@@ -90,6 +97,27 @@ class StepProbe:
             for kind, group in sorted(counter.bytes)
         ]
         self.record["activations"] = saved.summary() if measurable(job) else None
+        return result
+
+    def _measure_timeline(self, batch, stop_requested: object) -> dict:
+        """One step under ``torch.profiler`` (CUDA kernels only): its wall time split into compute,
+        exposed communication and idle device time (:mod:`planc.verify.kernel_timeline`)."""
+        import tempfile
+
+        from torch.profiler import ProfilerActivity, profile
+
+        from planc.verify.kernel_timeline import kernel_events, step_split
+
+        self._synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+            began = time.perf_counter()
+            result = train_step(self.job, batch, stop_requested)
+            self._synchronize()
+            wall = time.perf_counter() - began
+        with tempfile.TemporaryDirectory() as scratch:
+            trace = Path(scratch) / "trace.json"
+            profiler.export_chrome_trace(str(trace))
+            self.record["timeline"] = step_split(kernel_events(trace), wall)
         return result
 
     def _measure_peak(self, batch, stop_requested: object) -> dict:

@@ -77,7 +77,32 @@ def rows_for_rank(measured: dict, predicted: dict) -> list[Row]:
     if measured.get("step_s"):
         times = sorted(measured["step_s"])
         rows.append(Row(rank, "step time", "median step", predicted["step_s"], times[len(times) // 2], unit="s"))
+    if measured.get("timeline") and "step_parts" in predicted:
+        rows.extend(_timeline_rows(rank, measured["timeline"], predicted["step_parts"]))
     return rows
+
+
+def _timeline_rows(rank: int, timeline: dict, parts: dict[str, float]) -> list[Row]:
+    """The profiled step (CUDA) beside the model's parts: computing kernels against every part that
+    is not a bubble or exposed communication, exposed collectives against the groups' exposed time,
+    idle device time against the bubble (the model has no other idle time)."""
+    exposed = sum(v for k, v in parts.items() if k.endswith(" exposed"))
+    bubble = parts.get("bubble", 0.0)
+    computing = sum(parts.values()) - exposed - bubble
+    note = "profiled step"
+    return [
+        Row(rank, "step time", "compute kernels", computing, timeline["compute_s"], unit="s", note=note),
+        Row(
+            rank,
+            "step time",
+            "communication exposed",
+            exposed,
+            timeline["communication_exposed_s"],
+            unit="s",
+            note=note,
+        ),
+        Row(rank, "step time", "device idle", bubble, timeline["idle_s"], unit="s", note=note + " (bubble; host)"),
+    ]
 
 
 def _cuda_peak_rows(rank: int, peak: dict, predicted: dict) -> list[Row]:
