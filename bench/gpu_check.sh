@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# planc's checks on one CUDA GPU: the numbers docs/gpu.md reports. From the repository root:
+# planc's checks on a machine with CUDA GPUs: the numbers docs/gpu.md reports. From the repository root:
 #
 #   OUT=/tmp/gpu-check bash bench/gpu_check.sh [STEP ...]
 #
-# Steps (default: all, in this order; each is independent, its log in logs/<step>.log of the
-# archive $OUT/gpu-check.tar.gz, rewritten after every step so a cut-off run still returns it):
+# Steps (default: all, in the order of the list at the end; each is independent, its log in
+# logs/<step>.log of the archive $OUT/gpu-check.tar.gz, rewritten after every step so a cut-off
+# run still returns it):
 #   env        torch, CUDA and the GPU; planc's strategies registered
 #   verify     planc verify of plans/gpu/llama3-8b-4layers-1xh100.plan (Llama 3 8B's block, head and
 #              vocabulary, 4 layers, seq 8192): model states, saved activations, CUDA peak, step time
@@ -25,7 +26,11 @@
 #
 # Python packages the GPU machine lacks (lark, pydantic, and planc's own entry points: a wheel of
 # this checkout) travel as wheels in .whl, installed into /tmp/site when the imports fail; the
-# repository goes first on PYTHONPATH so the code is this checkout's.
+# repository goes first on PYTHONPATH so the code is this checkout's. To make them (Python 3.12,
+# the GPU image's): pip download --no-deps --only-binary=:all: --python-version 3.12
+# --platform manylinux2014_x86_64 -d .whl lark pydantic pydantic_core annotated-types
+# typing-inspection typing_extensions (the versions pip list shows here), then
+# pip wheel --no-deps --no-build-isolation -w .whl . for planc itself.
 set -u
 OUT=${OUT:-runs/gpu-check}
 WORK=${WORK:-/tmp/planc-gpu-check}
@@ -162,7 +167,9 @@ export PLAN TINY OUT WORK LOGS
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,utilization.gpu --format=csv -l 1 \
   >"$WORK/smi.csv" 2>/dev/null &
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(env verify calibrate run resume variants selective profile sustained layouts)
+# Most wanted first (a lease is short and a call can be cut off): the multi-GPU layouts where there
+# are several GPUs, then what re-checks the first run's findings (fused AdamW in `run` and `profile`).
+[ ${#steps[@]} -eq 0 ] && steps=(env layouts verify run profile resume selective variants sustained calibrate)
 for s in "${steps[@]}"; do
   case $s in
     env) step env 60 ;;
