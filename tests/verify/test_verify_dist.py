@@ -1,6 +1,6 @@
-"""``planc verify``'s measurements against the cost model, on 2 CPU processes: DDP, FSDP, TP.
+"""``planc verify``'s measurements against the cost model, on 2 CPU processes: DDP, FSDP, TP, TP + SP.
 
-One launch trains the three cases 4 steps each under the probe (tests/verify/ranks_verify.py);
+One launch trains the four cases 4 steps each under the probe (tests/verify/ranks_verify.py);
 then, here, :func:`planc.commands.verify.collect` puts the prediction beside every rank's numbers.
 The goals of issue 13 are model states within 1%, saved activations within 10% and communication
 within 2% (bench/verify_matrix.py prints them); these bounds are looser, the measurement exact
@@ -22,16 +22,22 @@ CASES = {
     "ddp": {"tp": 1, "pp": 1, "dp": 2, "zero": 0},
     "fsdp": {"tp": 1, "pp": 1, "dp": 2, "zero": 3},
     "tp": {"tp": 2, "pp": 1, "dp": 1, "sequence_parallel": False},
+    # bf16 under autocast with sequence parallelism: the pack hook meets functional collectives in
+    # flight (an AsyncCollectiveTensor, no storage of its own), which crashed verify before
+    "tp-sp-bf16": {"tp": 2, "pp": 1, "dp": 1, "sequence_parallel": True},
 }
+PRECISION = {"tp-sp-bf16": "bf16"}
+LLAMA_BLOCK = {"norm": "rmsnorm", "mlp": "swiglu", "position": "rope", "kv_heads": 2}  # where the crash was
+MODEL = {"tp-sp-bf16": {**TINY, **LLAMA_BLOCK}}
 BOUNDS = {"model states": 0.02, "saved activations": 0.15, "communication": 0.05}
 
 
-def _plan(layout: dict):
+def _plan(layout: dict, precision: str = "fp32", model: dict | None = None):
     return build_plan(
         {
-            "model": TINY,
+            "model": model or TINY,
             "hardware": {"device": "cpu", "nodes": 1, "per_node": 2},
-            "train": {"global_batch": 8, "micro_batch": 2, "precision": "fp32", "steps": 10},
+            "train": {"global_batch": 8, "micro_batch": 2, "precision": precision, "steps": 10},
             "layout": {**layout, "recompute": "none"},
         },
         source="verify-test",
@@ -43,10 +49,11 @@ def test_measured_model_states_activations_and_traffic_match_the_prediction(tmp_
     from planc.planner import choose
 
     registry = load_registry()
-    chosen = {name: choose(_plan(layout), registry) for name, layout in CASES.items()}
+    plans = {name: _plan(layout, PRECISION.get(name, "fp32"), MODEL.get(name)) for name, layout in CASES.items()}
+    chosen = {name: choose(plans[name], registry) for name in CASES}
     cases = [
         {
-            "plan": _plan(CASES[name]).model_dump(mode="json", exclude_computed_fields=True),
+            "plan": plans[name].model_dump(mode="json", exclude_computed_fields=True),
             "layout": choice.layout.model_dump(mode="json"),
             "out_dir": str(tmp_path / name),
         }
@@ -54,7 +61,7 @@ def test_measured_model_states_activations_and_traffic_match_the_prediction(tmp_
     ]
     run_ranks("tests/verify/ranks_verify.py:measure", 2, cases)
     for name, choice in chosen.items():
-        result = collect(_plan(CASES[name]), choice.layout, registry, tmp_path / name)
+        result = collect(plans[name], choice.layout, registry, tmp_path / name)
         rows = result["rows"]
         sections = {row["section"] for row in rows if row["error"] is not None}
         # every quantity was measured on both ranks
@@ -67,4 +74,4 @@ def test_measured_model_states_activations_and_traffic_match_the_prediction(tmp_
         # the traffic went where the layout says: data parallelism moves gradients over "dp",
         # tensor parallelism activations over "tp"
         groups = {row["name"] for row in rows if row["section"] == "communication" and row["measured"]}
-        assert groups == ({"tp"} if name == "tp" else {"dp"}), (name, groups)
+        assert groups == ({"tp"} if name.startswith("tp") else {"dp"}), (name, groups)
