@@ -77,18 +77,27 @@ def write_workload(device: str, families: list[str] | None, out: Path) -> int:
     return 0
 
 
+def pricing_profile(profile_path: Path, scratch: Path, with_attention: bool) -> str:
+    """The profile to price published runs with: ``profile_path`` itself, or by default a copy in
+    ``scratch`` without its attention rates (the published programs ran their own attention
+    kernels, not this torch's SDPA)."""
+    if with_attention:
+        return str(profile_path.resolve())
+    data = json.loads(profile_path.read_text())
+    data["measured"]["attention"] = []
+    copy = scratch / "profile-without-attention.json"
+    copy.write_text(json.dumps(data))
+    return str(copy)
+
+
 def compare(profile_path: Path, device: str, families: list[str] | None, with_attention: bool = False) -> int:
+    with tempfile.TemporaryDirectory() as scratch:
+        return _compare(pricing_profile(profile_path, Path(scratch), with_attention), device, families)
+
+
+def _compare(profile: str, device: str, families: list[str] | None) -> int:
     family_of, runs = runs_on(device, families)
     registry = load_registry()
-    if with_attention:
-        profile = str(profile_path.resolve())
-    else:  # the published programs ran their own attention kernels, not this torch's SDPA
-        data = json.loads(profile_path.read_text())
-        data["measured"]["attention"] = []
-        scratch = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-        scratch.write(json.dumps(data))
-        scratch.close()
-        profile = scratch.name
     rows = []
     for run in runs:
         sheet = accuracy.predict(run, family_of[run["family"]], registry)

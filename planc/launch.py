@@ -213,7 +213,8 @@ def _warn_if_torchrun_kills_sooner(plan) -> None:
 
         print(
             f"planc: warning: torch {torch.__version__}'s torchrun kills the workers {FIXED_SHUTDOWN_TIMEOUT_S} s "
-            f"after a stop signal, before the plan's stop deadline of {timeout - 5} s: a stop checkpoint that "
+            f"after a stop signal, before the plan's stop deadline of {plan.checkpoint.stop_deadline:g} s: a stop "
+            "checkpoint that "
             "takes longer is cut off (the newest complete one stays); torch 2.12 or newer honours the deadline",
             file=sys.stderr,
         )

@@ -38,8 +38,12 @@ def estimate_for(plan, layout, registry) -> tuple[CostContext, Estimate]:
 def peak_net_bytes(memory: StageMemory) -> float:
     """The stage's predicted peak without the terms no fake-tensor simulation holds: the CUDA
     context and library workspaces, and the caching allocator's margin."""
-    unseen = sum(t.value for t in memory.transient if t.name.startswith(UNSIMULATED_TERMS))
-    return memory.total - unseen
+    return memory.total - _terms(memory, UNSIMULATED_TERMS)
+
+
+def _terms(memory: StageMemory, names: tuple[str, ...]) -> float:
+    """Bytes of the stage's transient terms whose names start with one of ``names``."""
+    return sum(t.value for t in memory.transient if t.name.startswith(names))
 
 
 def stage_for(
@@ -70,7 +74,7 @@ def predicted_for_rank(ctx: CostContext, est: Estimate, pp_rank: int, dp_rank: i
         "comm": {c.group: c.volume for c in est.comm},
         "peak_bytes": memory.total,
         "peak_net_bytes": peak_net_bytes(memory),
-        "context_bytes": sum(t.value for t in memory.transient if t.name.startswith(UNSIMULATED_TERMS[0])),
+        "context_bytes": _terms(memory, UNSIMULATED_TERMS[:1]),
         "step_s": est.step_s,
         "step_parts": est.step_parts(),
     }
