@@ -71,6 +71,9 @@ class SyntheticData:
         table_rng = torch.Generator().manual_seed(_stream_seed(seed, "synthetic-table"))
         #: successors[t] are the tokens that may follow token t.
         self.successors = torch.randint(0, vocab, (vocab, BRANCHING), generator=table_rng)
+        # The walk's lookup table, flat: entry BRANCHING * t + c holds BRANCHING * (the c-th
+        # successor of t), so a walk carries offsets and each position is one add and one gather.
+        self._next_offset = (self.successors * BRANCHING).numpy().ravel()
 
     def describe(self) -> dict:
         """What the run directory records about this source (``data.json``)."""
@@ -79,12 +82,19 @@ class SyntheticData:
     def batch_for_step(self, step: int) -> torch.Tensor:
         rng = torch.Generator().manual_seed(_stream_seed(self.seed, self.stream, step))
         rows, length = self.global_batch, self.seq_len + 1
-        batch = torch.empty(rows, length, dtype=torch.long)
-        batch[:, 0] = torch.randint(0, self.vocab, (rows,), generator=rng)
+        first = torch.randint(0, self.vocab, (rows,), generator=rng)
         choices = torch.randint(0, BRANCHING, (rows, length - 1), generator=rng)
-        for position in range(1, length):  # a walk is sequential; each step is vectorised over rows
-            batch[:, position] = self.successors[batch[:, position - 1], choices[:, position - 1]]
-        return batch
+        # A walk is sequential along the sequence, vectorised over the rows. In numpy: a position
+        # costs ~1 us where torch's indexing cost ~8 us per op (Llama 3's 8193-token rows took
+        # 63-100 ms per step in torch, inside the step a GPU then waits for; now 7-13 ms).
+        steps = np.ascontiguousarray(choices.numpy().T)
+        offsets = np.empty((length, rows), dtype=np.int64)
+        offset = first.numpy() * BRANCHING
+        offsets[0] = offset
+        for position in range(1, length):
+            offset = self._next_offset[offset + steps[position - 1]]
+            offsets[position] = offset
+        return torch.from_numpy(np.ascontiguousarray(offsets.T) // BRANCHING)
 
 
 class TextFileData:

@@ -33,6 +33,22 @@ def test_synthetic_follows_its_markov_chain():
     assert data.successors.shape == (50, BRANCHING)
 
 
+def test_synthetic_walk_is_the_plain_walk_of_its_random_stream():
+    """The fast walk reads the same random numbers as the plain one, in the same order: earlier
+    runs (and checkpoints resumed across versions) see the same tokens."""
+    from planc.runtime.data import _stream_seed
+
+    data = SyntheticData(97, 33, 5, seed=11)
+    rng = torch.Generator().manual_seed(_stream_seed(11, "synthetic", 7))
+    expected = torch.empty(5, 34, dtype=torch.long)
+    expected[:, 0] = torch.randint(0, 97, (5,), generator=rng)
+    choices = torch.randint(0, BRANCHING, (5, 33), generator=rng)
+    for position in range(1, 34):
+        expected[:, position] = data.successors[expected[:, position - 1], choices[:, position - 1]]
+    got = data.batch_for_step(7)
+    assert torch.equal(got, expected) and got.is_contiguous()
+
+
 def test_inputs_and_targets_are_shifted_by_one():
     batch = torch.arange(10).view(2, 5)
     inputs, targets = inputs_and_targets(batch)
