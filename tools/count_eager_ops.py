@@ -1,6 +1,7 @@
 """Count the eager aten ops of planc's program, for the host-overhead term of the cost model.
 
-    python tools/count_eager_ops.py      # prints the tables of planc/cost/dispatch.py
+    python tools/count_eager_ops.py               # prints the tables of planc/cost/dispatch.py
+    python tools/count_eager_ops.py --step-only   # only the per-step ones
 
 Counts are taken with a ``TorchDispatchMode`` (every aten op that reaches the dispatcher, views
 included) on one process:
@@ -68,31 +69,46 @@ def block_ops(norm: str, mlp: str, position: str) -> tuple[int, int]:
 
 
 def step_ops(layers: int, micro_batches: int, registry) -> float:
+    """Ops of one training step of the real loop, the mean over the steps of a counted run."""
     plan = plan_for(layers, "layernorm", "gelu", "learned")
     layout = Layout(tp=1, pp=1, dp=1, zero=0, recompute="none", schedule=None, micro_batch=8 // micro_batches)
     job = compose(plan, layout, registry)
-    train(job, steps=1, quiet=True)
+    train(job, steps=1, quiet=True)  # warm-up: the optimizer creates its states
     with CountOps() as counted:
-        train(job, steps=3, quiet=True)
-    return (counted.count) / 2  # steps 2 and 3 ran
+        # Without a checkpoint a new train() call starts again at step 0: it runs all 3 steps
+        # (dividing by 2 here once made every per-step count 1.5x too large).
+        records = train(job, steps=3, quiet=True)
+    return counted.count / len(records)
+
+
+def step_constants(registry) -> dict[str, float]:
+    """The per-step tables of planc/cost/dispatch.py, from runs of 1 and 2 layers and micro-batches."""
+    s11, s21, s12 = step_ops(1, 1, registry), step_ops(2, 1, registry), step_ops(1, 2, registry)
+    fwd, bwd = block_ops("layernorm", "gelu", "learned")
+    per_block_step = s21 - s11 - fwd - bwd  # the optimizer and gradient clipping of one block's tensors
+    per_micro_batch = s12 - s11 - fwd - bwd  # embedding, head, loss of one micro-batch
+    return {
+        "OPS_PER_PARAMETER_TENSOR": per_block_step / GPT_BLOCK_TENSORS,
+        "MICRO_BATCH_OPS": per_micro_batch,
+        "STEP_OPS": s11 - per_block_step - fwd - bwd - per_micro_batch,
+    }
+
+
+#: Parameter tensors of the counted GPT block: 4 attention and 2 MLP linears with biases, 2 LayerNorms with biases.
+GPT_BLOCK_TENSORS = 16
 
 
 def main() -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29613", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29613"))
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     dist.init_process_group("gloo")
-    print("BLOCK_OPS = {")
-    for norm, mlp, position in itertools.product(("layernorm", "rmsnorm"), ("gelu", "swiglu"), ("learned", "rope")):
-        print(f"    ({norm!r}, {mlp!r}, {position!r}): {block_ops(norm, mlp, position)},")
-    print("}")
-    registry = load_registry()
-    s11, s21, s12 = step_ops(1, 1, registry), step_ops(2, 1, registry), step_ops(1, 2, registry)
-    fwd, bwd = block_ops("layernorm", "gelu", "learned")
-    per_block_step = s21 - s11 - fwd - bwd  # the optimizer (and gradient clipping) per block
-    per_micro_batch = s12 - s11 - fwd - bwd  # embedding, head, loss of one micro-batch
-    fixed = s11 - per_block_step - fwd - bwd - per_micro_batch
-    print(f"STEP_OPS_PER_BLOCK = {per_block_step:.0f}  # gpt block, 12 parameter tensors")
-    print(f"MICRO_BATCH_OPS = {per_micro_batch:.0f}")
-    print(f"STEP_OPS_FIXED = {fixed:.0f}")
+    if "--step-only" not in sys.argv:
+        print("BLOCK_OPS = {")
+        for norm, mlp, position in itertools.product(("layernorm", "rmsnorm"), ("gelu", "swiglu"), ("learned", "rope")):
+            print(f"    ({norm!r}, {mlp!r}, {position!r}): {block_ops(norm, mlp, position)},")
+        print("}")
+    for name, value in step_constants(load_registry()).items():
+        print(f"{name} = {value:.1f}")
     dist.destroy_process_group()
 
 

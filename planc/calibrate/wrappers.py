@@ -85,6 +85,7 @@ def measure_wrappers(device: torch.device, budget: float) -> WrapperOverheads:
         tp_per_block=tp_block,
         tp_sp_per_block=tp_sp_block,
         pp_per_action=_pp(x, world, device, budget),
+        dtensor_optimizer_per_tensor=_dtensor_optimizer(plain, tensors, device, budget),
     )
 
 
@@ -150,6 +151,34 @@ def _replicate(plain, x, plain_step, numel, device, budget) -> float:
     grads = torch.zeros(-(-numel // UNITS), device=device)
     t_comm = UNITS * _bare(lambda: dist.all_reduce(grads), device, budget)
     return max(0.0, (t_replicate - t_comm) / UNITS)
+
+
+def _dtensor_optimizer(plain, tensors: int, device, budget) -> float:
+    """AdamW's step over FSDP2's DTensor parameters against the same over the plain stack's
+    tensors, per tensor. The step on sharded parameters runs no collective, so each rank times its
+    own host work (gradient clipping's DTensor norms, which end in an all-reduce, are left out: a
+    rank's wait for the other would be timed with them). The gradients are zeros: the host work,
+    not the values, is measured."""
+    from torch.distributed.fsdp import fully_shard
+
+    from planc.runtime.optim import runs_fused
+
+    sharded = copy.deepcopy(plain)
+    for unit in sharded:
+        fully_shard(unit)
+    fully_shard(sharded)
+
+    def optimizer_step(model: nn.Module) -> Callable[[], None]:
+        params: list[torch.Tensor] = list(model.parameters())
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        # The kernel planc's runtime takes (fused on CUDA, where DTensor dispatches once per
+        # group instead of per op and tensor; torch's loop on CPU).
+        fused = True if runs_fused(params) else None
+        return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.1, fused=fused).step
+
+    dtensor_step, plain_step = optimizer_step(sharded), optimizer_step(copy.deepcopy(plain))
+    return max(0.0, _extra(dtensor_step, plain_step, device, budget)) / tensors
 
 
 #: Micro-batches of the measured pipeline step.

@@ -17,6 +17,10 @@ holds what one unit costs (:class:`~planc.spec.hardware_profile.WrapperOverheads
 - activation checkpointing: every block of a rank, per micro-batch, full or selective (measured
   on one process on the GPT block, beyond the rerun forward the recompute pass prices; scaled by
   op count as TP's).
+- the optimizer step and clipping over DTensor parameters (FSDP2, ``replicate``, TP): every
+  parameter tensor of a rank, once per step, beyond the plain-tensor step the optimizer term
+  prices. Each strategy whose parameters are DTensors adds it; the term is added once however
+  many of them a layout combines (:func:`with_dtensor_optimizer`).
 
 Without a profile (or with one that predates these fields) every cost is 0 and no term is added:
 data-sheet predictions, the GPU ones included, do not move. On a GPU this host time overlaps the
@@ -105,3 +109,16 @@ def recompute_seconds(ctx: CostContext) -> float:
     mode, w = ctx.layout.recompute, measured_overheads(ctx)
     per_block = {"full": w.checkpoint_per_block, "selective": w.selective_per_block}.get(mode, 0.0)
     return ctx.micro_batches * max(st.layers for st in ctx.stages) * per_block * per_op_scale(ctx)
+
+
+#: The name of the DTensor optimizer term (one per estimate).
+DTENSOR_OPTIMIZER = "optimizer over DTensor parameters (measured)"
+
+
+def with_dtensor_optimizer(est: Estimate, ctx: CostContext) -> Estimate:
+    """``est`` with the DTensor optimizer step's host time: added by every strategy that makes the
+    parameters DTensors, counted once (FSDP over a tensor-parallel mesh is still one optimizer step)."""
+    if any(term.name == DTENSOR_OPTIMIZER for term in est.other):
+        return est
+    seconds = tensors_per_rank(ctx) * measured_overheads(ctx).dtensor_optimizer_per_tensor
+    return with_wrapper_time(est, DTENSOR_OPTIMIZER, seconds)

@@ -105,6 +105,10 @@ class WrapperOverheads(BaseModel):
     selective_per_block: float = Field(default=0.0, ge=0)
     """Selective recomputation: the same under planc's selective policy (a dispatch mode that asks
     the policy about every aten op), beyond one whole rerun forward."""
+    dtensor_optimizer_per_tensor: float = Field(default=0.0, ge=0)
+    """The optimizer step of one parameter tensor that is a DTensor (FSDP2's ``fully_shard`` and
+    ``replicate``, tensor parallelism), beyond the same on a plain tensor, per step: every one of
+    AdamW's ~9 ops per tensor goes through DTensor's dispatch."""
 
 
 class MeasuredRates(BaseModel):

@@ -22,3 +22,31 @@ def test_block_op_counts_match_a_recount(root, key, monkeypatch):
     # A new torch may add or remove an op or two; a table more than 10% off needs recounting
     # (python tools/count_eager_ops.py).
     assert _counter().block_ops(*key) == pytest.approx(BLOCK_OPS[key], rel=0.1)
+
+
+@pytest.mark.dist
+def test_step_op_counts_match_a_recount(root):
+    """The optimizer's ops per parameter tensor, the ops per micro-batch outside the blocks and
+    the fixed ops per step, recounted on the real training loop (one gloo process)."""
+    import os
+    import subprocess
+    import sys
+
+    from planc.cost import dispatch
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_PORT": "29671"}
+    out = subprocess.run(
+        [sys.executable, "tools/count_eager_ops.py", "--step-only"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    counted = {
+        name.strip(): float(value) for name, value in (line.split("=") for line in out.splitlines() if "=" in line)
+    }
+    assert counted["OPS_PER_PARAMETER_TENSOR"] == pytest.approx(dispatch.OPS_PER_PARAMETER_TENSOR, rel=0.1)
+    assert counted["MICRO_BATCH_OPS"] == pytest.approx(dispatch.MICRO_BATCH_OPS, rel=0.1)
+    assert counted["STEP_OPS"] == pytest.approx(dispatch.STEP_OPS, rel=0.15)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planc.cost.driver import evaluate
+from planc.cost.wrappers import DTENSOR_OPTIMIZER
 from planc.spec import Layout
 from planc.spec.hardware_profile import HardwareProfile
 from planc.strategies.registry import load_registry
@@ -18,6 +19,7 @@ TP_SP_PER_BLOCK = 5e-3
 PP_PER_ACTION = 300e-6
 CHECKPOINT_PER_BLOCK = 700e-6
 SELECTIVE_PER_BLOCK = 2e-3
+DTENSOR_OPTIMIZER_PER_TENSOR = 100e-6
 
 
 def wrapper_profile(**wrappers) -> dict:
@@ -46,6 +48,7 @@ def calibrated(tmp_path):
             pp_per_action=PP_PER_ACTION,
             checkpoint_per_block=CHECKPOINT_PER_BLOCK,
             selective_per_block=SELECTIVE_PER_BLOCK,
+            dtensor_optimizer_per_tensor=DTENSOR_OPTIMIZER_PER_TENSOR,
         ),
     )
 
@@ -66,9 +69,33 @@ def test_ddp_charges_every_parameter_tensor_once_per_step(calibrated):
 
 
 def test_bf16_ddp_is_replicate_and_charges_fsdp_units(calibrated):
-    # bf16 data parallelism runs FSDP2's replicate: 2 micro-batches x 4 units (2 blocks, embedding, head).
+    # bf16 data parallelism runs FSDP2's replicate: 2 micro-batches x 4 units (2 blocks, embedding,
+    # head); its parameters are DTensors, so the optimizer's step over them too (37 tensors, below).
     terms = other_terms(calibrated, dp=2)
-    assert terms == {"replicate hooks and copies (measured)": pytest.approx(2 * 4 * REPLICATE_PER_UNIT)}
+    assert terms == {
+        "replicate hooks and copies (measured)": pytest.approx(2 * 4 * REPLICATE_PER_UNIT),
+        DTENSOR_OPTIMIZER: pytest.approx(37 * DTENSOR_OPTIMIZER_PER_TENSOR),
+    }
+
+
+def test_the_dtensor_optimizer_step_is_charged_once_per_tensor_where_parameters_are_dtensors(tmp_path, calibrated):
+    # gpt, 2 layers: 37 parameter tensors (test_ddp_charges_every_parameter_tensor_once_per_step).
+    # FSDP2 (ZeRO-2/3), replicate (bf16 DDP) and TP make every parameter a DTensor: AdamW's step
+    # dispatches each op through DTensor.
+    once = pytest.approx(37 * DTENSOR_OPTIMIZER_PER_TENSOR)
+    for layout in ({"dp": 2, "zero": 3}, {"dp": 2, "zero": 2}, {"tp": 2}):
+        assert other_terms(calibrated, **layout)[DTENSOR_OPTIMIZER] == once, layout
+    # TP x FSDP on 4 devices: each rank holds 37 tensors (shards of them), still one optimizer step.
+    four = plan_with(tmp_path, wrapper_profile(dtensor_optimizer_per_tensor=DTENSOR_OPTIMIZER_PER_TENSOR), per_node=4)
+    assert other_terms(four, tp=2, dp=2, zero=3)[DTENSOR_OPTIMIZER] == once
+    # fp32 DDP and ZeRO-1 keep plain tensors, and so does a pipeline alone.
+    plain_layouts = (
+        (fp32(calibrated), {"dp": 2}),
+        (fp32(calibrated), {"dp": 2, "zero": 1}),
+        (calibrated, {"pp": 2, "schedule": "1f1b"}),
+    )
+    for plan, layout in plain_layouts:
+        assert DTENSOR_OPTIMIZER not in other_terms(plan, **layout), layout
 
 
 def test_fsdp_charges_every_unit_per_micro_batch(calibrated):

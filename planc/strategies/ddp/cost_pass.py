@@ -6,7 +6,7 @@ from planc.cost.context import CostContext
 from planc.cost.data_parallel import bucket_bytes, bucket_terms, grad_all_reduce, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import bf16_weights, fsdp_gather_bytes
-from planc.cost.wrappers import ddp_seconds, replicate_seconds, with_wrapper_time
+from planc.cost.wrappers import ddp_seconds, replicate_seconds, with_dtensor_optimizer, with_wrapper_time
 
 #: Bytes per parameter that FSDP2's ``replicate`` moves outside the GEMMs per micro-batch under
 #: bf16 (the same machinery as ``fully_shard``, on a shard of the whole parameter): the fp32 -> bf16
@@ -71,4 +71,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     est = est.updated(stage_fn=lambda s: s.updated(transient=transient(s)), comm=comm, compute=est.compute + casts)
     if replicated and "bucket" in getattr(options, "model_fields_set", ()):
         est = est.with_note(BUCKET_IGNORED)
-    return with_contention(ctx, with_wrapper_time(est, *wrapper), seconds - exposed)
+    est = with_wrapper_time(est, *wrapper)
+    if replicated:  # replicate's parameters are DTensors (replicated over the data-parallel mesh)
+        est = with_dtensor_optimizer(est, ctx)
+    return with_contention(ctx, est, seconds - exposed)

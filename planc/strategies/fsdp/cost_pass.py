@@ -10,7 +10,7 @@ from planc.cost.data_parallel import shard_states, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import fsdp_gather_bytes, model_state_bytes
 from planc.cost.params import StageParams, embedding_params_per_shard
-from planc.cost.wrappers import fsdp_seconds, with_wrapper_time
+from planc.cost.wrappers import fsdp_seconds, with_dtensor_optimizer, with_wrapper_time
 from planc.hardware.topology import GroupLink
 from planc.spec.layout import Layout
 
@@ -192,4 +192,5 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     copies = psi * (n_gathers * 2 * e + scatters * (e + g)) / ctx.device.memory_rate
     buffers = partial(_buffers, ctx, deferred)
     est = with_wrapper_time(shard_states(ctx, est, zero, buffers, comm), _WRAPPER, fsdp_seconds(ctx, units))
+    est = with_dtensor_optimizer(est, ctx)  # fully_shard's parameters are DTensors
     return with_contention(ctx, est.replace(compute=est.compute + copies), comm.total - comm.exposed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
-from planc.cost.wrappers import tp_seconds, with_wrapper_time
+from planc.cost.wrappers import tp_seconds, with_dtensor_optimizer, with_wrapper_time
 from planc.strategies.bf16.cost_pass import autocast_copy_bytes
 
 
@@ -80,7 +80,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         medium=link.medium,
         detail=f"4 activation {kind} per block per micro-batch ({mib:.0f} MiB in bf16)",
     )
-    est = with_wrapper_time(est, "DTensor dispatch (measured)", tp_seconds(ctx))
+    est = with_dtensor_optimizer(with_wrapper_time(est, "DTensor dispatch (measured)", tp_seconds(ctx)), ctx)
     return est.updated(comm=comm, stage_fn=lambda s: _replicated_embedding_grad(ctx, s))
 
 
