@@ -2,6 +2,8 @@
 
 Published totals (Hugging Face model cards / `sum(p.numel())` of the released checkpoints):
 llama2-7b 6,738,415,616; llama3-8b 8,030,261,248; mistral-7b 7,241,732,096;
+llama3.2-1b 1,235,814,400 and llama3.2-3b 3,212,749,824 (the released safetensors' parameter
+counts, meta-llama/Llama-3.2-1B and -3B; the head is tied to the embedding, counted once);
 gpt2 124,439,808 with vocab 50257 — planc pads the vocabulary to 50304 (a multiple of 128),
 which adds 47 rows x 768 = 36,096 parameters.
 """
@@ -14,6 +16,8 @@ PUBLISHED = {
     "llama2-7b": 6_738_415_616,
     "llama3-8b": 8_030_261_248,
     "mistral-7b": 7_241_732_096,
+    "llama3.2-1b": 1_235_814_400,
+    "llama3.2-3b": 3_212_749_824,
     "gpt2": 124_439_808 + 47 * 768,
 }
 

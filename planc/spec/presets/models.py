@@ -56,6 +56,12 @@ MODEL_PRESETS: dict[str, dict] = {
     "llama3-8b": dict(_LLAMA3, layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336),
     "llama3-70b": dict(_LLAMA3, layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672),
     "llama3-405b": dict(_LLAMA3, layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248),
+    # Llama 3.2 1B and 3B: the released configs (meta-llama/Llama-3.2-1B, -3B): Llama 3's vocabulary,
+    # GQA with 8 KV heads and RoPE theta, tied embeddings, ffn 8192. Their "llama3" RoPE scaling
+    # (factor 32, for 131072 positions after pre-training at 8192) is built as plain RoPE, as
+    # planc.spec.hf_config reads it; seq_len is the pre-training context.
+    "llama3.2-1b": dict(_LLAMA3, layers=16, hidden=2048, heads=32, kv_heads=8, ffn=8192, tie_embeddings=True),
+    "llama3.2-3b": dict(_LLAMA3, layers=28, hidden=3072, heads=24, kv_heads=8, ffn=8192, tie_embeddings=True),
     # Mistral 7B: Jiang et al. 2023 (arXiv 2310.06825), Table 1: 32 layers, dim 4096, 32 heads,
     # 8 KV heads, hidden_dim 14336, vocab 32000, 8192 context. Its 4096-token sliding window is
     # not modelled: planc trains full causal attention over seq_len.
