@@ -11,8 +11,8 @@
 #              vocabulary, 4 layers, seq 8192): model states, saved activations, CUDA peak, step time
 #   calibrate  the calibration worker over every GEMM and attention shape of the published H100 runs
 #              (bench/published_calibrated.py workload), and `planc calibrate --plan` for the plan above
-#   run        planc run of that plan, then bench/handwritten_one_gpu.py on the same plan: step times
-#              side by side, losses (same data and initialisation)
+#   run        planc run of that plan and bench/handwritten_one_gpu.py on the same plan, two rounds
+#              alternating which goes first: step times side by side, losses (same data and initialisation)
 #   resume     plans/gpu/tiny-1xh100.plan to step 10 (checkpoints at 5 and 10), resumed to 16, and 16
 #              steps straight: DCP on CUDA
 #   variants   planc verify of the 8B-shaped plan with recompute = full, and with micro_batch = 2
@@ -83,16 +83,34 @@ step_calibrate() {
 }
 
 step_run() {
-  planc run "$PLAN" --out "$WORK/run" --steps 20
-  cp "$WORK/run/metrics.jsonl" "$WORK/run-metrics.jsonl"
-  python3 bench/handwritten_one_gpu.py "$WORK/run/plan.json" 20 "$WORK/handwritten.json"
-  python3 - "$WORK/run-metrics.jsonl" "$WORK/handwritten.json" <<'EOF'
+  # Two rounds, alternating which program goes first (as bench/overhead.py does on CPU): one
+  # program's step moved by 10% between two runs on the first H100 (docs/gpu.md).
+  local round
+  for round in 1 2; do
+    if [ $round = 1 ]; then
+      planc run "$PLAN" --out "$WORK/run-$round" --steps 12
+      python3 bench/handwritten_one_gpu.py "$WORK/run-$round/plan.json" 12 "$WORK/handwritten-$round.json"
+    else
+      python3 bench/handwritten_one_gpu.py "$WORK/run-1/plan.json" 12 "$WORK/handwritten-$round.json"
+      planc run "$PLAN" --out "$WORK/run-$round" --steps 12
+    fi
+    cp "$WORK/run-$round/metrics.jsonl" "$WORK/run-metrics-$round.jsonl"
+  done
+  python3 - "$WORK" <<'EOF'
 import json, statistics, sys
-planc = [json.loads(line) for line in open(sys.argv[1])]
-hand = json.load(open(sys.argv[2]))
+work = sys.argv[1]
 gaps = lambda xs: [b - a for a, b in zip(xs, xs[1:])][3:]
-p, h = statistics.median(gaps([r["elapsed_s"] for r in planc])), statistics.median(gaps(hand["wall_s"]))
-print(f"RESULT step planc {p:.4f} s  hand-written {h:.4f} s  ratio {p / h:.3f}  predicted {planc[-1]['predicted_step_s']:.4f} s")
+planc_steps, hand_steps, ratios = [], [], []
+for round_ in (1, 2):
+    planc = [json.loads(line) for line in open(f"{work}/run-metrics-{round_}.jsonl")]
+    hand = json.load(open(f"{work}/handwritten-{round_}.json"))
+    p, h = gaps([r["elapsed_s"] for r in planc]), gaps(hand["wall_s"])
+    planc_steps += p
+    hand_steps += h
+    ratios.append(statistics.median(p) / statistics.median(h))
+    print(f"RESULT round {round_}: planc {statistics.median(p):.4f} s  hand-written {statistics.median(h):.4f} s  ratio {ratios[-1]:.3f}")
+p, h = statistics.median(planc_steps), statistics.median(hand_steps)
+print(f"RESULT step planc {p:.4f} s  hand-written {h:.4f} s  ratio of medians {p / h:.3f}  per-round {' '.join(f'{r:.3f}' for r in ratios)}  predicted {planc[-1]['predicted_step_s']:.4f} s")
 print(f"RESULT peak planc {planc[-1]['memory_bytes'] / 2**30:.2f} GiB  hand-written {hand['peak_bytes'][0] / 2**30:.2f} GiB")
 print("RESULT loss planc    ", " ".join(f"{r['loss']:.4f}" for r in planc[:5]), "...", f"{planc[-1]['loss']:.4f}")
 print("RESULT loss hand     ", " ".join(f"{x:.4f}" for x in hand["loss"][:5]), "...", f"{hand['loss'][-1]:.4f}")
@@ -175,7 +193,7 @@ for s in "${steps[@]}"; do
     env) step env 60 ;;
     verify) step verify 180 ;;
     calibrate) step calibrate 200 ;;
-    run) step run 180 ;;
+    run) step run 300 ;;
     resume) step resume 150 ;;
     variants) step variants 240 ;;
     selective) step selective 120 ;;
