@@ -94,9 +94,9 @@ def test_a_suggestion_never_changes_a_number():
 
 
 def test_an_unknown_model_of_a_known_family_lists_that_family_not_a_lookalike():
-    hint = model_preset_hint("llama3.2-1b")
+    hint = model_preset_hint("llama3.2-11b")  # the vision model: not one of planc's
     assert "llama2-13b" not in hint
-    assert "llama3-8b, llama3-70b, llama3-405b" in hint and "from" in hint
+    assert "llama3-8b, llama3-70b, llama3-405b, llama3.1-8b" in hint and "from" in hint
     assert "one of:" in model_preset_hint("falcon-40b")  # no family: every preset
 
 

@@ -16,6 +16,7 @@ PUBLISHED = {
     "llama2-7b": 6_738_415_616,
     "llama3-8b": 8_030_261_248,
     "mistral-7b": 7_241_732_096,
+    "llama3.1-8b": 8_030_261_248,  # meta-llama/Llama-3.1-8B: Llama 3 8B's architecture
     "llama3.2-1b": 1_235_814_400,
     "llama3.2-3b": 3_212_749_824,
     "gpt2": 124_439_808 + 47 * 768,

@@ -56,6 +56,12 @@ MODEL_PRESETS: dict[str, dict] = {
     "llama3-8b": dict(_LLAMA3, layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336),
     "llama3-70b": dict(_LLAMA3, layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672),
     "llama3-405b": dict(_LLAMA3, layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248),
+    # Llama 3.1 8B, 70B and 405B: Llama 3's architectures (the paper's Table 3 is 3.1's) with the
+    # context extended to 131072 by "llama3" RoPE scaling, built as plain RoPE; seq_len is the
+    # 8192-token pre-training context, as torchtitan's llama3 configs train them.
+    "llama3.1-8b": dict(_LLAMA3, layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336),
+    "llama3.1-70b": dict(_LLAMA3, layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672),
+    "llama3.1-405b": dict(_LLAMA3, layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248),
     # Llama 3.2 1B and 3B: the released configs (meta-llama/Llama-3.2-1B, -3B): Llama 3's vocabulary,
     # GQA with 8 KV heads and RoPE theta, tied embeddings, ffn 8192. Their "llama3" RoPE scaling
     # (factor 32, for 131072 positions after pre-training at 8192) is built as plain RoPE, as
