@@ -131,7 +131,7 @@ def collect(plan, layout, registry, run_dir: Path) -> dict:
     """Read every rank's ``verify/rank<R>.json`` and put the prediction beside each number."""
     from planc.errors import PlanError
     from planc.verify.predicted import estimate_for, predicted_for_rank
-    from planc.verify.report import rows_for_rank
+    from planc.verify.report import rows_for_rank, step_time_basis
 
     ctx, estimate = estimate_for(plan, layout, registry)
     records = []
@@ -157,6 +157,7 @@ def collect(plan, layout, registry, run_dir: Path) -> dict:
         "device": records[0].get("device", "cpu"),
         "rows": [row.as_dict() for row in rows],
         "ranks": records,
+        "step_time_basis": step_time_basis(plan.hardware),
     }
 
 
@@ -168,4 +169,6 @@ def render(result: dict) -> str:
     for change in result.get("stand_in", []):
         head.append(f"  stand-in: {change}")
     head.append("  error = predicted / measured - 1")
-    return "\n".join(head) + "\n\n" + format_rows(rows)
+    text = "\n".join(head) + "\n\n" + format_rows(rows)
+    basis = result.get("step_time_basis")
+    return text + (f"\n\nnote: {basis}" if basis else "")

@@ -7,9 +7,10 @@ missing or the measured value is 0.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass
 
-from planc.units import format_bytes
+from planc.units import format_bytes, format_seconds
 
 #: Goals from issue 13 (the benchmark prints them beside the errors; tests hold looser bounds).
 GOALS = {"model states": 0.01, "saved activations": 0.10, "communication": 0.02}
@@ -75,11 +76,41 @@ def rows_for_rank(measured: dict, predicted: dict) -> list[Row]:
     elif peak:
         rows.append(Row(rank, "peak memory", "step peak", predicted["peak_bytes"], peak["bytes"], note=_source(peak)))
     if measured.get("step_s"):
-        times = sorted(measured["step_s"])
-        rows.append(Row(rank, "step time", "median step", predicted["step_s"], times[len(times) // 2], unit="s"))
+        times = measured["step_s"]
+        rows.append(
+            Row(
+                rank,
+                "step time",
+                "median step",
+                predicted["step_s"],
+                statistics.median(times),
+                unit="s",
+                note=_spread(times),
+            )
+        )
     if measured.get("timeline") and "step_parts" in predicted:
         rows.extend(_timeline_rows(rank, measured["timeline"], predicted["step_parts"]))
     return rows
+
+
+def _spread(times: list[float]) -> str:
+    """The timed steps' range, so that a prediction's error can be read against the measurement's
+    own scatter (on a shared CPU the same step moves by tens of percent, docs/accuracy.md)."""
+    if len(times) < 2:
+        return "1 timed step"
+    return f"{len(times)} timed steps: {format_seconds(min(times))} to {format_seconds(max(times))}"
+
+
+def step_time_basis(hardware) -> str | None:
+    """What a verify result's predicted step time rests on, when it is not a measurement of this
+    machine: the device preset's data sheet. None when the plan prices with a hardware profile."""
+    if getattr(hardware, "profile", None):
+        return None
+    return (
+        f"the predicted step time uses the {hardware.device!r} data sheet, not this machine: "
+        "`planc calibrate` measures it (add --cpu for CPU processes) and a plan that names the result "
+        '(hardware { profile = "FILE" }) is priced with it (docs/calibrate.md)'
+    )
 
 
 def _timeline_rows(rank: int, timeline: dict, parts: dict[str, float]) -> list[Row]:

@@ -90,6 +90,8 @@ def test_rows_hold_each_measurement_beside_its_prediction():
     assert rows[("communication", "dp")].error == pytest.approx(200 / 190 - 1)
     assert rows[("peak memory", "step peak")].error == pytest.approx(-0.1)  # 900 / 1000 - 1
     assert rows[("step time", "median step")].measured == 0.2  # the median of 3
+    # ... beside the timed steps' own scatter, to read the error against
+    assert rows[("step time", "median step")].note == "3 timed steps: 100.0 ms to 300.0 ms"
     assert rows[("saved activations", "embedding, final norm, head")].error is None  # no such term
     assert Row(0, "x", "y", 1.0, 0.0).error is None
 
@@ -131,3 +133,19 @@ def test_explain_shows_the_measured_table_for_the_same_plan_only(tmp_path, monke
 def test_verify_needs_its_measurement_steps(tmp_path, capsys):
     assert main(["verify", str(PLANS / "tiny-cpu.plan"), "--steps", "2"]) == 1
     assert "at least 4" in capsys.readouterr().err
+
+
+def test_a_step_time_from_a_data_sheet_says_how_to_measure_this_machine(tmp_path):
+    from planc.commands.verify import render
+    from planc.spec import build_plan
+    from planc.verify.report import step_time_basis
+
+    sheet = build_plan({"model": {"preset": "gpt2"}, "hardware": {"device": "cpu"}, "train": {"global_batch": 8}})
+    basis = step_time_basis(sheet.hardware)
+    assert basis is not None and "'cpu' data sheet" in basis and "planc calibrate" in basis
+    result = {"describe": "DDP", "world_size": 2, "device": "cpu", "rows": [], "step_time_basis": basis}
+    assert render(result).endswith("note: " + basis)
+    # A plan priced with a calibration of its hardware gets no such note.
+    measured = sheet.hardware.model_copy(update={"profile": "cal.json"})
+    assert step_time_basis(measured) is None
+    assert "note:" not in render({**result, "step_time_basis": None})
