@@ -165,9 +165,13 @@ class Job:
         from torch.distributed.device_mesh import init_device_mesh
 
         device = torch.device(device) if device is not None else default_device(plan)
-        init_process_group(device, timeout=plan.train.timeout)
         if device.type == "cuda":
-            torch.cuda.set_device(device)  # also when the caller started the process group itself
+            # Before the process group: NCCL binds its communicators (and any barrier) to the
+            # current device, which would otherwise be GPU 0 on every rank (PyTorch's advice in
+            # init_process_group's docs; torchtitan does the same). Also when the caller started
+            # the process group itself.
+            torch.cuda.set_device(device)
+        init_process_group(device, timeout=plan.train.timeout)
         dims = layout.dims
         world = dist.get_world_size()
         if dims.world_size != world:
