@@ -11,7 +11,8 @@ holds what one unit costs (:class:`~planc.spec.hardware_profile.WrapperOverheads
   micro-batch (their pre/post forward and backward hooks run every micro-batch);
 - DTensor TP: every block of a rank, per micro-batch, at the cost measured on planc's own GPT
   block with its TP plan, with or without sequence parallelism, scaled by the plan's block's op
-  count over the GPT block's (DTensor's cost is per op);
+  count over the GPT block's (DTensor's cost is per op); and the embedding, head and loss's ops
+  at the same cost per op;
 - the pipeline schedule: every action of a rank (each of its v chunks' forward and backward of
   each micro-batch; zero-bubble splits the backward in two, input and weight gradients);
 - activation checkpointing: every block of a rank, per micro-batch, full or selective (measured
@@ -31,7 +32,7 @@ eager ops' on a CPU, and only when measured.
 from __future__ import annotations
 
 from planc.cost.context import CostContext
-from planc.cost.dispatch import BLOCK_OPS, block_ops, tensors_per_block
+from planc.cost.dispatch import BLOCK_OPS, MICRO_BATCH_OPS, block_ops, tensors_per_block
 from planc.cost.estimate import Estimate
 from planc.spec.hardware_profile import WrapperOverheads
 
@@ -88,13 +89,20 @@ def per_op_scale(ctx: CostContext) -> float:
 
 def tp_seconds(ctx: CostContext) -> float:
     """DTensor's per-block cost; under recomputation the rerun forward dispatches its DTensor ops
-    again: the forward's share of the block's ops (47 of 148 for a GPT block) once more."""
-    layers = max(st.layers for st in ctx.stages)
+    again: the forward's share of the block's ops (47 of 148 for a GPT block) once more. The
+    embedding, final norm, head and loss run on DTensors too (vocabulary-parallel, loss
+    parallelism): :data:`~planc.cost.dispatch.MICRO_BATCH_OPS` more ops per micro-batch at the
+    measured block's cost per op, on the pipeline rank that holds either end (all of them on
+    such a rank: an overestimate of the edges under pipelining, which splits them in two)."""
     w = measured_overheads(ctx)
     per_block = w.tp_sp_per_block if ctx.layout.sequence_parallel else w.tp_per_block
+    per_op = per_block / sum(BLOCK_OPS[MEASURED_BLOCK])
     forward, backward = block_ops(ctx.model)
     rerun = forward / (forward + backward) if ctx.layout.recompute != "none" else 0.0
-    return ctx.micro_batches * layers * per_block * per_op_scale(ctx) * (1.0 + rerun)
+    block_cost = per_block * per_op_scale(ctx) * (1.0 + rerun)
+    edges = MICRO_BATCH_OPS * per_op
+    per_micro_batch = max(st.layers * block_cost + (edges if st.embedding or st.head else 0.0) for st in ctx.stages)
+    return ctx.micro_batches * per_micro_batch
 
 
 def pp_seconds(ctx: CostContext) -> float:

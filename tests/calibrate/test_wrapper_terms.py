@@ -104,11 +104,15 @@ def test_fsdp_charges_every_unit_per_micro_batch(calibrated):
     assert terms["FSDP hooks and copies (measured)"] == pytest.approx(2 * 4 * FSDP_PER_UNIT)
 
 
-def test_tp_charges_every_block_per_micro_batch(calibrated):
-    # tp 2, dp 1: global batch 8 at micro-batch 2 = 4 micro-batches x 2 layers; SP's own cost with SP.
+def test_tp_charges_every_block_and_the_edges_per_micro_batch(calibrated):
+    # tp 2, dp 1: global batch 8 at micro-batch 2 = 4 micro-batches x 2 layers; SP's own cost with
+    # SP. The embedding, head and loss run on DTensors too: their 75 ops per micro-batch
+    # (MICRO_BATCH_OPS) at the measured GPT block's cost per op (148 ops per block).
     name = "DTensor dispatch (measured)"
-    assert other_terms(calibrated, tp=2)[name] == pytest.approx(4 * 2 * TP_PER_BLOCK)
-    assert other_terms(calibrated, tp=2, sequence_parallel=True)[name] == pytest.approx(4 * 2 * TP_SP_PER_BLOCK)
+    edges = 75 / 148
+    assert other_terms(calibrated, tp=2)[name] == pytest.approx(4 * (2 + edges) * TP_PER_BLOCK)
+    sp = other_terms(calibrated, tp=2, sequence_parallel=True)[name]
+    assert sp == pytest.approx(4 * (2 + edges) * TP_SP_PER_BLOCK)
 
 
 def test_pipeline_charges_every_schedule_action(calibrated):
@@ -143,12 +147,13 @@ def test_per_op_terms_scale_with_the_blocks_op_count(tmp_path, calibrated):
     )
     assert sum(BLOCK_OPS[("rmsnorm", "swiglu", "rope")]) == 250 and sum(BLOCK_OPS[MEASURED_BLOCK]) == 148
     tp = other_terms(llama, tp=2)["DTensor dispatch (measured)"]
-    assert tp == pytest.approx(4 * 2 * TP_PER_BLOCK * 250 / 148)
+    edges = 4 * 75 * TP_PER_BLOCK / 148  # the embedding, head and loss: not a block, not scaled
+    assert tp == pytest.approx(4 * 2 * TP_PER_BLOCK * 250 / 148 + edges)
     full = other_terms(llama, recompute="full")["activation checkpointing's own work (measured)"]
     assert full == pytest.approx(4 * 2 * CHECKPOINT_PER_BLOCK * 250 / 148)
     # Recomputation reruns the forward's DTensor ops: 98 of the Llama block's 250 once more.
     rerun = other_terms(llama, tp=2, recompute="full")["DTensor dispatch (measured)"]
-    assert rerun == pytest.approx(tp * (1 + 98 / 250))
+    assert rerun == pytest.approx((tp - edges) * (1 + 98 / 250) + edges)
 
 
 def test_no_wrapper_term_without_measurement(tmp_path):
