@@ -13,6 +13,10 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from planc.spec.hardware import HardwareSpec
 
 ACCURACY_FILE = Path(__file__).with_name("accuracy.json")
 
@@ -23,10 +27,43 @@ def accuracy_table() -> dict:
     return json.loads(ACCURACY_FILE.read_text(encoding="utf-8"))
 
 
-def step_time_uncertainty() -> float:
-    """Typical relative error of a predicted step time on a program the model was not tuned on:
-    the median, over the held-out families in the goal, of each family's median |error|."""
+#: The step-time error on CPU processes priced with a calibration of the machine (``planc calibrate
+#: --cpu``): the CPU equivalence matrix's median |error| after calibration, the median over the 13
+#: two-process runs recorded on 2026-11-27 (21-64 %; docs/accuracy.md, "The CPU matrix"). The
+#: published-run band is a GPU figure; a CPU step is host work that varies far more.
+CPU_CALIBRATED_RELATIVE = 0.28
+
+
+def step_time_uncertainty(hardware: HardwareSpec | None = None) -> float | None:
+    """Typical relative error of a predicted step time on a program the model was not tuned on.
+
+    GPUs (and no ``hardware``): the median, over the held-out published families in the goal, of
+    each family's median |error|. CPU processes priced with a hardware profile: the CPU matrix's
+    calibrated error, :data:`CPU_CALIBRATED_RELATIVE`. CPU processes priced with the ``cpu``
+    preset's placeholder rates: None, no band (the matrix measured steps 2x to 100x those
+    predictions: an order of magnitude, not a band)."""
+    if hardware is not None and hardware.is_cpu:
+        return CPU_CALIBRATED_RELATIVE if hardware.measured is not None else None
     return float(accuracy_table()["band"]["step_time_relative"])
+
+
+def uncertainty_basis(hardware: HardwareSpec | None = None) -> str:
+    """Where :func:`step_time_uncertainty` comes from, in words."""
+    if hardware is not None and hardware.is_cpu:
+        if hardware.measured is not None:
+            return "the CPU matrix after calibration (docs/accuracy.md)"
+        return (
+            f"none: the {hardware.device!r} preset's rates are placeholders, not this machine; "
+            "`planc calibrate --cpu` measures it (docs/calibrate.md)"
+        )
+    return "published runs the model was not tuned on (docs/accuracy.md)"
+
+
+def planning_uncertainty(hardware: HardwareSpec | None = None) -> float:
+    """The band the planner's margin uses: :func:`step_time_uncertainty`, and on an uncalibrated
+    CPU the calibrated CPU band (the model cannot resolve layouts there any better)."""
+    band = step_time_uncertainty(hardware)
+    return CPU_CALIBRATED_RELATIVE if band is None else band
 
 
 # -- where the model has been checked: sharded data parallelism at scale --------------------------

@@ -11,7 +11,7 @@ from typing import Any
 from planc.cost.context import ContextCache
 from planc.cost.estimate import CommCost, Estimate
 from planc.cost.flops import model_flops_per_token
-from planc.cost.uncertainty import step_time_uncertainty
+from planc.cost.uncertainty import step_time_uncertainty, uncertainty_basis
 from planc.explain.advice_words import advice_text
 from planc.explain.timeline import ascii_timeline
 from planc.explain.totals import band_text, mfu_text, totals_dict, totals_line
@@ -132,7 +132,8 @@ def _uncertainty_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
     regime = sharded_regime(choice.layout, choice.estimate)
     widest = widest_checked()
     return {
-        "step_time_relative": step_time_uncertainty(),
+        "step_time_relative": step_time_uncertainty(plan.hardware),
+        "basis": uncertainty_basis(plan.hardware),
         "checked": not unchecked(plan, choice.layout, choice.estimate),
         "sharded_dp": None
         if regime is None
@@ -233,7 +234,7 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
     sections = [
         _header(plan, choice),
         _memory_table(est, plan),
-        _time_lines(est, links, cpu=cpu, inter_node_bw=plan.hardware.inter_node_bw),
+        _time_lines(est, links, plan, cpu=cpu),
         [
             *_throughput_lines(plan, est),
             f"  bottleneck {bottleneck(est, links, cpu=cpu, inter_node_bw=plan.hardware.inter_node_bw)}",
@@ -255,7 +256,7 @@ def _throughput_lines(plan: Plan, est: Estimate) -> list[str]:
         f"  throughput {format_count(est.tokens_per_s)} tokens/s · "
         f"{format_tflops(est.model_tflops_per_device)} model TFLOP/s per device · "
         f"{format_tflops(est.hardware_tflops_per_device)} hardware TFLOP/s · "
-        f"{mfu_text(est.mfu, step_time_uncertainty())}",
+        f"{mfu_text(est.mfu, step_time_uncertainty(plan.hardware))}",
         totals_line(plan, est),
     ]
 
@@ -386,11 +387,14 @@ def _memory_table(est: Estimate, plan: Plan) -> list[str]:
     return lines
 
 
-def _time_lines(est: Estimate, links: dict[str, GroupLink], *, cpu: bool, inter_node_bw: float) -> list[str]:
+def _time_lines(est: Estimate, links: dict[str, GroupLink], plan: Plan, *, cpu: bool) -> list[str]:
+    inter_node_bw = plan.hardware.inter_node_bw
     parts = est.step_parts()
     shown = " + ".join(f"{k} {format_seconds(v)}" for k, v in parts.items() if v > 0)
-    band = band_text(step_time_uncertainty())
-    lines = [f"  step time {format_seconds(est.step_s)} {band} = {shown}"]
+    band = step_time_uncertainty(plan.hardware)
+    lines = [f"  step time {format_seconds(est.step_s)} {band_text(band)} = {shown}"]
+    if band is None:
+        lines.append(f"    uncalibrated: {uncertainty_basis(plan.hardware).removeprefix('none: ')}")
     if est.comm:
         lines.append(f"    {'communication':<16}{'per step':>12}{'total':>11}{'exposed':>11}   link")
         for c in est.comm:

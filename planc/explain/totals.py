@@ -3,7 +3,9 @@
 The plan's ``train.steps`` optimizer steps of ``global_batch x seq_len`` tokens each take
 ``steps x step time`` on ``world_size`` devices. Every predicted time carries the cost model's
 uncertainty band: :func:`~planc.cost.uncertainty.step_time_uncertainty`, the typical relative
-error of a predicted step time on published runs the model was not tuned on (docs/accuracy.md).
+error of a predicted step time on published runs the model was not tuned on (docs/accuracy.md),
+on CPU processes the CPU matrix's after calibration, and none at the ``cpu`` preset's placeholder
+rates (shown as "uncalibrated").
 MFU is inversely proportional to the step time, so it carries the same relative band. The band
 says how far a prediction typically is from a measured run, not a bound: a run may fall outside it.
 """
@@ -30,8 +32,9 @@ class Totals:
     """steps x predicted step time (no checkpointing, evaluation or restarts)."""
     device_hours: float
     """seconds x world_size / 3600."""
-    band: float
-    """Relative uncertainty of every predicted time (and of MFU), e.g. 0.08."""
+    band: float | None
+    """Relative uncertainty of every predicted time (and of MFU), e.g. 0.08; None where the
+    prediction has no band (CPU processes at the ``cpu`` preset's placeholder rates)."""
 
 
 def training_totals(plan: Plan, est: Estimate) -> Totals:
@@ -42,7 +45,7 @@ def training_totals(plan: Plan, est: Estimate) -> Totals:
         tokens=steps * plan.tokens_per_step,
         seconds=seconds,
         device_hours=seconds * plan.world_size / 3600,
-        band=step_time_uncertainty(),
+        band=step_time_uncertainty(plan.hardware),
     )
 
 
@@ -56,14 +59,16 @@ def format_duration(seconds: float) -> str:
     return format_seconds(seconds)
 
 
-def band_text(band: float) -> str:
-    """``'±8%'``."""
-    return f"±{band:.0%}"
+def band_text(band: float | None) -> str:
+    """``'±8%'``; ``'(uncalibrated)'`` without a band."""
+    return "(uncalibrated)" if band is None else f"±{band:.0%}"
 
 
-def mfu_text(mfu: float, band: float) -> str:
+def mfu_text(mfu: float, band: float | None) -> str:
     """``'MFU 36% (33–39%)'``: MFU scales as 1 / step time, so a step time within ±b moves it
-    between mfu / (1 + b) and mfu / (1 - b)."""
+    between mfu / (1 + b) and mfu / (1 - b). ``'MFU 45% (uncalibrated)'`` without a band."""
+    if band is None:
+        return f"MFU {mfu:.0%} (uncalibrated)"
     return f"MFU {mfu:.0%} ({mfu / (1 + band):.0%}–{mfu / (1 - band):.0%})"
 
 
@@ -86,5 +91,5 @@ def totals_dict(plan: Plan, est: Estimate) -> dict[str, Any]:
         "seconds": t.seconds,
         "device_hours": t.device_hours,
         "uncertainty": t.band,
-        "seconds_range": [t.seconds * (1 - t.band), t.seconds * (1 + t.band)],
+        "seconds_range": None if t.band is None else [t.seconds * (1 - t.band), t.seconds * (1 + t.band)],
     }

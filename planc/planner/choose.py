@@ -121,7 +121,7 @@ def choose(
 ) -> Choice:
     """Pick the layout for ``plan``: the simplest that fits, within ``tolerance`` of the best, under
     the strategies of ``registry``."""
-    margin = planner_margin(plan.layout.tolerance if tolerance is None else tolerance)
+    margin = planner_margin(plan.layout.tolerance if tolerance is None else tolerance, plan.hardware)
     tol = margin.relative
     cache = ContextCache(plan, profile)
     layout = fixed_layout(plan)

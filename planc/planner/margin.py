@@ -4,8 +4,8 @@ The cost model cannot tell apart two step times closer than its own error. So cl
 (or picking a larger micro-batch that needs more memory) must buy more than
 
 - the model's **measured uncertainty**: the typical relative error of a predicted step time on
-  programs it was not tuned on (:func:`planc.cost.uncertainty.step_time_uncertainty`, from the
-  published-run accuracy table, docs/accuracy.md), and
+  programs it was not tuned on (:func:`planc.cost.uncertainty.planning_uncertainty`: on GPUs the
+  published-run accuracy table's, on CPU processes the CPU matrix's; docs/accuracy.md), and
 - an **absolute floor** of :data:`FLOOR_S` per step: a difference smaller than that is below
   what one step's unmodelled host work varies by (see the constant).
 
@@ -20,8 +20,12 @@ goes to the layout that leaves the most memory free when that is worth having (a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from planc.cost.uncertainty import step_time_uncertainty
+from planc.cost.uncertainty import planning_uncertainty
+
+if TYPE_CHECKING:
+    from planc.spec.hardware import HardwareSpec
 
 #: Seconds per step a more complex layout must save, whatever the model's relative band says.
 #: A training step also runs host work planc does not model: the Python loop, the optimizer's
@@ -66,9 +70,10 @@ class Margin:
         return f"{pct} (tolerance)"
 
 
-def planner_margin(tolerance: float | str | None) -> Margin:
-    """The margin for a given tolerance: ``None`` or ``"auto"`` is the model's uncertainty and the
-    floor; a number is taken literally, without the floor."""
+def planner_margin(tolerance: float | str | None, hardware: HardwareSpec | None = None) -> Margin:
+    """The margin for a given tolerance: ``None`` or ``"auto"`` is the model's uncertainty on the
+    plan's ``hardware`` (GPUs: the published runs'; CPU processes: the CPU matrix's) and the floor;
+    a number is taken literally, without the floor."""
     if tolerance is None or tolerance == "auto":
-        return Margin(step_time_uncertainty(), FLOOR_S, True)
+        return Margin(planning_uncertainty(hardware), FLOOR_S, True)
     return Margin(float(tolerance), 0.0, False)

@@ -250,3 +250,24 @@ def test_with_tp_pp_and_dp_fixed_dp_follows_tp_and_pp():
     assert s.layout is not None and all(getattr(s.layout, k) != dict(s.freed)[k] for k, _ in s.changed)
     if s.layout.pp != 16:
         assert ("dp", s.layout.dp) in s.changed
+
+
+def test_a_cpu_plan_at_the_presets_placeholder_rates_has_no_band_and_says_how_to_get_one(tmp_path):
+    """The published-run band is a GPU figure: the CPU matrix measured steps 2x-100x the cpu
+    preset's predictions, and ~28% from them after `planc calibrate --cpu` (docs/accuracy.md)."""
+    from planc.cost.uncertainty import CPU_CALIBRATED_RELATIVE
+    from tests.calibrate.test_profile import plan_with, profile_dict
+
+    raw = plan_with(tmp_path, None)  # the cpu preset, no profile
+    choice = choose(raw, load_registry())
+    d = to_dict(raw, choice)
+    assert d["training"]["uncertainty"] is None and d["training"]["seconds_range"] is None
+    assert d["uncertainty"]["step_time_relative"] is None and "planc calibrate --cpu" in d["uncertainty"]["basis"]
+    text = render_text(raw, choice)
+    assert "(uncalibrated) =" in text.split("step time")[1] and "MFU" in text and "(uncalibrated)" in text
+    assert "uncalibrated: the 'cpu' preset's rates are placeholders" in text and "±9%" not in text
+    # With a calibration of the machine: the CPU matrix's band.
+    calibrated = plan_with(tmp_path, profile_dict())
+    d = to_dict(calibrated, choose(calibrated, load_registry()))
+    assert d["training"]["uncertainty"] == CPU_CALIBRATED_RELATIVE == d["uncertainty"]["step_time_relative"]
+    assert f"±{CPU_CALIBRATED_RELATIVE:.0%}" in render_text(calibrated, choose(calibrated, load_registry()))

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from planc.cost.uncertainty import step_time_uncertainty
+from planc.cost.uncertainty import CPU_CALIBRATED_RELATIVE, step_time_uncertainty
 from planc.explain.advice_words import advice_text
 from planc.planner import choose
 from planc.planner.advice import advise
@@ -38,6 +38,12 @@ def plan(model, device="A100-80GB", nodes=1, per_node=8, gb=64, layout=None, **h
 def test_the_default_margin_is_the_measured_uncertainty_and_the_floor():
     m = planner_margin("auto")
     assert m.relative == step_time_uncertainty() and m.floor_s == FLOOR_S and m.from_uncertainty
+    # On CPU processes the band is the CPU matrix's (calibrated or not: the planner needs one),
+    # on GPUs the published runs'.
+    cpu = build_plan({"model": TINY, "hardware": {"device": "cpu", "per_node": 4}, "train": {"global_batch": 16}})
+    gpu = build_plan({"model": TINY, "hardware": {"device": "A100-80GB"}, "train": {"global_batch": 16}})
+    assert planner_margin("auto", cpu.hardware).relative == CPU_CALIBRATED_RELATIVE
+    assert planner_margin("auto", gpu.hardware).relative == step_time_uncertainty()
     # a gain inside the band, or under the floor, is no reason to climb
     assert m.within(1.0 * (1 + m.relative / 2), 1.0)
     assert m.within(0.0100, 0.0100 - FLOOR_S / 2)  # 25% faster, but by 2.5 ms
@@ -49,7 +55,8 @@ def test_the_default_margin_is_the_measured_uncertainty_and_the_floor():
 def test_tiny_model_on_4_cpu_processes_gets_ddp_and_explain_says_why():
     # Issue 12 point 2: 237 k parameters on 4 CPU processes got ZeRO-2 for a predicted 0.7 ms (8%). Since
     # the optimizer step is priced as torch's CPU loop runs it (104 B/param), ZeRO-2's sharded step gains
-    # 1.4 ms (16%): more than the band, less than the 5 ms floor, which keeps DDP.
+    # 1.4 ms (16%): inside the band the model has on CPU processes (the CPU matrix's, 28%, not the
+    # published GPU runs' 9%) and below the 5 ms floor, either of which keeps DDP.
     p = build_plan(
         {
             "model": TINY,
@@ -62,9 +69,8 @@ def test_tiny_model_on_4_cpu_processes_gets_ddp_and_explain_says_why():
     assert (choice.layout.dp, choice.layout.zero) == (4, 0)
     assert choice.best is not None and choice.best.layout.zero > 0  # a more complex layout was (a bit) faster
     words = [advice_text(a) for a in advise(p, choice, REGISTRY)]
-    assert any(
-        w.startswith("ZeRO") and "faster per step" in w and "below the 5 ms floor: DDP is kept" in w for w in words
-    )
+    band = f"within the model's uncertainty (±{CPU_CALIBRATED_RELATIVE:.0%}): DDP is kept"
+    assert any(w.startswith("ZeRO") and "faster per step" in w and band in w for w in words), words
     assert choose(p, REGISTRY, tolerance=0.0).layout.zero > 0  # --tolerance 0: the fastest
 
 
@@ -80,8 +86,8 @@ def test_explain_prints_the_advice_and_json_carries_it(tmp_path, capsys):
     )
     assert main(["explain", str(path)]) == 0
     text = capsys.readouterr().out
-    band = f"margin ±{step_time_uncertainty():.0%} or 5 ms per step"  # the accuracy table's, today 9%
-    assert band in text and "below the 5 ms floor: DDP is kept" in text
+    band = f"margin ±{CPU_CALIBRATED_RELATIVE:.0%} or 5 ms per step"  # the CPU matrix's: CPU processes
+    assert band in text and "within the model's uncertainty (±28%): DDP is kept" in text
     assert main(["explain", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["margin"]["from_uncertainty"] and out["margin"]["floor_s"] == FLOOR_S
