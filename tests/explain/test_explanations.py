@@ -254,7 +254,7 @@ def test_with_tp_pp_and_dp_fixed_dp_follows_tp_and_pp():
 
 def test_a_cpu_plan_at_the_presets_placeholder_rates_has_no_band_and_says_how_to_get_one(tmp_path):
     """The published-run band is a GPU figure: the CPU matrix measured steps 2x-100x the cpu
-    preset's predictions, and ~28% from them after `planc calibrate --cpu` (docs/accuracy.md)."""
+    preset's predictions, and ~22% from them after `planc calibrate --cpu` (docs/accuracy.md)."""
     from planc.cost.uncertainty import CPU_CALIBRATED_RELATIVE
     from tests.calibrate.test_profile import plan_with, profile_dict
 
