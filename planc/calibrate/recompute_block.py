@@ -55,3 +55,32 @@ def _step(block: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
         x.grad = None
 
     return step
+
+
+def measure_bf16_factors(device: torch.device, budget: float) -> tuple[float, float]:
+    """(bf16 parameters, autocast over fp32 parameters): planc's block forward + backward in each
+    bf16 mode over the same in fp32, at the calibration's small sizes, where the step is eager
+    ops (on this project's 2-core EPYC 1.7x and 1.9x: bf16 kernels of small tensors are slower
+    than fp32 ones, and autocast adds its casts). The slowest rank's when a process group is up."""
+    import contextlib
+
+    from planc.runtime.transformer import TransformerBlock
+
+    torch.manual_seed(0)
+    block = TransformerBlock(ModelSpec.model_validate(SPEC)).to(device)
+    x = torch.randn(BATCH, SPEC["seq_len"], SPEC["hidden"], device=device, requires_grad=True)
+    fp32 = timed(_step(block, x), device, budget)
+    x16 = x.detach().bfloat16().requires_grad_()
+    bf16 = timed(_step(copy.deepcopy(block).to(torch.bfloat16), x16), device, budget)
+    step = _step(block, x)
+
+    def autocast_step() -> None:
+        with (
+            torch.autocast(device.type, dtype=torch.bfloat16)
+            if device.type in ("cpu", "cuda")
+            else contextlib.nullcontext()
+        ):
+            step()
+
+    autocast = timed(autocast_step, device, budget)
+    return slowest_rank(bf16 / fp32, device), slowest_rank(autocast / fp32, device)

@@ -26,7 +26,7 @@ from planc.calibrate.collectives import measure_group, node_groups
 from planc.calibrate.dispatch import measure_dispatch
 from planc.calibrate.gemm import measure_gemms
 from planc.calibrate.memory_bw import measure_memory_bandwidth
-from planc.calibrate.recompute_block import measure_recompute
+from planc.calibrate.recompute_block import measure_bf16_factors, measure_recompute
 from planc.calibrate.wrappers import measure_wrappers
 from planc.spec.hardware_profile import SCHEMA_VERSION, HardwareProfile, MeasuredRates
 
@@ -63,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         full, selective = measure_recompute(device, args.budget)
         recompute = {"checkpoint_per_block": full, "selective_per_block": selective}
         measured = measured.model_copy(update={"wrappers": measured.wrappers.model_copy(update=recompute)})
+        bf16_factor, autocast_factor = measure_bf16_factors(device, args.budget)
+        measured = measured.model_copy(
+            update={"bf16_host_factor": bf16_factor, "autocast_host_factor": autocast_factor}
+        )
         if int(os.environ.get("RANK", "0")) == 0:
             profile = describe(device, world, per_node, measured, collectives)
             args.out.write_text(profile.model_dump_json(indent=2) + "\n")

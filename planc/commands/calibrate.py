@@ -113,7 +113,10 @@ def _summarise(out: Path) -> None:
         print(f"  attention s={a.seq_len} d={a.head_dim}: {rate(a.forward_flops)} fwd, {rate(a.backward_flops)} bwd")
     if m.memory_bandwidth:
         print(f"  memory: {format_bandwidth(m.memory_bandwidth)} (triad)")
-    print(f"  eager dispatch: {format_seconds(m.seconds_per_op)} per aten op")
+    print(
+        f"  eager dispatch: {format_seconds(m.seconds_per_op)} per aten op in fp32; planc's block in bf16 "
+        f"x{m.bf16_host_factor:.2f} (bf16 parameters), x{m.autocast_host_factor:.2f} (autocast)"
+    )
     w = m.wrappers
     print(
         f"  wrappers: DDP {format_seconds(w.ddp_per_tensor)} per parameter tensor per step, replicate "

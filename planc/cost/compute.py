@@ -139,6 +139,16 @@ class Device:
         """Measured host overhead per eager op (0 without a profile: :mod:`planc.cost.dispatch`)."""
         return self.measured.seconds_per_op if self.measured is not None else 0.0
 
+    def seconds_per_model_op(self, compute_bytes: int, residual_bytes: int) -> float:
+        """:attr:`seconds_per_op` for the model's own ops (blocks, embedding, head, loss) in the
+        plan's precision: on a calibrated CPU a bf16 op costs the measured factor more (bf16
+        parameters, ``residual_bytes`` 2; autocast over fp32 parameters, ``residual_bytes`` 4)."""
+        measured = self.measured
+        if measured is None or compute_bytes != 2:
+            return self.seconds_per_op
+        factor = measured.autocast_host_factor if residual_bytes == 4 else measured.bf16_host_factor
+        return measured.seconds_per_op * factor
+
     @property
     def memory_rate(self) -> float:
         if self.measured is not None and self.measured.memory_bandwidth:
@@ -345,7 +355,8 @@ def block_times(
         e = compute_bytes
         scores = (2 * e + ((2 * e + 1) if profile.dropout else 0)) * model.heads * s * T / tp
         selective = attn_fwd + scores / device.memory_rate
-    host_fwd, host_bwd = (ops * device.seconds_per_op for ops in block_ops(model))
+    per_op = device.seconds_per_model_op(compute_bytes, residual_bytes)
+    host_fwd, host_bwd = (ops * per_op for ops in block_ops(model))
     cpu = device.sms is None
     return LayerTimes(
         forward=combine(gemm + attn_fwd + elementwise, host_fwd, cpu),
@@ -404,7 +415,7 @@ def head_times(
     fwd = gemm + (loss_forward + norm) / device.memory_rate
     bwd = 2.0 * gemm + (loss_backward + 2 * norm) / device.memory_rate
     # The host ops of embedding, head and loss, a third forward and two thirds backward.
-    host = MICRO_BATCH_OPS * device.seconds_per_op
+    host = MICRO_BATCH_OPS * device.seconds_per_model_op(compute_bytes, residual_bytes)
     cpu = device.sms is None
     return combine(fwd, host / 3, cpu), combine(bwd, 2 * host / 3, cpu)
 

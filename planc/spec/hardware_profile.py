@@ -124,6 +124,14 @@ class MeasuredRates(BaseModel):
     seconds_per_op: float = Field(default=0.0, ge=0)
     """Host overhead of one eager aten op (dispatch, autograd, launch), forward and backward
     alike: a chain of small ops timed forward + backward over the aten ops it ran."""
+    bf16_host_factor: float = Field(default=1.0, gt=0)
+    """How much longer planc's block takes forward + backward with bf16 parameters (FSDP2's and
+    ``replicate``'s mixed precision) than in fp32, at the calibration's small sizes: the factor on
+    the eager ops' host time of a bf16 plan (1 where not measured, and on GPUs, where the host
+    time overlaps the kernels)."""
+    autocast_host_factor: float = Field(default=1.0, gt=0)
+    """The same under ``torch.autocast`` to bf16 over fp32 parameters (the bf16 of planc's other
+    programs: the casts are ops of their own)."""
     wrappers: WrapperOverheads = WrapperOverheads()
     """What the strategies' wrappers add per unit of their own (0 without a multi-process calibration)."""
     collectives: tuple[CollectiveRate, ...] = ()

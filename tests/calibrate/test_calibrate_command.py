@@ -57,6 +57,9 @@ def test_calibrate_writes_a_profile_the_plan_uses(tmp_path, capsys):
     assert {c.kind for c in profile.collectives} == {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}
     assert all(c.group_size == 2 and c.medium == "intra_node" and c.bandwidth > 0 for c in profile.collectives)
     assert profile.measured.seconds_per_op > 0 and profile.measured.memory_bandwidth > 0
+    # planc's block in bf16 against fp32, both modes measured (above or below 1 by the machine).
+    assert profile.measured.bf16_host_factor > 0 and profile.measured.autocast_host_factor > 0
+    assert profile.measured.autocast_host_factor != 1.0  # a measurement, not the absent default
     # Two processes: the wrappers were measured; FSDP2's hooks and DTensor's dispatch cost host
     # time beyond the plain step and their collectives on any machine.
     assert profile.measured.wrappers.fsdp_per_unit > 0 and profile.measured.wrappers.tp_per_block > 0

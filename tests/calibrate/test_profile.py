@@ -120,6 +120,28 @@ def test_cost_model_uses_measured_rates(tmp_path):
     assert bare.measured is None and bare.seconds_per_op == 0.0
 
 
+def test_bf16_model_ops_cost_the_measured_factor_more(tmp_path):
+    # The calibration measures planc's block in bf16 over fp32 (bf16 parameters: FSDP2 and replicate;
+    # autocast over fp32 parameters: planc's other bf16 programs); the model's own ops take it.
+    raw = profile_dict()
+    raw["measured"] = {**raw["measured"], "bf16_host_factor": 1.5, "autocast_host_factor": 2.0}
+    plan = plan_with(tmp_path, raw)
+    device = device_for(plan.hardware, "bf16")
+    assert device.seconds_per_model_op(4, 4) == pytest.approx(SECONDS_PER_OP)  # fp32
+    assert device.seconds_per_model_op(2, 2) == pytest.approx(1.5 * SECONDS_PER_OP)  # bf16 parameters
+    assert device.seconds_per_model_op(2, 4) == pytest.approx(2.0 * SECONDS_PER_OP)  # autocast
+    # In a block: the host part of an autocast block is the ops x 2 x the fp32 cost per op.
+    fwd_ops, bwd_ops = BLOCK_OPS[("layernorm", "gelu", "learned")]
+    plain = plan_with(tmp_path, profile_dict())
+    plain_device = device_for(plain.hardware, "bf16")
+    autocast = block_times(plan.model, 4, 1, False, device, 2, 4, PLANC_RUNTIME_CPU)
+    unfactored = block_times(plain.model, 4, 1, False, plain_device, 2, 4, PLANC_RUNTIME_CPU)
+    assert autocast.forward - unfactored.forward == pytest.approx(fwd_ops * SECONDS_PER_OP)
+    assert autocast.backward - unfactored.backward == pytest.approx(bwd_ops * SECONDS_PER_OP)
+    # A profile written before these fields reads 1: nothing changes.
+    assert plain_device.measured.bf16_host_factor == 1.0 == plain_device.measured.autocast_host_factor
+
+
 def test_each_collective_kind_prices_with_its_own_fit(tmp_path):
     # gloo on CPU: an all-gather's start-up ~2x and a reduce-scatter's ~4x an all-reduce's
     # (docs/accuracy.md). The link takes the all-reduce fit; the others ride along per kind.
