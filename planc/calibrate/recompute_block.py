@@ -31,12 +31,9 @@ from planc.spec.model import ModelSpec
 def measure_recompute(device: torch.device, budget: float) -> tuple[float, float]:
     """(full, selective) seconds per block per micro-batch beyond one rerun forward (>= 0), the
     slowest rank's when a process group is up."""
-    from planc.runtime.transformer import TransformerBlock
     from planc.strategies.recompute.runtime import wrap_block
 
-    torch.manual_seed(0)
-    block = TransformerBlock(ModelSpec.model_validate(SPEC)).to(device)
-    x = torch.randn(BATCH, SPEC["seq_len"], SPEC["hidden"], device=device, requires_grad=True)
+    block, x = _gpt_block(device)
     plain = _step(block, x)
     rerun = timed(lambda: block(x), device, budget)
 
@@ -45,6 +42,16 @@ def measure_recompute(device: torch.device, budget: float) -> tuple[float, float
         return slowest_rank(max(0.0, paired_difference(wrapped, plain, device, budget) - rerun), device)
 
     return beyond_rerun("full"), beyond_rerun("selective")
+
+
+def _gpt_block(device: torch.device) -> tuple[torch.nn.Module, torch.Tensor]:
+    """planc's GPT block at the calibration's sizes and an input that asks for its gradient."""
+    from planc.runtime.transformer import TransformerBlock
+
+    torch.manual_seed(0)
+    block = TransformerBlock(ModelSpec.model_validate(SPEC)).to(device)
+    x = torch.randn(BATCH, SPEC["seq_len"], SPEC["hidden"], device=device, requires_grad=True)
+    return block, x
 
 
 def _step(block: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
@@ -62,24 +69,14 @@ def measure_bf16_factors(device: torch.device, budget: float) -> tuple[float, fl
     bf16 mode over the same in fp32, at the calibration's small sizes, where the step is eager
     ops (on this project's 2-core EPYC 1.7x and 1.9x: bf16 kernels of small tensors are slower
     than fp32 ones, and autocast adds its casts). The slowest rank's when a process group is up."""
-    import contextlib
-
-    from planc.runtime.transformer import TransformerBlock
-
-    torch.manual_seed(0)
-    block = TransformerBlock(ModelSpec.model_validate(SPEC)).to(device)
-    x = torch.randn(BATCH, SPEC["seq_len"], SPEC["hidden"], device=device, requires_grad=True)
+    block, x = _gpt_block(device)
     fp32 = timed(_step(block, x), device, budget)
     x16 = x.detach().bfloat16().requires_grad_()
     bf16 = timed(_step(copy.deepcopy(block).to(torch.bfloat16), x16), device, budget)
     step = _step(block, x)
 
     def autocast_step() -> None:
-        with (
-            torch.autocast(device.type, dtype=torch.bfloat16)
-            if device.type in ("cpu", "cuda")
-            else contextlib.nullcontext()
-        ):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
             step()
 
     autocast = timed(autocast_step, device, budget)

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from planc.units import format_bytes, format_seconds
+
+if TYPE_CHECKING:
+    from planc.spec.hardware import HardwareSpec
 
 #: Goals from issue 13 (the benchmark prints them beside the errors; tests hold looser bounds).
 GOALS = {"model states": 0.01, "saved activations": 0.10, "communication": 0.02}
@@ -101,10 +105,10 @@ def _spread(times: list[float]) -> str:
     return f"{len(times)} timed steps: {format_seconds(min(times))} to {format_seconds(max(times))}"
 
 
-def step_time_basis(hardware) -> str | None:
+def step_time_basis(hardware: HardwareSpec) -> str | None:
     """What a verify result's predicted step time rests on, when it is not a measurement of this
     machine: the device preset's data sheet. None when the plan prices with a hardware profile."""
-    if getattr(hardware, "profile", None):
+    if hardware.profile:
         return None
     return (
         f"the predicted step time uses the {hardware.device!r} data sheet, not this machine: "
