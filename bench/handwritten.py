@@ -105,7 +105,7 @@ def train_loop(plan, model, rows_of, steps, clip):
     rows = plan.train.global_batch // shards
     ends = {"wall_s": [], "cpu_s": []}
     for step in range(steps):
-        batch = data.batch_for_step(step)[rank * rows : (rank + 1) * rows]
+        batch = data.rows_for_step(step, rank * rows, (rank + 1) * rows)
         inputs, targets = batch[:, :-1], batch[:, 1:]
         loss = cross_entropy(model(inputs), targets)
         loss.backward()

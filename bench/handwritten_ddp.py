@@ -40,7 +40,7 @@ def main(plan_path: str, steps: int, out_path: str) -> None:
     times = []
     for step in range(steps):
         began = time.perf_counter()
-        batch = data.batch_for_step(step)[rank * rows : (rank + 1) * rows]
+        batch = data.rows_for_step(step, rank * rows, (rank + 1) * rows)
         chunks = batch.split(mb)
         for i, chunk in enumerate(chunks):
             inputs, targets = chunk[:, :-1], chunk[:, 1:]

@@ -1,15 +1,19 @@
 """Training data that every parallel layout sees in the same order.
 
-A data source maps an optimizer step to the *global* batch of that step,
-``batch_for_step(step) -> LongTensor[global_batch, seq_len + 1]`` (inputs are ``[:, :-1]``,
-targets ``[:, 1:]``). It is a pure function of (seed, step): no iterator state, so the data
-position saved in a checkpoint is just the step, and DP=1 and DP=8 consume identical rows.
-:func:`local_micro_batches` then cuts out one data-parallel rank's rows and its micro-batches.
+A data source maps an optimizer step to the rows of that step's *global* batch,
+``rows_for_step(step, start, stop) -> LongTensor[stop - start, seq_len + 1]`` (inputs are
+``[:, :-1]``, targets ``[:, 1:]``; ``batch_for_step(step)`` is every row). It is a pure function
+of (seed, step, row): no iterator state, so the data position saved in a checkpoint is just the
+step, and DP=1 and DP=8 consume identical rows. Each rank builds only its own rows
+(:func:`rank_rows`), never the global batch: at 16 M tokens per step (Llama 3 405B's batch) the
+whole batch cost every rank ~1 s of a step's host time. :func:`split_micro_batches` then cuts a
+rank's rows into micro-batches.
 
 Three sources:
 
 * ``synthetic`` -- a fixed random first-order Markov chain over the vocabulary: every token has
-  ``BRANCHING`` possible successors, drawn uniformly. The best achievable loss is ln(BRANCHING)
+  ``BRANCHING`` possible successors, drawn uniformly; each row walks it from its own random stream
+  (seed, step, row). The best achievable loss is ln(BRANCHING)
   (1.39 nats) against ln(vocab) for a model that has learnt nothing, so the loss falls visibly
   within a few dozen steps on a tiny model. Validation (``val_data = "synthetic"``) walks the same
   chain from another random stream.
@@ -33,6 +37,7 @@ import numpy as np
 import torch
 
 from planc.errors import DataError
+from planc.runtime.rows import check_rows, rank_rows
 from planc.spec import ModelSpec, TrainSpec
 
 #: Successors per token in the synthetic Markov chain.
@@ -48,6 +53,10 @@ class DataSource(Protocol):
 
     def batch_for_step(self, step: int) -> torch.Tensor:
         """The global batch of ``step``: int64 ``[global_batch, seq_len + 1]``."""
+        ...
+
+    def rows_for_step(self, step: int, start: int, stop: int) -> torch.Tensor:
+        """Rows ``start .. stop-1`` of the global batch of ``step``, built without the others."""
         ...
 
     def describe(self) -> dict[str, Any]:
@@ -80,16 +89,24 @@ class SyntheticData:
         return {"kind": "synthetic", "stream": self.stream, "vocab": self.vocab, "branching": BRANCHING}
 
     def batch_for_step(self, step: int) -> torch.Tensor:
-        rng = torch.Generator().manual_seed(_stream_seed(self.seed, self.stream, step))
-        rows, length = self.global_batch, self.seq_len + 1
-        first = torch.randint(0, self.vocab, (rows,), generator=rng)
-        choices = torch.randint(0, BRANCHING, (rows, length - 1), generator=rng)
+        return self.rows_for_step(step, 0, self.global_batch)
+
+    def rows_for_step(self, step: int, start: int, stop: int) -> torch.Tensor:
+        check_rows(start, stop, self.global_batch)
+        rows, length = stop - start, self.seq_len + 1
+        first = np.empty(rows, dtype=np.int64)
+        steps = np.empty((length - 1, rows), dtype=np.int64)
+        for column, row in enumerate(range(start, stop)):
+            # One random stream per row, so a rank draws its own rows' numbers and no others
+            # (numpy's: no torch op per row on the step's host time).
+            rng = np.random.default_rng(_stream_seed(self.seed, self.stream, step, row))
+            first[column] = rng.integers(0, self.vocab)
+            steps[:, column] = rng.integers(0, BRANCHING, length - 1)
         # A walk is sequential along the sequence, vectorised over the rows. In numpy: a position
         # costs ~1 us where torch's indexing cost ~8 us per op (Llama 3's 8193-token rows took
         # 63-100 ms per step in torch, inside the step a GPU then waits for; now 7-13 ms).
-        steps = np.ascontiguousarray(choices.numpy().T)
         offsets = np.empty((length, rows), dtype=np.int64)
-        offset = first.numpy() * BRANCHING
+        offset = first * BRANCHING
         offsets[0] = offset
         for position in range(1, length):
             offset = self._next_offset[offset + steps[position - 1]]
@@ -139,8 +156,12 @@ class TextFileData:
         return torch.from_numpy(np.array(self._bytes[start : start + self.seq_len + 1], dtype=np.int64))
 
     def batch_for_step(self, step: int) -> torch.Tensor:
+        return self.rows_for_step(step, 0, self.global_batch)
+
+    def rows_for_step(self, step: int, start: int, stop: int) -> torch.Tensor:
+        check_rows(start, stop, self.global_batch)
         rows = []
-        for position in range(step * self.global_batch, (step + 1) * self.global_batch):
+        for position in range(step * self.global_batch + start, step * self.global_batch + stop):
             epoch, offset = divmod(position, self.windows)
             rows.append(self.window(int(self._order_of_epoch(epoch)[offset])))
         return torch.stack(rows)
@@ -188,21 +209,14 @@ def inputs_and_targets(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     return batch[:, :-1], batch[:, 1:]
 
 
-def local_micro_batches(batch: torch.Tensor, dp_rank: int, dp: int, micro_batch: int) -> list[torch.Tensor]:
-    """Data-parallel rank ``dp_rank``'s micro-batches of a global batch.
+def local_batch(source: DataSource, step: int, dp_rank: int, dp: int, micro_batch: int) -> torch.Tensor:
+    """Data-parallel rank ``dp_rank``'s rows of the batch of ``step``, built without the other ranks' rows."""
+    start, stop = rank_rows(source.global_batch, dp_rank, dp, micro_batch)
+    return source.rows_for_step(step, start, stop)
 
-    Rank r gets rows [r*G/dp, (r+1)*G/dp), cut into micro-batches of ``micro_batch`` consecutive rows,
-    so the dp ranks and their micro-batches together cover every row exactly once.
-    """
-    rows = batch.shape[0]
-    if not 0 <= dp_rank < dp:
-        raise ValueError(f"dp_rank {dp_rank} outside 0..{dp - 1}")
-    if rows % dp:
-        raise ValueError(f"global batch {rows} is not divisible by dp = {dp}")
-    per_rank = rows // dp
-    if per_rank % micro_batch:
-        raise ValueError(
-            f"{per_rank} sequences per data-parallel rank are not divisible by micro_batch = {micro_batch}"
-        )
-    local = batch[dp_rank * per_rank : (dp_rank + 1) * per_rank]
-    return list(local.split(micro_batch))
+
+def split_micro_batches(rows: torch.Tensor, micro_batch: int) -> list[torch.Tensor]:
+    """A rank's rows in micro-batches of ``micro_batch`` consecutive rows."""
+    if rows.shape[0] % micro_batch:
+        raise ValueError(f"{rows.shape[0]} sequences are not divisible by micro_batch = {micro_batch}")
+    return list(rows.split(micro_batch))

@@ -13,22 +13,22 @@ from __future__ import annotations
 
 import torch
 
-from planc.runtime.data import DataSource, inputs_and_targets, local_micro_batches
-from planc.runtime.step import _global_mean_loss, _plain
+from planc.runtime.data import DataSource, inputs_and_targets, split_micro_batches
+from planc.runtime.step import _global_mean_loss, _plain, rank_batch
 from planc.runtime.transformer import loss_fn
 
 
 @torch.no_grad()
 def validation_loss(job, data: DataSource, batches: int) -> float:
     """Mean loss over validation batches ``0 .. batches-1`` of ``data``."""
-    losses = [_batch_loss(job, data.batch_for_step(index)) for index in range(batches)]
+    losses = [_batch_loss(job, rank_batch(job, data, index)) for index in range(batches)]
     return sum(losses) / len(losses)
 
 
 def _batch_loss(job, batch: torch.Tensor) -> float:
+    """The global mean loss of a validation batch, from this rank's rows ``batch``."""
     micro_batches = [
-        inputs_and_targets(rows.to(job.device))
-        for rows in local_micro_batches(batch, job.coordinates["dp"], job.layout.dp, job.layout.micro_batch)
+        inputs_and_targets(rows.to(job.device)) for rows in split_micro_batches(batch, job.layout.micro_batch)
     ]
     if job.schedule is not None:
         local = _pipeline_forward(job, micro_batches)

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from planc.runtime.attempt import Attempt
-from planc.runtime.step import train_step
+from planc.runtime.step import rank_batch, train_step
 
 
 def train(
@@ -76,7 +76,7 @@ def train(
             attempt.before_step(step + 1)
             began = time.perf_counter()
             # The stop vote travels with the step's loss (runtime/step.py): one meeting of the ranks.
-            result = run_step(job, run_data.train.batch_for_step(step), stop_requested)
+            result = run_step(job, rank_batch(job, run_data.train, step), stop_requested)
             stop = result.pop("stop")
             if job.device.type == "cuda":
                 torch.cuda.synchronize(job.device)

@@ -24,7 +24,7 @@ import torch
 
 from planc.runtime.checkpoint import load_checkpoint
 from planc.runtime.checkpoint_write import save_checkpoint
-from planc.runtime.data import build_data, build_validation, inputs_and_targets, local_micro_batches
+from planc.runtime.data import build_data, build_validation, inputs_and_targets, split_micro_batches
 from planc.runtime.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_
 from planc.runtime.transformer import build_model, loss_fn
 from planc.spec import Plan
@@ -144,7 +144,7 @@ def train_reference(
     run = ReferenceRun(first_step=start)
     model.train()
     for step in range(start, total_steps):
-        micro_batches = local_micro_batches(data.batch_for_step(step), dp_rank=0, dp=1, micro_batch=micro)
+        micro_batches = split_micro_batches(data.batch_for_step(step), micro)
         optimizer.zero_grad(set_to_none=True)
         step_loss = _accumulate_gradients(forward, micro_batches, copies, autocast, device, spec.vocab)
         norm = clip_grad_norm_(model.parameters(), train.grad_clip)

@@ -28,14 +28,21 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
-from planc.runtime.data import inputs_and_targets, local_micro_batches
+from planc.runtime.data import DataSource, inputs_and_targets, local_batch, split_micro_batches
 from planc.runtime.local_shards import as_dtensor
 from planc.runtime.optim import grad_norm
 from planc.runtime.transformer import loss_fn
 
 
+def rank_batch(job, source: DataSource, step: int) -> torch.Tensor:
+    """This rank's rows of ``source``'s batch of ``step`` (its data-parallel share; the same rows on
+    every rank of its tensor- and pipeline-parallel groups): ``[G / dp, seq + 1]``."""
+    return local_batch(source, step, job.coordinates["dp"], job.layout.dp, job.layout.micro_batch)
+
+
 def train_step(job, batch: torch.Tensor, stop_requested: object = False) -> dict:
-    """Forward, backward, clip and update on this rank's share of one global ``batch`` ``[G, seq+1]``.
+    """Forward, backward, clip and update on ``batch``, this rank's rows of one global batch
+    (:func:`rank_batch`: ``[G / dp, seq+1]``).
 
     ``stop_requested`` (truthy once this rank was asked to stop; read when the step's loss is
     reduced, after backward) is voted on with the loss. Returns ``{"loss": ..., "grad_norm": ...,
@@ -57,8 +64,7 @@ def optimizer_step(
     norm) as tensors, the learning rate, and the number of ranks that asked to stop (a tensor).
     ``planc verify --simulate`` runs this on fake tensors, which have no values to read."""
     micro_batches = [
-        inputs_and_targets(rows.to(job.device))
-        for rows in local_micro_batches(batch, job.coordinates["dp"], job.layout.dp, job.layout.micro_batch)
+        inputs_and_targets(rows.to(job.device)) for rows in split_micro_batches(batch, job.layout.micro_batch)
     ]
     clear_gradients(job)
     if job.schedule is not None:

@@ -2,10 +2,11 @@
 
 Window ``i`` holds ids ``[i*S, i*S + S + 1)`` (S = seq_len: consecutive windows share one id,
 so every id but the first is a target exactly once per epoch). Step ``s`` reads the windows at
-run positions ``s*G .. s*G + G-1`` of :class:`planc.data.order.WindowOrder` -- a pure function of
-(seed, step), like the synthetic and byte-text sources, so resume and every layout see the same
-batches. Each batch's largest id is checked against the model's vocabulary (an out-of-range id
-would otherwise index past the embedding and fail far from its cause).
+run positions ``s*G .. s*G + G-1`` of :class:`planc.data.order.WindowOrder` (a rank only its own
+rows' positions) -- a pure function of (seed, step), like the synthetic and byte-text sources,
+so resume and every layout see the same batches. Each batch's largest id is checked against the
+model's vocabulary (an out-of-range id would otherwise index past the embedding and fail far from
+its cause).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from planc.data.order import WindowOrder, stream_key
 from planc.data.token_files import TokenFileError, open_token_file
 from planc.errors import DataError
+from planc.runtime.rows import check_rows
 
 
 class TokenFileData:
@@ -55,7 +57,12 @@ class TokenFileData:
         return self.ids[start : start + self.seq_len + 1]
 
     def batch_for_step(self, step: int) -> torch.Tensor:
-        positions = np.arange(step * self.global_batch, (step + 1) * self.global_batch, dtype=np.int64)
+        return self.rows_for_step(step, 0, self.global_batch)
+
+    def rows_for_step(self, step: int, start: int, stop: int) -> torch.Tensor:
+        check_rows(start, stop, self.global_batch)
+        first = step * self.global_batch
+        positions = np.arange(first + start, first + stop, dtype=np.int64)
         rows = np.stack([self.window(int(i)) for i in self.order.windows_at(positions)]).astype(np.int64)
         largest = int(rows.max())
         if largest >= self.vocab:

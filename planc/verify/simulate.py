@@ -136,7 +136,7 @@ def simulate_rank(plan: Plan, layout: Layout, registry, rank: int) -> dict:
                 job.init_weights()
             completing_comm_hooks(job.model_parts)
             job.build_optimizer()
-            batch = torch.zeros((plan.train.global_batch, plan.model.seq_len + 1), dtype=torch.long)
+            batch = torch.zeros((plan.train.global_batch // layout.dp, plan.model.seq_len + 1), dtype=torch.long)
             if job.schedule is not None:
                 _first_pipeline_step(job, batch)
             else:

@@ -107,6 +107,7 @@ def test_windows_cover_an_epoch_exactly_once_and_steps_are_pure(tmp_path):
     assert all(row.tolist() == list(range(int(row[0]), int(row[0]) + 9)) for row in rows)
     again = TokenFileData(tmp_path / "t.bin", vocab=512, seq_len=8, global_batch=4, seed=0)
     assert torch.equal(again.batch_for_step(7), data.batch_for_step(7))  # no iterator state: step 7 alone
+    assert torch.equal(again.rows_for_step(7, 1, 3), data.batch_for_step(7)[1:3])  # a rank's rows alone
     other_seed = TokenFileData(tmp_path / "t.bin", vocab=512, seq_len=8, global_batch=4, seed=1)
     assert not torch.equal(other_seed.batch_for_step(0), data.batch_for_step(0))
 

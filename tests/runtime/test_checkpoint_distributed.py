@@ -36,14 +36,15 @@ def make_plan() -> Plan:
 def _train_steps(model, optimizer, scheduler, plan, steps, dp_rank, dp):
     import torch.distributed as dist
 
-    from planc.runtime.data import build_data, inputs_and_targets, local_micro_batches
+    from planc.runtime.data import build_data, inputs_and_targets, local_batch, split_micro_batches
     from planc.runtime.optim import clip_grad_norm_
     from planc.runtime.transformer import loss_fn
 
     data = build_data(plan.train, plan.model)
     losses = []
     for step in steps:
-        micro = local_micro_batches(data.batch_for_step(step), dp_rank, dp, plan.train.micro_batch)
+        rows = local_batch(data, step, dp_rank, dp, plan.train.micro_batch)
+        micro = split_micro_batches(rows, plan.train.micro_batch)
         optimizer.zero_grad(set_to_none=True)
         total = torch.zeros(())
         for batch in micro:

@@ -1,5 +1,6 @@
 """Data: deterministic global batches per step, exact dp/micro-batch coverage, byte-level text files."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -10,8 +11,10 @@ from planc.runtime.data import (
     TextFileData,
     build_data,
     inputs_and_targets,
-    local_micro_batches,
+    local_batch,
+    split_micro_batches,
 )
+from planc.runtime.rows import rank_rows
 from planc.spec import ModelSpec, TrainSpec
 
 
@@ -33,20 +36,37 @@ def test_synthetic_follows_its_markov_chain():
     assert data.successors.shape == (50, BRANCHING)
 
 
-def test_synthetic_walk_is_the_plain_walk_of_its_random_stream():
-    """The fast walk reads the same random numbers as the plain one, in the same order: earlier
-    runs (and checkpoints resumed across versions) see the same tokens."""
+def test_synthetic_walk_is_the_plain_walk_of_each_rows_random_stream():
+    """The vectorised walk reads each row's random numbers as a plain token-by-token walk does:
+    the first token, then one successor choice per position, from the stream of (seed, step, row)."""
     from planc.runtime.data import _stream_seed
 
     data = SyntheticData(97, 33, 5, seed=11)
-    rng = torch.Generator().manual_seed(_stream_seed(11, "synthetic", 7))
     expected = torch.empty(5, 34, dtype=torch.long)
-    expected[:, 0] = torch.randint(0, 97, (5,), generator=rng)
-    choices = torch.randint(0, BRANCHING, (5, 33), generator=rng)
-    for position in range(1, 34):
-        expected[:, position] = data.successors[expected[:, position - 1], choices[:, position - 1]]
+    for row in range(5):
+        rng = np.random.default_rng(_stream_seed(11, "synthetic", 7, row))
+        expected[row, 0] = int(rng.integers(0, 97))
+        choices = rng.integers(0, BRANCHING, 33)
+        for position in range(1, 34):
+            expected[row, position] = data.successors[expected[row, position - 1], choices[position - 1]]
     got = data.batch_for_step(7)
     assert torch.equal(got, expected) and got.is_contiguous()
+
+
+@pytest.mark.parametrize("kind", ["synthetic", "text"])
+def test_a_ranks_rows_are_the_global_batchs_rows_built_alone(tmp_path, kind):
+    """A rank builds only its rows; they are exactly those rows of the global batch."""
+    if kind == "synthetic":
+        data = SyntheticData(256, 8, 12, seed=2)
+    else:
+        (tmp_path / "c.txt").write_bytes(bytes(range(256)) * 2)
+        data = TextFileData(tmp_path / "c.txt", 256, 8, 12, seed=2)
+    for step in (0, 3, 9):  # the text file's 63 windows: step 9 is in a later epoch
+        batch = data.batch_for_step(step)
+        assert torch.equal(data.rows_for_step(step, 4, 7), batch[4:7])
+        assert torch.equal(torch.cat([local_batch(data, step, rank, 3, 2) for rank in range(3)]), batch)
+    with pytest.raises(ValueError, match="not rows of a global batch of 12"):
+        data.rows_for_step(0, 10, 13)
 
 
 def test_inputs_and_targets_are_shifted_by_one():
@@ -59,7 +79,10 @@ def test_inputs_and_targets_are_shifted_by_one():
 @pytest.mark.parametrize("dp,micro", [(1, 12), (1, 3), (2, 2), (3, 4), (4, 1), (6, 2)])
 def test_dp_ranks_and_micro_batches_cover_the_batch_exactly_once(dp, micro):
     batch = torch.arange(12 * 3).view(12, 3)
-    pieces = [mb for rank in range(dp) for mb in local_micro_batches(batch, rank, dp, micro)]
+    pieces = []
+    for rank in range(dp):
+        start, stop = rank_rows(12, rank, dp, micro)
+        pieces += split_micro_batches(batch[start:stop], micro)
     assert all(p.shape[0] == micro for p in pieces)
     assert len(pieces) == 12 // micro
     # In rank order then micro-batch order, the pieces are the global batch row for row.
@@ -67,17 +90,17 @@ def test_dp_ranks_and_micro_batches_cover_the_batch_exactly_once(dp, micro):
 
 
 def test_rank_r_gets_its_contiguous_block():
-    batch = torch.arange(8).view(8, 1)
     # dp = 4: rank 2 gets rows [2*8/4, 3*8/4) = [4, 6)
-    assert [mb.flatten().tolist() for mb in local_micro_batches(batch, 2, 4, 1)] == [[4], [5]]
+    assert rank_rows(8, 2, 4, 1) == (4, 6)
 
 
 def test_slicing_errors_say_what_does_not_divide():
-    batch = torch.zeros(12, 3, dtype=torch.long)
     with pytest.raises(ValueError, match="not divisible by dp = 5"):
-        local_micro_batches(batch, 0, 5, 1)
+        rank_rows(12, 0, 5, 1)
     with pytest.raises(ValueError, match="micro_batch = 4"):
-        local_micro_batches(batch, 0, 2, 4)
+        rank_rows(12, 0, 2, 4)
+    with pytest.raises(ValueError, match="micro_batch = 4"):
+        split_micro_batches(torch.zeros(6, 3), 4)
 
 
 def test_text_file_windows_cover_an_epoch_exactly_once(tmp_path):
