@@ -6,7 +6,8 @@
   SIGKILL``) instead of torchrun's log records, and recorded as a ``worker_failed`` event in the run
   directory (``$PLANC_RUN_DIR``) for `planc doctor`; torchrun then restarts the group if it may;
 * when no restart is left, the job ends with one line naming the rank that failed first and how
-  (exit code or signal), and exit status 1 -- not torchrun's traceback and table of every rank;
+  (exit code or signal; for a hang, the rank that timed out waiting for it), and exit status 1 --
+  not torchrun's traceback and table of every rank;
 * a SIGTERM or Ctrl-C passed on by `planc run` ends it quietly (status 128 + the signal) once the
   workers have stopped: no ``SignalException`` traceback.
 """
@@ -63,6 +64,36 @@ def _cause(failed: Any) -> tuple[int, Any]:
     return failed.get_first_failure()
 
 
+def _ending(failed: Any) -> str:
+    """What ended the job, in words. A hang first: a rank that timed out in a collective (its heartbeat
+    says so) names the ranks that did not arrive in its own line, and the hung rank itself ends later,
+    killed by its stop watchdog or by torchrun -- a signal that is not the cause."""
+    hung = _timed_out_beat(os.environ.get("PLANC_RUN_DIR"))
+    if hung is not None:
+        step = hung.get("current_step", hung.get("step", 0) + 1)
+        return (
+            f"rank {hung['rank']} timed out waiting in a collective in step {step} (a hang: its line above "
+            "names the rank(s) that did not arrive)"
+        )
+    rank, failure = _cause(failed)
+    how = f"was killed by {failure.signal_name()}" if failure.exitcode < 0 else f"exited with code {failure.exitcode}"
+    return f"rank {rank} {how} (the first failure)"
+
+
+def _timed_out_beat(run_dir: str | None) -> dict[str, Any] | None:
+    """The lowest rank's heartbeat of the last attempt that says it timed out in a collective, if any."""
+    if not run_dir:
+        return None
+    from planc.rundir.heartbeats import read_heartbeats
+
+    beats = read_heartbeats(run_dir)
+    if not beats:
+        return None
+    attempt = max(beat.get("attempt", 0) for beat in beats.values())
+    timed_out = [b for b in beats.values() if b.get("attempt") == attempt and b.get("state") == "timed_out"]
+    return min(timed_out, key=lambda b: b["rank"]) if timed_out else None
+
+
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -73,12 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         torchrun_main(argv)
     except ChildFailedError as failed:
-        rank, failure = _cause(failed)
-        if failure.exitcode < 0:
-            how = f"was killed by {failure.signal_name()}"
-        else:
-            how = f"exited with code {failure.exitcode}"
-        print(f"planc: rank {rank} {how} (the first failure); torchrun stopped the other ranks", file=sys.stderr)
+        print(f"planc: {_ending(failed)}; torchrun stopped the other ranks", file=sys.stderr)
         return 1
     except SignalException as stopped:  # passed on to the workers, which have stopped
         return 128 + int(stopped.sigval)

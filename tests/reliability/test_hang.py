@@ -41,6 +41,9 @@ def test_a_hung_rank_is_named_and_every_rank_ends(tmp_path, capsys):
     assert "rank 0: collective timeout in step 3: all_reduce #" in done.stderr
     assert "waited 3 s; did not arrive: rank 1 (last heartbeat" in done.stderr
     assert "rank 1: still busy 3 s after SIGTERM" in done.stderr  # the hung rank's own watchdog
+    # The job's last line names the hang, not the signal that the watchdog (or torchrun) ended rank 1 with.
+    assert "planc: rank 0 timed out waiting in a collective in step 3 (a hang" in done.stderr
+    assert "(the first failure)" not in done.stderr
     (hang,) = [e for e in read_events(out) if e["event"] == "hang"]
     assert (hang["step"], hang["missing"], hang["waiting"]) == (3, [1], [0])
     assert hang["collective"]["name"] == "all_reduce" and hang["collective"]["ranks"] == [0, 1]
