@@ -233,9 +233,11 @@ class Attempt:
 
         try:
             yield
-        except DataError as exc:  # found mid-run (an id beyond the vocabulary); every rank read the same batch
+        except DataError as exc:  # found mid-run (an id beyond the vocabulary) in this rank's rows
             self._beat("failed", message=_one_line(exc))
-            if self.rank == 0:
+            # Each rank reads only its data-parallel share: every rank that holds the id finds it (the
+            # others then lose contact with it). One line per share: its first tensor/pipeline rank's.
+            if not any(self.job.coordinates.get(dim, 0) for dim in ("tp", "pp")):
                 print(f"planc: {exc}", file=sys.stderr, flush=True)
             sys.stdout.flush()
             os._exit(1)
