@@ -81,3 +81,13 @@ def test_passes_do_not_mutate_their_input():
     for cp in load_registry().passes(p, lay):
         cp.cost(ctx, est, cp.options)
     assert (est.stages, est.compute, est.comm) == snapshot
+
+
+@pytest.mark.parametrize("precision, dtype, mib", [("bf16", "bf16", 2), ("fp32", "fp32", 4)])
+def test_tp_traffic_names_the_activations_dtype(precision, dtype, mib):
+    """The TP row says what one activation collective moves, in the dtype it moves: micro-batch 2 x
+    1024 tokens x hidden 1024 (gpt2-medium) x 2 or 4 bytes = 4 or 8 MiB."""
+    fp32_or_bf16 = plan().model_copy(update={"train": plan().train.model_copy(update={"precision": precision})})
+    registry = load_registry()
+    est = evaluate(fp32_or_bf16, layout(), registry.passes(fp32_or_bf16, layout()))
+    assert f"({2 * mib} MiB in {dtype})" in est.comm_of("tp").detail

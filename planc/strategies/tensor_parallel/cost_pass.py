@@ -72,13 +72,14 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     volume = m * (layers * sent + edge_volume)
     kind = "all-gather/reduce-scatter pairs" if lay.sequence_parallel else "all-reduces"
     mib = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden / 2**20
+    dtype = "bf16" if ctx.compute_bytes == 2 else "fp32"  # the activations' dtype, as the size counts them
     comm = CommCost(
         "tp",
         volume=volume,
         total=total,
         exposed=total,
         medium=link.medium,
-        detail=f"4 activation {kind} per block per micro-batch ({mib:.0f} MiB in bf16)",
+        detail=f"4 activation {kind} per block per micro-batch ({mib:.0f} MiB in {dtype})",
     )
     est = with_dtensor_optimizer(with_wrapper_time(est, "DTensor dispatch (measured)", tp_seconds(ctx)), ctx)
     return est.updated(comm=comm, stage_fn=lambda s: _replicated_embedding_grad(ctx, s))
