@@ -21,7 +21,7 @@ def advice_text(a: Advice) -> str:
 def _within_margin(a: Advice) -> str:
     assert a.layout is not None and a.gain is not None and a.seconds is not None and a.margin is not None
     m = a.margin
-    if a.rung == a.chosen_rung and a.memory_bytes is not None and a.other_memory_bytes is not None:
+    if a.tie and a.memory_bytes is not None and a.other_memory_bytes is not None:
         return (
             f"{a.layout.describe()} would be {format_seconds(a.seconds)} ({a.gain - 1:.0%}) faster per step but "
             f"needs {format_bytes(a.other_memory_bytes)} against {format_bytes(a.memory_bytes)}: a tie (under "
@@ -34,6 +34,11 @@ def _within_margin(a: Advice) -> str:
         if m.from_uncertainty
         else f"within the tolerance ({m.relative:.0%})"
     )
+    if a.rung == a.chosen_rung:  # simpler on the same rung: no sequence parallelism, less recompute, ...
+        return (
+            f"{a.layout.describe()} would be {format_seconds(a.seconds)} ({a.gain - 1:.0%}) faster per step, "
+            f"{why}: the simpler layout is kept (--tolerance 0 picks the fastest)"
+        )
     return (
         f"{a.rung} would be {format_seconds(a.seconds)} ({a.gain - 1:.0%}) faster per step "
         f"({a.layout.describe()}), {why}: {a.chosen_rung} is kept (--tolerance 0 picks the fastest)"

@@ -24,7 +24,7 @@ from planc.legality.rules import AUTO
 from planc.planner.checked import sharded_regime, unchecked
 from planc.planner.choose import Choice, pick
 from planc.planner.explore import Candidate, search
-from planc.planner.ladder import rung_name
+from planc.planner.ladder import complexity, rung_name
 from planc.planner.margin import Margin
 from planc.planner.suggest import freed_values
 from planc.spec.layout import Layout
@@ -75,6 +75,8 @@ class Advice:
     """unchecked: (shard ranks, data-parallel traffic / compute) of the layout past the published checks."""
     fixed: bool = False
     """unchecked: the plan fixed the layout (the planner did not choose it)."""
+    tie: bool = False
+    """within_margin: the faster layout is as simple as the chosen one (a speed tie that went to memory)."""
 
 
 def advise(
@@ -130,6 +132,7 @@ def within_margin(choice: Choice) -> Advice | None:
         margin=margin,
         memory_bytes=est.memory_bytes,
         other_memory_bytes=best.estimate.memory_bytes,
+        tie=complexity(best.layout) == complexity(choice.layout),
     )
 
 
