@@ -10,10 +10,11 @@ group at once:
     overhead per unit = (wrapped step - plain step - the wrapper's collectives, timed bare) / units
 
 on a stack of :data:`UNITS` units, forward and backward of one micro-batch (DDP and ``replicate``
-synchronising): FSDP2's ``fully_shard`` and ``replicate``, whose work per unit grows with the
-unit's tensors (copy-out of each gathered parameter, copy-in of each gradient), wrap planc's own
-GPT blocks (16 tensors each, as in the program); DDP's per-tensor hooks and the optimizer's
-per-tensor cost are measured on MLP units (``Linear(H, 4H)``, GELU, ``Linear(4H, H)``). The
+synchronising). DDP, FSDP2's ``fully_shard`` and ``replicate`` wrap planc's own GPT blocks (16
+tensors each, as in the program): FSDP2's work per unit grows with the unit's tensors (copy-out of
+each gathered parameter, copy-in of each gradient), and DDP's per-tensor figure, a difference of
+two steps, reads steadier over the blocks' 64 tensors than over 16. The optimizer's per-tensor
+cost and the pipeline are measured on MLP units (``Linear(H, 4H)``, GELU, ``Linear(4H, H)``). The
 plain step is the same stack unwrapped; the collectives are timed bare at the sizes the wrapper
 issues (so the cost model, which prices them from the collective fits, does not count them twice).
 A negative difference (noise on a fast device) is stored as 0.
@@ -50,10 +51,11 @@ def _stack(device: torch.device) -> nn.Sequential:
 def _planc_blocks(device: torch.device) -> tuple[nn.Sequential, torch.Tensor]:
     """:data:`UNITS` of planc's GPT blocks at the calibration's sizes (``tp_block.SPEC``), and their input.
 
-    FSDP2 measured on MLP units (4 tensors each) read about half of what it costs per block in
-    the program (a GPT block has 16: 1.3-3.8 ms per unit against 2.0-6.6 ms on planc's blocks in
-    the same launches, 2 gloo processes); the ZeRO-3 cases of the CPU matrix were under-predicted
-    by +30 ... +170 % with the MLP's figure (docs/accuracy.md)."""
+    FSDP2 measured on MLP units (4 tensors each) read about half of what it costs per block in the
+    program (a GPT block has 16: 1.3-3.8 ms per unit against 2.0-6.6 ms on planc's blocks in the
+    same launches, 2 gloo processes); the ZeRO-3 cases of the CPU matrix were under-predicted by
+    +30 ... +170 % with the MLP's figure (docs/accuracy.md). DDP per tensor read 27-141 us on the
+    MLP stack and 33-76 us on these blocks in the same launches (3 launches x 3 rounds)."""
     from planc.runtime.transformer import TransformerBlock
     from planc.spec.model import ModelSpec
 
@@ -105,17 +107,16 @@ def _measure_round(device: torch.device, budget: float) -> WrapperOverheads:
     world = dist.get_world_size()
     x = torch.randn(TOKENS, HIDDEN, device=device)
     plain = _stack(device)
-    plain_step = _step_fn(plain, x)
     tensors = sum(1 for _ in plain.parameters())
-    numel = sum(p.numel() for p in plain.parameters())
     blocks, block_input = _planc_blocks(device)
     blocks_step = _step_fn(blocks, block_input)
+    block_tensors = sum(1 for _ in blocks.parameters())
     block_numel = sum(p.numel() for p in blocks.parameters())
     tp_block, tp_sp_block = measure_tp_blocks(
         device, lambda fn: _bare(fn, device, budget), lambda fn, ref: _extra(fn, ref, device, budget)
     )
     return WrapperOverheads(
-        ddp_per_tensor=_ddp(plain, x, plain_step, tensors, numel, device, budget),
+        ddp_per_tensor=_ddp(blocks, block_input, blocks_step, block_tensors, block_numel, device, budget),
         fsdp_per_unit=_fsdp(blocks, block_input, blocks_step, block_numel, world, device, budget),
         replicate_per_unit=_replicate(blocks, block_input, blocks_step, block_numel, device, budget),
         tp_per_block=tp_block,
