@@ -23,7 +23,7 @@ class HardwareSpec(SpecModel):
     """The cluster: ``nodes`` machines of ``per_node`` identical devices (one process each)."""
 
     device: str
-    """Device preset (A100-80GB, H100-SXM, ..., or "cpu" for CPU processes over gloo)."""
+    """A preset (A100-80GB, H100-SXM, "cpu" for gloo, ...) or your own name given memory, peak, intra/inter_node_bw."""
     nodes: PositiveInt = 1
     """Number of machines."""
     per_node: PositiveInt

@@ -225,3 +225,18 @@ def test_a_plan_error_is_never_a_traceback_in_a_subprocess(tmp_path):
     result = subprocess.run([sys.executable, "-m", "planc", "check", str(path)], capture_output=True, text=True)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"{path}:1:16: error: missing value after 'layers ='" in result.stderr
+
+
+def test_a_missing_device_says_a_name_of_ones_own_is_allowed(tmp_path, capsys):
+    """Without `device`, the hint names the presets and the keys a device of one's own needs."""
+    path = tmp_path / "own.plan"
+    path.write_text(
+        'model { preset = "gpt2-small" }\n'
+        "hardware { memory = 80 GB  peak = 989 TFLOPS  intra_node_bw = 450 GB/s  inter_node_bw = 50 GB/s }\n"
+        "train { global_batch = 64 }\n"
+    )
+    code, _, err = run_cli(capsys, "check", str(path))
+    assert code == 1 and "missing 'device'" in err
+    assert "your own name given memory, peak, intra/inter_node_bw" in err
+    path.write_text(path.read_text().replace("hardware {", 'hardware { device = "mygpu"'))
+    assert run_cli(capsys, "check", str(path))[0] == 0
