@@ -9,7 +9,7 @@ stale. ARGS are shell words; ``key=value`` words are options of the block, ``--f
     the plan file's text.
 ``explain PLAN [keep=S1,S2] [grep=REGEX] [set=block.key=value ...] [--explain-flags]``
     ``planc explain``'s text. ``keep`` keeps only the named sections (the blank-line-separated
-    parts of the output, named by their first word: header, chosen/layout, memory, step,
+    parts of the output, named by their first word: header, chosen/layout (closest when nothing fits), memory, step,
     throughput, why, alternatives, pipeline); ``grep`` keeps only the lines matching REGEX
     (after ``keep``). ``set`` changes one key of the plan before planning (see ``with_setting``).
 ``try PLAN [set=...] change=block.key=value [keep=...] [grep=...] [--explain-flags]``
@@ -120,7 +120,8 @@ def sections(text: str) -> dict[str, str]:
     parts: dict[str, str] = {}
     for index, part in enumerate(p for p in text.split("\n\n") if p.strip()):
         name = "header" if index == 0 else part.split()[0].lower()
-        parts[name] = part.rstrip("\n")
+        # The layout line reads "closest" when nothing fits: still the "chosen" section of a keep=.
+        parts["chosen" if name == "closest" else name] = part.rstrip("\n")
     return parts
 
 

@@ -287,10 +287,17 @@ def _header(plan: Plan, choice: Choice) -> list[str]:
         f"  batch     {tr.global_batch} sequences × {m.seq_len} = {format_count(plan.tokens_per_step)} tokens "
         f"per step · {est.micro_batches} micro-batch(es) of {lay.micro_batch} per DP rank",
         "",
-        f"  {'layout' if choice.fixed else 'chosen'}    {lay.describe()} · {tr.precision} · {tr.optimizer}",
+        f"  {_layout_label(choice):10}{lay.describe()} · {tr.precision} · {tr.optimizer}",
     ]
     if choice.fixed:
         lines.append("            fixed by the plan")
+    elif not choice.fits:
+        # No margin applies and no rung was chosen: say what the search found.
+        pruned = "" if choice.scored else " · every (tp, pp, dp, zero)'s model states alone exceed the device"
+        lines.append(
+            f"            nothing fits: {choice.scored} layouts scored in {choice.search_seconds:.2f} s{pruned} · "
+            "shown: the least memory-hungry"
+        )
     else:
         lines.append(
             f"            rung: {rung_name(choice.layout)} · {choice.scored} layouts scored in "
@@ -423,3 +430,8 @@ def _rejection_lines(choice: Choice) -> list[str]:
         lines.append(f"    {name:<24}{rejection_reason(rows[i])}")
         i = j + 1
     return lines
+
+
+def _layout_label(choice: Choice) -> str:
+    """What the header's layout is: the plan's own, the planner's choice, or the closest to fitting."""
+    return "layout" if choice.fixed else "chosen" if choice.fits else "closest"

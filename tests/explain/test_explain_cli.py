@@ -108,6 +108,21 @@ def test_a_fixed_layout_that_does_not_fit_exits_1_and_says_what_would(tmp_path, 
     assert "does not fit" in captured.err and "short by" in captured.err
 
 
+def test_when_nothing_fits_explain_shows_the_closest_layout_not_a_choice(tmp_path, capsys):
+    """Llama 3 8B on one H100: model states alone (8 B x 16 bytes) exceed 80 GB, so no layout is
+    scored. The layout line says "closest", not "chosen", and why nothing was scored -- not a rung
+    and a margin, which only a choice has."""
+    path = tmp_path / "one.plan"
+    path.write_text(
+        'model { preset = "llama3-8b" }\nhardware { device = "H100-SXM" per_node = 1 }\ntrain { global_batch = 8 }\n'
+    )
+    assert main(["explain", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "  closest   TP 1 × PP 1 × DP 1" in out and "  chosen " not in out
+    assert "nothing fits: 0 layouts scored in " in out and "model states alone exceed the device" in out
+    assert "rung:" not in out and "margin ±" not in out
+
+
 def test_bad_arguments_are_clear_errors(tmp_path, capsys):
     assert main(["explain", str(tmp_path / "missing.json")]) == 1
     assert "no such file" in capsys.readouterr().err
