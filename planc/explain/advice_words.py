@@ -6,7 +6,7 @@ from planc.cost.uncertainty import sharded_dp_beyond
 from planc.planner.advice import Advice
 from planc.planner.checked import widest_checked
 from planc.planner.margin import TIE_BAND
-from planc.units import format_bandwidth, format_bytes, format_seconds
+from planc.units import format_bandwidth, format_bytes, format_percent_fine, format_seconds
 
 
 def _faster(gain: float) -> str:
@@ -16,11 +16,6 @@ def _faster(gain: float) -> str:
 def advice_text(a: Advice) -> str:
     """One sentence (or two) for one piece of advice."""
     return _WORDS[a.kind](a)
-
-
-def _percent(fraction: float) -> str:
-    """One decimal where it tells two close numbers apart (9.3% against a ±9.4% band), none for whole ones."""
-    return f"{fraction:.1%}".replace(".0%", "%")
 
 
 def _within_margin(a: Advice) -> str:
@@ -34,13 +29,13 @@ def _within_margin(a: Advice) -> str:
         )
     # In the margin's own terms (Margin.within): the share of the chosen layout's step the faster
     # one saves, against the band -- "10% faster" (throughput) read as outside a ±9% band it was inside.
-    saved = f"{format_seconds(a.seconds)} ({_percent(1 - 1 / a.gain)}) per step"
+    saved = f"{format_seconds(a.seconds)} ({format_percent_fine(1 - 1 / a.gain)}) per step"
     why = (
         f"below the {m.floor_s * 1e3:g} ms floor"
         if a.gain - 1 > m.relative / (1 - m.relative)
-        else f"within the model's uncertainty (±{_percent(m.relative)})"
+        else f"within the model's uncertainty (±{format_percent_fine(m.relative)})"
         if m.from_uncertainty
-        else f"within the tolerance ({_percent(m.relative)})"
+        else f"within the tolerance ({format_percent_fine(m.relative)})"
     )
     if a.rung == a.chosen_rung:  # simpler on the same rung: no sequence parallelism, less recompute, ...
         return (

@@ -13,7 +13,7 @@ from typing import Any
 from planc.planner.rejections import Limit, Rejection
 from planc.planner.suggest import Suggestion
 from planc.spec.layout import Layout
-from planc.units import format_bytes, format_percent, format_seconds
+from planc.units import format_bytes, format_percent, format_percent_fine, format_seconds
 
 LAYOUT_KEYS = ("tp", "pp", "dp", "zero", "recompute", "schedule", "micro_batch", "virtual_stages", "sequence_parallel")
 
@@ -89,9 +89,8 @@ def _slower(r: Rejection) -> str:
     amount = f"{ratio:.1f}× slower" if ratio >= 1.5 else f"{format_percent(ratio - 1)} slower"
     behind = ""
     if r.behind_best is not None and r.tolerance is not None:
-        behind = (
-            f", {format_percent(r.behind_best)} behind the fastest layout (tolerance {format_percent(r.tolerance)})"
-        )
+        margin = format_percent_fine(r.tolerance)
+        behind = f", {format_percent_fine(r.behind_best)} behind the fastest layout (margin {margin})"
     grown = f" ({r.grown[0]} {format_seconds(r.grown[1])})" if r.grown else ""
     return (
         f"fits ({format_bytes(r.memory_bytes or 0.0)}) but {amount}{behind}: step {format_seconds(r.step_s)} vs "

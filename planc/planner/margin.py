@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from planc.cost.uncertainty import planning_uncertainty
+from planc.units import format_percent_fine
 
 if TYPE_CHECKING:
     from planc.spec.hardware import HardwareSpec
@@ -63,8 +64,8 @@ class Margin:
         return best_step_s / step_s >= 1.0 - self.relative or gain <= self.floor_s
 
     def describe(self) -> str:
-        """``±8% or 5 ms per step (the model's uncertainty)`` / ``5% (tolerance)``."""
-        pct = f"{self.relative:.0%}"
+        """``±9.4% or 5 ms per step (the model's uncertainty)`` / ``5% (tolerance)``."""
+        pct = format_percent_fine(self.relative)
         if self.from_uncertainty:
             return f"±{pct} or {self.floor_s * 1e3:g} ms per step (the model's measured uncertainty)"
         return f"{pct} (tolerance)"
