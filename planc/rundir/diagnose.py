@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planc.rundir.events import last_event
-from planc.rundir.heartbeats import FINAL_STATES
+from planc.rundir.heartbeats import FINAL_STATES, newest_attempt
 from planc.rundir.state import RunState
 from planc.units import format_bytes
 
@@ -188,11 +188,9 @@ def _hangs(state: RunState) -> list[str]:
 
 
 def _errors(state: RunState) -> list[str]:
-    newest = max((b.get("attempt", 0) for b in state.heartbeats.values()), default=0)
     lines = []
-    for rank, beat in sorted(state.heartbeats.items()):
-        if beat.get("attempt") != newest:
-            continue
+    for beat in newest_attempt(state.heartbeats):
+        rank = beat["rank"]
         message, beat_state = beat.get("message"), beat.get("state")
         if message:
             lines.append(message if message.startswith("rank ") else f"rank {rank}: {message}")

@@ -86,6 +86,19 @@ class Heartbeat:
         os.replace(tmp, self.path)
 
 
+def newest_attempt(beats: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The heartbeats of the newest attempt among ``beats`` (by rank), lowest rank first: a rank
+    of an earlier attempt that the restart did not reach again says nothing about the newest."""
+    newest = max((beat.get("attempt", 0) for beat in beats.values()), default=0)
+    return sorted((b for b in beats.values() if b.get("attempt", 0) == newest), key=lambda b: b["rank"])
+
+
+def beat_step(beat: dict[str, Any]) -> int:
+    """The step (1-based) a heartbeat's rank was in: the one it was training, saving or waiting in,
+    else the one after the last it finished."""
+    return beat.get("current_step", beat.get("step", 0) + 1)
+
+
 def read_heartbeats(run_dir: str | Path) -> dict[int, dict[str, Any]]:
     """Every rank's last heartbeat, by rank (unreadable files are left out)."""
     folder = Path(run_dir) / HEARTBEAT_DIR

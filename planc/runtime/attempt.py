@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from planc.rundir.events import attempt_number, record_event
-from planc.rundir.heartbeats import Heartbeat, read_heartbeats
+from planc.rundir.heartbeats import Heartbeat, beat_step, newest_attempt, read_heartbeats
 from planc.rundir.metrics_file import rewind_metrics
 from planc.runtime import faults, hangs
 from planc.runtime.checkpoint_write import CheckpointSaveError, PendingSave, start_save
@@ -267,12 +267,11 @@ def restart_causes(previous: dict[int, dict[str, Any]]) -> list[str]:
     """Why the previous attempt ended, from its heartbeats: each rank that failed, timed out or went silent."""
     if not previous:
         return ["no heartbeats of the previous attempt"]
-    attempt = max(beat.get("attempt", 0) for beat in previous.values())
-    beats = [b for b in previous.values() if b.get("attempt") == attempt]
+    beats = newest_attempt(previous)
     causes = []
-    for beat in sorted(beats, key=lambda b: b["rank"]):
+    for beat in beats:
         state, rank = beat.get("state"), beat["rank"]
-        step = beat.get("current_step", beat.get("step", 0) + 1)
+        step = beat_step(beat)
         where = f"while saving the checkpoint of step {step}" if state == "saving" else f"in step {step}"
         if state in ("training", "saving", "starting", "stopping"):
             causes.append(f"rank {rank} stopped without a word {where} (killed, or its node was lost)")

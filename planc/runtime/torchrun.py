@@ -68,11 +68,12 @@ def _ending(failed: Any) -> str:
     """What ended the job, in words. A hang first: a rank that timed out in a collective (its heartbeat
     says so) names the ranks that did not arrive in its own line, and the hung rank itself ends later,
     killed by its stop watchdog or by torchrun -- a signal that is not the cause."""
+    from planc.rundir.heartbeats import beat_step
+
     hung = _timed_out_beat(os.environ.get("PLANC_RUN_DIR"))
     if hung is not None:
-        step = hung.get("current_step", hung.get("step", 0) + 1)
         return (
-            f"rank {hung['rank']} timed out waiting in a collective in step {step} (a hang: its line above "
+            f"rank {hung['rank']} timed out waiting in a collective in step {beat_step(hung)} (a hang: its line above "
             "names the rank(s) that did not arrive)"
         )
     rank, failure = _cause(failed)
@@ -84,14 +85,9 @@ def _timed_out_beat(run_dir: str | None) -> dict[str, Any] | None:
     """The lowest rank's heartbeat of the last attempt that says it timed out in a collective, if any."""
     if not run_dir:
         return None
-    from planc.rundir.heartbeats import read_heartbeats
+    from planc.rundir.heartbeats import newest_attempt, read_heartbeats
 
-    beats = read_heartbeats(run_dir)
-    if not beats:
-        return None
-    attempt = max(beat.get("attempt", 0) for beat in beats.values())
-    timed_out = [b for b in beats.values() if b.get("attempt") == attempt and b.get("state") == "timed_out"]
-    return min(timed_out, key=lambda b: b["rank"]) if timed_out else None
+    return next((b for b in newest_attempt(read_heartbeats(run_dir)) if b.get("state") == "timed_out"), None)
 
 
 def main(argv: list[str] | None = None) -> int:
