@@ -11,7 +11,9 @@ That is the term :func:`planc.cost.memory.logits_bytes` predicts (the head's inp
 gradients are the head's own).
 
 ``old`` is ``F.cross_entropy(logits.float(), targets)`` (planc's loss before the chunking);
-``chunked`` is :func:`planc.runtime.loss.chunked_cross_entropy`. The test
+``in_forward`` and ``recompute`` are :func:`planc.runtime.loss.chunked_cross_entropy` with each
+chunk's gradient computed in the forward (planc's loss) or recomputed in backward (a pipeline's
+last stage: the cost model's ``chunked_recompute``). The test
 (tests/runtime/test_loss.py) runs the same cases.
 """
 
@@ -70,14 +72,14 @@ def measure(kind: str, b: int, s: int, vocab: int, padded: int, dtype: torch.dty
         if kind == "old":
             loss = old_loss(logits, targets, vocab)
         else:
-            loss = chunked_cross_entropy(logits, targets, vocab=vocab, chunk_elements=chunk_elements)
+            loss = chunked_cross_entropy(logits, targets, vocab=vocab, chunk_elements=chunk_elements, backward=kind)
         del logits
         loss.backward()
         del loss
     return peak.peak
 
 
-def predicted(b: int, s: int, vocab: int, padded: int, dtype: torch.dtype, chunk_elements: int) -> float:
+def predicted(b: int, s: int, vocab: int, padded: int, dtype: torch.dtype, chunk_elements: int, kind: str) -> float:
     plan = build_plan(
         {
             "model": dict(layers=1, hidden=64, heads=4, vocab=vocab, seq_len=s, vocab_multiple=padded),
@@ -86,7 +88,9 @@ def predicted(b: int, s: int, vocab: int, padded: int, dtype: torch.dtype, chunk
         }
     )
     assert plan.model.padded_vocab == padded
-    return logits_bytes(plan.model, b, 1, torch.tensor([], dtype=dtype).element_size(), chunk_elements=chunk_elements)
+    loss = "chunked" if kind == "in_forward" else "chunked_recompute"
+    e = torch.tensor([], dtype=dtype).element_size()
+    return logits_bytes(plan.model, b, 1, e, chunk_elements=chunk_elements, loss=loss)
 
 
 #: (b, s, vocab, padded vocab, chunk elements): several chunks, a ragged last chunk, one chunk.
@@ -98,40 +102,45 @@ CASES = [
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
+#: The chunked loss's two ways, as measure() names them.
+KINDS = ("in_forward", "recompute")
+
+
 def run() -> list[dict]:
     results = []
     for b, s, vocab, padded, chunk in CASES:
         for name, dtype in DTYPES.items():
             old = measure("old", b, s, vocab, padded, dtype, chunk)
-            new = measure("chunked", b, s, vocab, padded, dtype, chunk)
-            results.append(
-                dict(
-                    b=b,
-                    s=s,
-                    padded=padded,
-                    chunk=chunk,
-                    dtype=name,
-                    logits=b * s * padded * dtype.itemsize,
-                    old=old,
-                    chunked=new,
-                    predicted=predicted(b, s, vocab, padded, dtype, chunk),
+            for kind in KINDS:
+                results.append(
+                    dict(
+                        b=b,
+                        s=s,
+                        padded=padded,
+                        chunk=chunk,
+                        dtype=name,
+                        kind=kind,
+                        logits=b * s * padded * dtype.itemsize,
+                        old=old,
+                        chunked=measure(kind, b, s, vocab, padded, dtype, chunk),
+                        predicted=predicted(b, s, vocab, padded, dtype, chunk, kind),
+                    )
                 )
-            )
     return results
 
 
 def main() -> None:
     print(
-        f"{'b x s x V':>18} {'dtype':>5} {'chunk':>8} {'logits':>9} {'old':>9} {'chunked':>9} {'predicted':>9} "
-        f"{'old/logits':>10} {'new/logits':>10} {'new/pred':>8}"
+        f"{'b x s x V':>18} {'dtype':>5} {'chunk':>8} {'backward':>10} {'logits':>9} {'old':>9} {'chunked':>9} "
+        f"{'predicted':>9} {'old/logits':>10} {'new/logits':>10} {'new/pred':>8}"
     )
     mib = 2**20
     for r in run():
         shape = f"{r['b']} x {r['s']} x {r['padded']}"
         print(
-            f"{shape:>18} {r['dtype']:>5} {r['chunk']:>8} {r['logits'] / mib:>8.1f}M {r['old'] / mib:>8.1f}M "
-            f"{r['chunked'] / mib:>8.1f}M {r['predicted'] / mib:>8.1f}M {r['old'] / r['logits']:>10.2f} "
-            f"{r['chunked'] / r['logits']:>10.2f} {r['chunked'] / r['predicted']:>8.3f}"
+            f"{shape:>18} {r['dtype']:>5} {r['chunk']:>8} {r['kind']:>10} {r['logits'] / mib:>8.1f}M "
+            f"{r['old'] / mib:>8.1f}M {r['chunked'] / mib:>8.1f}M {r['predicted'] / mib:>8.1f}M "
+            f"{r['old'] / r['logits']:>10.2f} {r['chunked'] / r['logits']:>10.2f} {r['chunked'] / r['predicted']:>8.3f}"
         )
 
 

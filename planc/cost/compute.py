@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 
 from planc.cost.dispatch import MICRO_BATCH_OPS, block_ops, combine
-from planc.cost.memory import gemm_input_copies, loss_checkpointed
+from planc.cost.memory import gemm_input_copies, loss_checkpointed, loss_in_forward
 from planc.cost.profile import RuntimeProfile
 from planc.spec.hardware import HardwareSpec
 from planc.spec.hardware_profile import MeasuredRates, nearest_attention_rates, nearest_gemm_rate
@@ -396,10 +396,16 @@ def head_times(
 
     The loss upcasts the logits to fp32 and runs log-softmax: forward (e + 4) + (4 + 4) bytes
     per logit, backward about the same (softmax gradient, cast back). planc's chunked loss
-    (``loss``, :attr:`~planc.cost.profile.RuntimeProfile.loss`) checkpoints each chunk when there
-    is more than one (:func:`planc.cost.memory.loss_checkpointed`), so backward runs the upcast and
-    softmax forward again first. (On an H100 planc's program ran 5% slower than
-    a plain loop with a whole-logits loss on Llama 3 8B's 128 K vocabulary: docs/gpu.md.)
+    (``loss``, :attr:`~planc.cost.profile.RuntimeProfile.loss`, made a layout's by
+    :func:`planc.cost.memory.loss_kind`) computes each chunk's gradient in its forward when there
+    is more than one chunk (:func:`planc.cost.memory.loss_in_forward`): by hand into one buffer on
+    plain logits (28 bytes per bf16 logit), by autograd on DTensor ones (both passes); its
+    backward scales the kept gradient (read and write e per logit; under TP the chunks' gradients
+    are also concatenated). On a pipeline's last stage (``chunked_recompute``) it checkpoints each
+    chunk (:func:`planc.cost.memory.loss_checkpointed`), so backward runs the upcast and softmax
+    forward again first. (On an H100 that rerun made planc's program 5% slower than a plain loop
+    with a whole-logits loss on Llama 3 8B's 128 K vocabulary; computed in the forward, 1.4%:
+    docs/gpu.md.)
     ``loss = "fused"`` (a Triton cross-entropy, fp32 in registers) reads the logits forward
     (e per logit) and reads them and writes their gradient backward (2 e).
     """
@@ -409,6 +415,15 @@ def head_times(
     gemm = gemm_seconds(T, h, V // tp, device, e)
     loss_forward = ((e + 4) + 8) * T * V / tp if e != 4 else 8.0 * T * V / tp
     loss_backward = (2 if loss_checkpointed(model, micro_batch, tp, loss) else 1) * loss_forward
+    if loss_in_forward(model, micro_batch, tp, loss) and tp == 1:
+        # the gradient worked out by hand into one buffer (planc.runtime.loss._LossWithGradient):
+        # float32 copy (e + 4), log-softmax (8), its exponential in place (8), the cast into the
+        # buffer (4 + e); backward scales the buffer in place (2 e)
+        loss_forward, loss_backward = (2 * e + 24) * T * V, 2 * e * T * V
+    elif loss_in_forward(model, micro_batch, tp, loss):
+        # DTensor chunks differentiated by autograd in the forward; backward scales each chunk's
+        # gradient and the split concatenates them (2 e each)
+        loss_forward, loss_backward = 2 * loss_forward, 4 * e * T * V / tp
     if loss == "fused":
         loss_forward, loss_backward = e * T * V / tp, 2 * e * T * V / tp
     norm = 2 * r * T * h_s + ((r + e) * T * h_s if r != e else 0.0)

@@ -28,6 +28,7 @@ from planc.cost.memory import (
     ddp_replicates,
     layer_activation_bytes,
     logits_bytes,
+    loss_kind,
     runtime_state_bytes,
 )
 from planc.cost.params import StageParams, stage_params
@@ -183,16 +184,17 @@ class ContextCache:
             self._blocks[key] = found
         return found
 
-    def edges(self, b: int, tp: int, sp: bool, e: int, r: int) -> tuple:
+    def edges(self, b: int, tp: int, sp: bool, e: int, r: int, pp: int) -> tuple:
         """(embedding fwd, bwd), (head fwd, bwd) and logits bytes for one micro-batch."""
-        key = (b, tp, sp, e, r)
+        loss = loss_kind(self.profile.loss, pp)
+        key = (b, tp, sp, e, r, loss)
         found = self._edges.get(key)
         if found is None:
             model = self.plan.model
             found = (
                 embedding_times(model, b, tp, self.device, r),
-                head_times(model, b, tp, sp, self.device, e, r, self.profile.loss),
-                logits_bytes(model, b, tp, e, loss=self.profile.loss),
+                head_times(model, b, tp, sp, self.device, e, r, loss),
+                logits_bytes(model, b, tp, e, loss=loss),
             )
             self._edges[key] = found
         return found
@@ -213,7 +215,7 @@ def build_context(
     e, r = dtypes(plan, lay.zero, lay.dp, profile)
     b, tp, sp = lay.micro_batch, lay.tp, lay.sequence_parallel
     layer, layer_act = cache.block(b, tp, sp, e, r)
-    (emb_f, emb_b), (head_f, head_b), logits = cache.edges(b, tp, sp, e, r)
+    (emb_f, emb_b), (head_f, head_b), logits = cache.edges(b, tp, sp, e, r, lay.pp)
     stages = cache.stages(tp, lay.pp, lay.virtual_stages, stage_style)
     times = []
     for st in stages:

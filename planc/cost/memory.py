@@ -7,6 +7,7 @@ degree, L layers, p pipeline stages, v virtual stages (model chunks per rank), m
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
@@ -229,8 +230,23 @@ def layer_activation_bytes(
 
 
 #: Logits per chunk of planc's loss (local ones under vocabulary parallelism); the runtime's
-#: planc.runtime.loss.CHUNK_ELEMENTS is this constant.
-LOSS_CHUNK_ELEMENTS = 2**24
+#: planc.runtime.loss.CHUNK_ELEMENTS is this constant (why 2**26: its comment there).
+LOSS_CHUNK_ELEMENTS = 2**26
+
+
+#: The loss kinds the cost model prices: a program's (``RuntimeProfile.loss``), and
+#: ``chunked_recompute``, planc's chunked loss on a pipeline's last stage (:func:`loss_kind`).
+LossKind = Literal["chunked", "chunked_recompute", "whole", "megatron", "fused"]
+
+
+def loss_kind(profile_loss: str, pp: int) -> LossKind:
+    """The loss a layout runs: planc's chunked loss computes each chunk's gradient in its forward,
+    except on a pipeline's last stage, where it recomputes the chunk in backward
+    (``planc.strategies.pipeline.runtime``: the stage keeps each micro-batch's logits until its
+    backward, so a kept gradient would double what a micro-batch in flight holds)."""
+    if profile_loss == "chunked" and pp > 1:
+        return "chunked_recompute"
+    return profile_loss  # type: ignore[return-value]
 
 
 def logits_bytes(
@@ -239,26 +255,38 @@ def logits_bytes(
     tp: int,
     compute_bytes: int,
     chunk_elements: int = LOSS_CHUNK_ELEMENTS,
-    loss: Literal["chunked", "whole", "megatron", "fused"] = "chunked",
+    loss: LossKind = "chunked",
 ) -> float:
     """Peak bytes of the output logits, the loss and the logits' gradient for one micro-batch
     on the last stage (measured by bench/loss_memory.py; tests/runtime/test_loss.py).
 
-    planc's loss (:mod:`planc.runtime.loss`) runs the float32 cross-entropy in chunks of
-    ``c = min(N, floor(C / V_t) V_t)`` logits (N = s b V / t the local logits, V_t = V / t the
-    local vocabulary, C = ``chunk_elements``) under activation checkpointing. The forward keeps
-    only the logits in the head GEMM's dtype (e N). Backward recomputes one chunk at a time and
-    hands each chunk's gradient (e c) to the split, which concatenates them once all have come.
-    The peak is at the last chunk's log-softmax backward: the logits (e N), the other chunks'
-    gradients (e N - e c), and that chunk's float32 log-softmax output, its incoming and its
-    outgoing gradient (3 x 4 c):
+    planc's loss (:mod:`planc.runtime.loss`) runs the float32 cross-entropy in K chunks of
+    ``c = min(N, floor(C / V_t) V_t)`` logits, the last one ``c_l = N - (K - 1) c`` (N = s b V / t
+    the local logits, V_t = V / t the local vocabulary, C = ``chunk_elements``):
 
-        2 e N + (12 - e) c
+    - ``chunked`` (its gradient in the forward), plain logits (t = 1): the forward allocates the
+      gradient (e N) beside the logits and fills it chunk by chunk from the chunk's float32 copy
+      and its log-softmax (2 x 4 c); backward scales it in place: ``2 e N + 8 c``.
+    - ``chunked``, vocabulary-sharded DTensor logits (t > 1; each chunk differentiated by autograd
+      under ``loss_parallel``): while chunk k is differentiated the logits (e N), the gradients
+      kept from chunks 0..k-1 (e k c) and the chunk's float32 log-softmax output, its incoming
+      and outgoing gradient (3 x 4 c_k) are alive. The peak is at the last chunk or the one
+      before it (a short last chunk):
 
-    (e = 2: 4 N + 10 c; e = 4: 8 N + 8 c). The unchunked float32 loss held 12 N at its peak (the
+          e N + max(e (N - c_l) + 12 c_l,  e (K - 2) c + 12 c)
+
+      which is ``2 e N + (12 - e) c`` when the chunks divide N evenly (measured on plain logits
+      through the same autograd path, bench/loss_memory.py before the hand-worked gradient).
+    - ``chunked_recompute`` (checkpointed chunks, a pipeline's last stage): the forward keeps
+      only the logits. Backward recomputes one chunk at a time and hands each chunk's gradient
+      (e c) to the split, which concatenates them once all have come; the peak is at the last
+      chunk's log-softmax backward: the logits, the other chunks' gradients and 12 c,
+      ``2 e N + (12 - e) c``.
+
+    (e = 2: 4 N + 10 c; e = 4: 8 N + 8 c.) The unchunked float32 loss held 12 N at its peak (the
     log-softmax output, its incoming and its outgoing gradient over all logits), whatever e --
     Korthikanti et al. 2022 count 4 s b V for the float32 logits alone. When every token fits in
-    one chunk, planc's loss is that unchunked loss (no checkpointing): 12 N, below 2 e N + (12 - e) N.
+    one chunk, planc's loss is that unchunked loss: 12 N, below either bound.
 
     Other programs (``RuntimeProfile.loss``): ``whole`` is that unchunked loss, 12 N;
     ``megatron`` (Megatron's vocab-parallel cross-entropy, which computes the softmax in place in
@@ -278,7 +306,13 @@ def logits_bytes(
     local_vocab = max(1, model.padded_vocab // tp)
     c = min(n, max(1, chunk_elements // local_vocab) * local_vocab)
     e = compute_bytes
-    return 2 * e * n + (12 - e) * c
+    if loss == "chunked_recompute":
+        return 2 * e * n + (12 - e) * c
+    if tp == 1:
+        return 2 * e * n + 8 * c
+    chunks = math.ceil(n / c)
+    last = n - (chunks - 1) * c
+    return e * n + max(e * (n - last) + 12 * last, e * (chunks - 2) * c + 12 * c)
 
 
 def _local_logits(model: ModelSpec, b: int, tp: int, chunk_elements: int) -> tuple[float, bool]:
@@ -287,26 +321,37 @@ def _local_logits(model: ModelSpec, b: int, tp: int, chunk_elements: int) -> tup
     return model.seq_len * b * model.padded_vocab / tp, max(1, chunk_elements // local_vocab) >= model.seq_len * b
 
 
-def loss_checkpointed(model: ModelSpec, b: int, tp: int, loss: str = "chunked") -> bool:
+def loss_checkpointed(model: ModelSpec, b: int, tp: int, loss: str = "chunked_recompute") -> bool:
     """Whether planc's loss runs in checkpointed chunks for this micro-batch (``planc/runtime/loss.py``):
-    more local logits than one chunk holds. Its backward then reruns each chunk's forward."""
+    on a pipeline's last stage, with more local logits than one chunk holds. Its backward then
+    reruns each chunk's forward."""
+    return loss == "chunked_recompute" and not _local_logits(model, b, tp, LOSS_CHUNK_ELEMENTS)[1]
+
+
+def loss_in_forward(model: ModelSpec, b: int, tp: int, loss: str = "chunked") -> bool:
+    """Whether planc's loss computes its chunks' gradients in the forward (``loss = "chunked"``
+    with more local logits than one chunk holds): backward only scales them."""
     return loss == "chunked" and not _local_logits(model, b, tp, LOSS_CHUNK_ELEMENTS)[1]
 
 
-def loss_saved_bytes(model: ModelSpec, b: int, tp: int, compute_bytes: int, loss: str = "chunked") -> float:
+def loss_saved_bytes(model: ModelSpec, b: int, tp: int, compute_bytes: int, loss: str = "chunked_recompute") -> float:
     """Bytes one micro-batch's logits and loss keep from its forward until its backward on the
     last pipeline stage (what a schedule that runs several forwards before their backwards holds
     per micro-batch; :func:`logits_bytes` is the peak of the one whose loss runs).
 
     torch's ``PipelineStage`` keeps each micro-batch's output -- the logits, e N (N as in
-    :func:`logits_bytes`) -- until that micro-batch's backward. planc's chunked loss keeps only
-    those same logits; the unchunked float32 loss (one chunk, or ``whole``) also keeps
-    log-softmax's float32 output, 4 N; Megatron's its float32 softmax, 4 N. Simulated (tests/verify/
-    test_simulate_pipeline.py, GPipe, one chunk): 8.1 N per micro-batch in fp32, 6.0 N in bf16.
+    :func:`logits_bytes`) -- until that micro-batch's backward. planc's chunked loss there
+    (``chunked_recompute``) keeps only those same logits; computing the gradient in the forward
+    (``chunked``) would keep it beside them, 2 e N; the unchunked float32 loss (one chunk, or
+    ``whole``) also keeps log-softmax's float32 output, 4 N; Megatron's its float32 softmax, 4 N.
+    Simulated (tests/verify/test_simulate_pipeline.py, GPipe, one chunk): 8.1 N per micro-batch
+    in fp32, 6.0 N in bf16.
     """
     n, _ = _local_logits(model, b, tp, LOSS_CHUNK_ELEMENTS)
     if loss_checkpointed(model, b, tp, loss) or loss == "fused":
         return compute_bytes * n
+    if loss_in_forward(model, b, tp, loss):
+        return 2 * compute_bytes * n
     return (compute_bytes + 4) * n
 
 

@@ -5,14 +5,25 @@ float32 twice over: the upcast copy, then log-softmax's output, which autograd k
 and backward adds two more float32 tensors of the same size (the gradient of that output and of
 its input). For a 50k vocabulary and 26 x 2048 tokens per micro-batch that is ~10 GiB per copy.
 
-:func:`chunked_cross_entropy` cuts the tokens into chunks of at most :data:`CHUNK_ELEMENTS` logits
-and runs each chunk's upcast + cross-entropy under non-reentrant activation checkpointing
-(``torch.utils.checkpoint``): the forward keeps only the logits themselves (in the dtype the head
-produced them), and backward recomputes one chunk's float32 tensors at a time. So the float32
-work memory is bounded by one chunk however long the sequence or large the vocabulary, and the
-numbers are those of one float32 cross-entropy over all tokens (the chunk sums differ from a
-single sum only in summation order). When all the tokens fit in one chunk, it runs as that one
-cross-entropy, without checkpointing (which would bound nothing there, and cost a recompute).
+:func:`chunked_cross_entropy` cuts the tokens into chunks of at most :data:`CHUNK_ELEMENTS` logits,
+so the float32 work memory is bounded by one chunk however long the sequence or large the
+vocabulary. Each chunk's float32 tensors live only while that chunk is worked on, in one of two ways:
+
+- ``backward="in_forward"`` (the default): the forward runs each chunk's upcast, cross-entropy and
+  its backward at once, and keeps only the chunk's gradient (in the logits' dtype) for the real
+  backward, which scales it by the incoming gradient. The loss is read once -- as fused
+  cross-entropy kernels do (Liger Kernel's, and flash-attn's Triton one), in plain torch ops.
+- ``backward="recompute"``: each chunk runs under non-reentrant activation checkpointing
+  (``torch.utils.checkpoint``): the forward keeps only the logits, and backward recomputes one
+  chunk's float32 tensors at a time -- the upcast and softmax run twice. A pipeline's last stage
+  uses this: ``PipelineStage`` keeps each micro-batch's logits until its backward anyway, so a
+  gradient kept beside them would double what every micro-batch in flight holds.
+
+Both keep as many bytes from forward to backward as the logits (their gradient, or themselves);
+the numbers are those of one float32 cross-entropy over all tokens (the chunk sums differ from a
+single sum only in summation order; the scaled gradient by one rounding). When all the tokens fit
+in one chunk, it runs as that one cross-entropy, neither way (which would bound nothing there).
+Without gradients (validation) the chunks are only summed.
 
 It works unchanged on vocabulary-sharded DTensor logits under tensor parallelism's
 ``loss_parallel()``: splitting along tokens keeps the vocabulary sharding, and each chunk's
@@ -29,6 +40,8 @@ model with ``vocab_size = vocab`` computes, and the padding rows never receive a
 from __future__ import annotations
 
 import math
+from functools import partial
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -36,11 +49,15 @@ from torch.utils.checkpoint import checkpoint
 
 from planc.cost.memory import LOSS_CHUNK_ELEMENTS
 
-#: Logits per chunk (local ones, under vocabulary parallelism): 2**24 float32 values are 64 MiB,
-#: and a chunk's backward holds three such tensors (planc.cost.memory.logits_bytes, which defines
-#: the constant so the cost model and the runtime cannot disagree). Large enough that each chunk
-#: is a big kernel on a GPU (333 tokens of a 50k vocabulary), small enough that the float32 work
-#: is about 200 MiB, never gigabytes.
+#: Logits per chunk (local ones, under vocabulary parallelism): 2**26 float32 values are 256 MiB;
+#: a chunk's float32 work is two such tensors (a gradient worked out in the forward) or three
+#: (autograd's, recomputed or under DTensor) -- planc.cost.memory.logits_bytes, which defines the
+#: constant so the cost model and the runtime cannot disagree. Small enough that the float32 work
+#: stays under a gigabyte; large enough that each chunk's kernels fill a GPU: the softmax kernels
+#: give each token's row to one thread block, and at 2**24 (130 tokens of Llama 3's 128 K
+#: vocabulary, one block per SM of an H100) the loss ran 9% slower than one whole-tensor
+#: cross-entropy, the recomputed one 3.1x; at 2**26 (523 tokens) 3% and 1.6x
+#: (bench/loss_speed.py, docs/gpu.md).
 CHUNK_ELEMENTS = LOSS_CHUNK_ELEMENTS
 
 
@@ -49,17 +66,23 @@ def tokens_per_chunk(local_vocab: int, chunk_elements: int = CHUNK_ELEMENTS) -> 
     return max(1, chunk_elements // local_vocab)
 
 
+#: How a chunk's gradient reaches backward (see the module docstring).
+Backward = Literal["in_forward", "recompute"]
+
+
 def chunked_cross_entropy(
     logits: torch.Tensor,
     targets: torch.Tensor,
     *,
     vocab: int | None = None,
     chunk_elements: int = CHUNK_ELEMENTS,
+    backward: Backward = "in_forward",
 ) -> torch.Tensor:
     """Mean float32 cross-entropy of ``logits`` ``[..., padded_vocab]`` against ``targets`` ``[...]``.
 
     ``vocab``: the real vocabulary size; logits of the padding columns ``vocab..padded_vocab-1``
-    are left out of the softmax (None or equal to the width: nothing is masked).
+    are left out of the softmax (None or equal to the width: nothing is masked). ``backward``:
+    compute each chunk's gradient in the forward, or recompute the chunk in backward.
     """
     flat_logits = logits.flatten(0, -2)
     flat_targets = targets.flatten()
@@ -69,20 +92,102 @@ def chunked_cross_entropy(
     local_vocab = _local_width(flat_logits)
     step = tokens_per_chunk(local_vocab, chunk_elements)
     if step >= count:
-        # One chunk holds every token: checkpointing it would bound nothing (its float32 tensors
-        # are the whole loss's either way) and would keep the logits and recompute the chunk in
-        # backward; without it the peak is the plain loss's 12 bytes per logit, below the chunked
-        # bound (planc.cost.memory.logits_bytes), and the step runs one forward of the loss.
+        # One chunk holds every token: neither way would bound anything (its float32 tensors are
+        # the whole loss's either way); as the plain loss the peak is 12 bytes per logit, below
+        # the chunked bound (planc.cost.memory.logits_bytes), and the loss is read once.
         return _chunk_loss_sum(flat_logits, flat_targets, mask) / count
+    if not (torch.is_grad_enabled() and flat_logits.requires_grad):
+        run = _chunk_loss_sum
+    elif backward == "in_forward" and not _is_dtensor(flat_logits):
+        return _LossWithGradient.apply(flat_logits, flat_targets, mask, step)
+    elif backward == "in_forward":
+        run = _ChunkLossWithGradient.apply
+    else:
+        run = partial(checkpoint, _chunk_loss_sum, use_reentrant=False)
     total: torch.Tensor | None = None
     # split, not slicing: one SplitBackward concatenates the chunks' gradients once, where each
     # slice's backward would write its chunk into a zero tensor of the full size
     for chunk, chunk_targets in zip(flat_logits.split(step), flat_targets.split(step)):
-        part: torch.Tensor = checkpoint(_chunk_loss_sum, chunk, chunk_targets, mask, use_reentrant=False)
+        part: torch.Tensor = run(chunk, chunk_targets, mask)
         total = part if total is None else total + part
     if total is None:
         raise ValueError("cross-entropy of no tokens")
     return total / count
+
+
+class _LossWithGradient(torch.autograd.Function):
+    """The mean cross-entropy of plain (not DTensor) logits, its gradient written chunk by chunk
+    into one buffer in the forward; backward scales that buffer in place.
+
+    Per chunk, with the gradient worked out by hand rather than by autograd: the float32 copy of
+    the chunk (plus the padding mask), its log-softmax (the loss picks the targets' entries), whose
+    exponential, in place, is the softmax, minus one at each target: d loss / d logits. The copy
+    into the buffer casts it to the logits' dtype. That is 28 bytes of traffic per bf16 logit
+    forward and 4 backward, where ``F.cross_entropy`` on the float32 logits moves about 36 and
+    autograd per chunk 44 (its backward's zero-filled gradient, the cast back, and the split's
+    concatenation); the float32 work is 8 bytes per logit of one chunk. Measured on one H100 by
+    bench/loss_speed.py (docs/gpu.md).
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None, step: int) -> torch.Tensor:
+        gradient = torch.empty_like(logits)
+        total = torch.zeros((), dtype=torch.float32, device=logits.device)
+        for start in range(0, targets.numel(), step):
+            chunk, chunk_targets = logits[start : start + step], targets[start : start + step, None]
+            work = chunk.to(torch.float32, copy=True)
+            if mask is not None:
+                work.add_(mask)
+            log_probs = torch.log_softmax(work, dim=-1)
+            del work
+            total -= log_probs.gather(-1, chunk_targets).sum()
+            probabilities = log_probs.exp_()
+            probabilities.scatter_add_(-1, chunk_targets, torch.full_like(chunk_targets, -1.0, dtype=torch.float32))
+            gradient[start : start + step].copy_(probabilities)
+            del log_probs, probabilities
+        count = targets.numel()
+        ctx.save_for_backward(gradient)
+        ctx.count = count
+        ctx.used = False
+        return total / count
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        if ctx.used:
+            raise RuntimeError(
+                "planc's loss keeps one gradient of the logits and scales it in place: run backward "
+                "through it once (retain_graph=True and a second backward are not supported)"
+            )
+        ctx.used = True
+        (gradient,) = ctx.saved_tensors
+        return gradient.mul_(grad_output / ctx.count), None, None, None
+
+
+class _ChunkLossWithGradient(torch.autograd.Function):
+    """One chunk's summed cross-entropy, its gradient computed in the forward and kept for backward.
+
+    The forward differentiates :func:`_chunk_loss_sum` at once, so the chunk's float32 tensors
+    (upcast, log-softmax output, their gradients) are freed before the next chunk and only the
+    gradient with respect to the chunk, in the logits' dtype, stays. Backward multiplies it by the
+    incoming gradient (one elementwise pass, where recomputing would run the upcast and softmax
+    again). Works on vocabulary-sharded DTensor chunks under ``loss_parallel()``, which planc's step
+    holds around the forward. The gradient is not computed twice: a second backward through the
+    same graph (``retain_graph``) gets the same kept gradient, scaled afresh.
+    """
+
+    @staticmethod
+    def forward(ctx, chunk: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        with torch.enable_grad():
+            leaf = chunk.detach().requires_grad_()
+            loss = _chunk_loss_sum(leaf, targets, mask)
+            (gradient,) = torch.autograd.grad(loss, leaf)
+        ctx.save_for_backward(gradient)
+        return loss.detach()
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (gradient,) = ctx.saved_tensors
+        return gradient * grad_output, None, None
 
 
 def _chunk_loss_sum(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -91,6 +196,10 @@ def _chunk_loss_sum(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Ten
     if mask is not None:
         upcast = upcast + mask
     return F.cross_entropy(upcast, targets, reduction="sum")
+
+
+def _is_dtensor(logits: torch.Tensor) -> bool:
+    return hasattr(logits, "device_mesh")
 
 
 def _local_width(logits: torch.Tensor) -> int:

@@ -33,12 +33,16 @@ from __future__ import annotations
 
 import hashlib
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from planc.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from planc.runtime.loss import Backward
 
 #: Standard deviation of the normal init of matrices and embeddings (GPT-2; Radford et al. 2019).
 INIT_STD = 0.02
@@ -213,13 +217,16 @@ def build_model(spec: ModelSpec, *, device: torch.device | str | None = None) ->
         return Transformer(spec)
 
 
-def loss_fn(logits: torch.Tensor, targets: torch.Tensor, vocab: int | None = None) -> torch.Tensor:
+def loss_fn(
+    logits: torch.Tensor, targets: torch.Tensor, vocab: int | None = None, backward: Backward = "in_forward"
+) -> torch.Tensor:
     """Mean next-token cross-entropy over all tokens, in float32, chunked so that the float32 copies
-    of the logits never exist whole; ``vocab`` leaves the padding columns out of the softmax
+    of the logits never exist whole; ``vocab`` leaves the padding columns out of the softmax;
+    ``backward`` says whether each chunk's gradient is computed in the forward or recomputed
     (see :mod:`planc.runtime.loss`)."""
     from planc.runtime.loss import chunked_cross_entropy
 
-    return chunked_cross_entropy(logits, targets, vocab=vocab)
+    return chunked_cross_entropy(logits, targets, vocab=vocab, backward=backward)
 
 
 def count_parameters(model: nn.Module) -> int:

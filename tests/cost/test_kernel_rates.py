@@ -17,7 +17,7 @@ from planc.cost.compute import (
     gemm_seconds,
     head_times,
 )
-from planc.cost.memory import loss_checkpointed
+from planc.cost.memory import loss_checkpointed, loss_in_forward, loss_kind
 from planc.cost.profile import on_hardware
 from planc.planner import choose
 from planc.spec import build_plan
@@ -81,17 +81,26 @@ def test_planc_runs_cudnn_attention_on_hopper_and_its_cpu_runtime_the_optimizer_
     assert on_hardware(PLANC_RUNTIME, is_cpu=True).optimizer_kernel == "foreach"
 
 
-def test_the_chunked_loss_reruns_its_forward_in_backward():
-    """planc's loss checkpoints each chunk of logits: backward pays the upcast and softmax again."""
+def test_the_chunked_loss_reruns_its_forward_in_backward_only_on_a_pipeline():
+    """On a pipeline's last stage planc's loss checkpoints each chunk of logits: backward pays the
+    upcast and softmax again. Elsewhere it differentiates each chunk in the forward: the forward
+    pays the loss's forward and backward, and the backward only scales the kept gradient."""
     plan = _plan()
     device = device_for(plan.hardware, "bf16")
     m, T, V = plan.model, 2 * 8192, plan.model.padded_vocab
-    assert loss_checkpointed(m, 2, 1) and not loss_checkpointed(m, 2, 1, loss="whole")
+    assert loss_kind("chunked", pp=1) == "chunked" and loss_kind("chunked", pp=4) == "chunked_recompute"
+    assert loss_kind("whole", pp=4) == "whole"
+    assert loss_checkpointed(m, 2, 1, "chunked_recompute") and not loss_checkpointed(m, 2, 1, "chunked")
+    assert loss_in_forward(m, 2, 1, "chunked") and not loss_in_forward(m, 2, 1, "whole")
     plain = head_times(m, 2, 1, False, device, 2, 2, loss="whole")
-    rerun = head_times(m, 2, 1, False, device, 2, 2, loss="chunked")
+    rerun = head_times(m, 2, 1, False, device, 2, 2, loss="chunked_recompute")
+    in_forward = head_times(m, 2, 1, False, device, 2, 2, loss="chunked")
     # bf16 logits: upcast (read 2, write 4) and log-softmax (read 4, write 4) = 14 bytes per logit
     assert rerun[0] == plain[0]
     assert rerun[1] - plain[1] == pytest.approx(14 * T * V / device.memory_rate)
+    # the loss's backward (14 bytes) moves into the forward; backward reads and writes the bf16 gradient
+    assert in_forward[0] - plain[0] == pytest.approx(14 * T * V / device.memory_rate)
+    assert plain[1] - in_forward[1] == pytest.approx((14 - 4) * T * V / device.memory_rate)
 
 
 def test_composite_rmsnorm_moves_r_plus_3e_plus_28_bytes_per_element():

@@ -90,7 +90,9 @@ def build_schedule(job: Job, style: StageStyle) -> _PipelineSchedule:
     stages: list[_PipelineStageBase] = list(job.stages)
     n_micro = micro_batches(job.plan.train.global_batch, job.layout.dp, job.layout.micro_batch)
     schedule = job.layout.schedule or ""
-    loss_fn = partial(model_loss_fn, vocab=job.plan.model.vocab)  # the last stage's loss
+    # The last stage's loss recomputes its chunks in backward: the stage keeps each micro-batch's
+    # logits until then anyway, and a gradient computed in the forward would sit beside them.
+    loss_fn = partial(model_loss_fn, vocab=job.plan.model.vocab, backward="recompute")
     if schedule in SINGLE_STAGE_SCHEDULES:
         return SINGLE_STAGE_SCHEDULES[schedule](stages[0], n_microbatches=n_micro, loss_fn=loss_fn, scale_grads=True)
     if style == "v":
