@@ -11,14 +11,17 @@
 #              vocabulary, 4 layers, seq 8192): model states, saved activations, CUDA peak, step time
 #   calibrate  the calibration worker over every GEMM and attention shape of the published H100 runs
 #              (bench/published_calibrated.py workload), and `planc calibrate --plan` for the plan above
-#   run        planc run of that plan and bench/handwritten_one_gpu.py on the same plan, two rounds
-#              alternating which goes first: step times side by side, losses (same data and initialisation)
+#   run        planc run of that plan and bench/handwritten_one_gpu.py --fused on the same plan (fused
+#              AdamW, as planc runs on CUDA), two rounds alternating which goes first: step times side by
+#              side, losses (same data and initialisation)
 #   resume     plans/gpu/tiny-1xh100.plan to step 10 (checkpoints at 5 and 10), resumed to 16, and 16
 #              steps straight: DCP on CUDA
 #   variants   planc verify of the 8B-shaped plan with recompute = full, and with micro_batch = 2
 #   selective  planc verify of it with recompute = selective (torchtitan's setting for Llama 3 8B)
 #   profile    bench/handwritten_one_gpu.py on that plan with step 3 under torch.profiler: kernel
 #              time by kind (GEMM, attention, loss, optimizer, other) against the step's wall time
+#   weights    plans/gpu/tiny-1xh100.plan to step 10, `planc export` of it (safetensors), and a run
+#              that starts from the export (`model from ... { init = pretrained }`): the weights path on CUDA
 #   sustained  bench/gpu_sustained.py: one GEMM back to back for 20 s, rate and SM clock per second
 #   layouts    with 2 or more GPUs: bench/gpu_layouts.py (DDP, ZeRO-1, FSDP, TP + SP, 1F1B under planc
 #              verify on the node; with 8, TP 8 against TP 4 x ZeRO-3 and TP 2 x ZeRO-3 for a 70B block)
@@ -57,7 +60,7 @@ step() {
   grep -E "^(RESULT|planc verify|  )" "$LOGS/$name.log" | tail -n 40
   [ $rc -ne 0 ] && tail -n 25 "$LOGS/$name.log"
   # The device tool returns at most 8 files: everything but the profiles goes into one archive.
-  tar -czf "$OUT/gpu-check.tar.gz" -C "$WORK" --exclude='checkpoints' --exclude='*.pt' --exclude='*.distcp' . 2>/dev/null
+  tar -czf "$OUT/gpu-check.tar.gz" -C "$WORK" --exclude='checkpoints' --exclude='*.pt' --exclude='*.distcp' --exclude='*.safetensors' . 2>/dev/null
   return 0
 }
 
@@ -89,9 +92,9 @@ step_run() {
   for round in 1 2; do
     if [ $round = 1 ]; then
       planc run "$PLAN" --out "$WORK/run-$round" --steps 12
-      python3 bench/handwritten_one_gpu.py "$WORK/run-$round/plan.json" 12 "$WORK/handwritten-$round.json"
+      python3 bench/handwritten_one_gpu.py "$WORK/run-$round/plan.json" 12 "$WORK/handwritten-$round.json" --fused
     else
-      python3 bench/handwritten_one_gpu.py "$WORK/run-1/plan.json" 12 "$WORK/handwritten-$round.json"
+      python3 bench/handwritten_one_gpu.py "$WORK/run-1/plan.json" 12 "$WORK/handwritten-$round.json" --fused
       planc run "$PLAN" --out "$WORK/run-$round" --steps 12
     fi
     cp "$WORK/run-$round/metrics.jsonl" "$WORK/run-metrics-$round.jsonl"
@@ -165,6 +168,25 @@ EOF
   done
 }
 
+step_weights() {
+  planc run "$TINY" --out "$WORK/tiny-first" --steps 10
+  planc export "$WORK/tiny-first" --to "$WORK/tiny-exported"
+  ls -la "$WORK/tiny-exported"
+  # The tiny plan's hardware and training, its model read back from the export.
+  { echo 'model from "tiny-exported" { init = pretrained }'
+    sed -n '/^hardware {/,/^}/p; /^train {/,/^}/p; /^layout {/,/^}/p' "$TINY"; } >"$WORK/continued.plan"
+  cat "$WORK/continued.plan"
+  planc run "$WORK/continued.plan" --out "$WORK/tiny-continued" --steps 3
+  python3 - "$WORK/tiny-first/metrics.jsonl" "$WORK/tiny-continued/metrics.jsonl" <<'EOF'
+import json, sys
+first = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
+continued = [r for r in map(json.loads, open(sys.argv[2])) if "loss" in r]
+print("RESULT weights: first run's losses", " ".join(f"{r['loss']:.4f}" for r in first))
+print("RESULT weights: run from its export", " ".join(f"{r['loss']:.4f}" for r in continued),
+      f"(step 1 of the same data from random weights: {first[0]['loss']:.4f})")
+EOF
+}
+
 step_sustained() {
   python3 bench/gpu_sustained.py --seconds 20
 }
@@ -179,7 +201,7 @@ step_layouts() {
   python3 bench/gpu_layouts.py --gpus "$gpus" --out "$WORK/layouts"
 }
 
-export -f planc step_env step_verify step_calibrate step_run step_resume step_variants step_selective step_profile step_sustained step_layouts
+export -f planc step_env step_verify step_calibrate step_run step_resume step_variants step_selective step_profile step_sustained step_layouts step_weights
 export PLAN TINY OUT WORK LOGS
 
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,utilization.gpu --format=csv -l 1 \
@@ -199,8 +221,9 @@ for s in "${steps[@]}"; do
     selective) step selective 120 ;;
     profile) step profile 120 ;;
     sustained) step sustained 60 ;;
+    weights) step weights 150 ;;
     layouts) step layouts 560 ;;
-    *) echo "gpu_check: unknown step $s (env verify calibrate run resume variants selective profile sustained layouts)" ;;
+    *) echo "gpu_check: unknown step $s (env verify calibrate run resume variants selective profile sustained layouts weights)" ;;
   esac
 done
 ls -la "$OUT"
