@@ -136,8 +136,22 @@ def _timeline_rows(rank: int, timeline: dict, parts: dict[str, float]) -> list[R
             unit="s",
             note=note,
         ),
-        Row(rank, "step time", "device idle", bubble, timeline["idle_s"], unit="s", note=note + " (bubble; host)"),
+        _idle_row(rank, timeline, bubble, note),
     ]
+
+
+def _idle_row(rank: int, timeline: dict, bubble: float, note: str) -> Row:
+    """Idle device time against the pipeline's bubble. Without a bubble the model predicts none, and
+    a relative error against a few host-bound milliseconds (-100%) would say nothing: the row then
+    has no prediction and says what share of the profiled step the device waited."""
+    idle = timeline["idle_s"]
+    if bubble > 0:
+        return Row(rank, "step time", "device idle", bubble, idle, unit="s", note=note + " (bubble; host)")
+    wall = timeline.get("wall_s") or 0.0
+    share = f", {idle / wall:.1%} of the step" if wall > 0 else ""
+    return Row(
+        rank, "step time", "device idle", None, idle, unit="s", note=f"{note}: waiting on the host{share}; not modelled"
+    )
 
 
 def _cuda_peak_rows(rank: int, peak: dict, predicted: dict) -> list[Row]:

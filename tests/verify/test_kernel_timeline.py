@@ -62,3 +62,14 @@ def test_verify_holds_the_split_against_the_models_parts():
     assert rows[("step time", "compute kernels")].error == pytest.approx(11.0 / 12.0 - 1)
     assert rows[("step time", "communication exposed")].error == pytest.approx(6.0 / 8.0 - 1)
     assert rows[("step time", "device idle")].error == pytest.approx(2.0 / 5.0 - 1)  # the bubble, against 5
+
+
+def test_without_a_bubble_idle_time_is_shown_as_a_share_of_the_step_not_an_error():
+    """One H100 measured 14 ms of host-bound idle time in a 734 ms profiled step: against a predicted
+    0 that read as -100%; the row says what share of the step it was and that it is not modelled."""
+    states = {"params": 1, "grads": 1, "optimizer": 2}
+    measured = {"rank": 0, "model_states": states, "timeline": step_split(KERNELS, wall_s=25.0)}
+    predicted = {"model_states": states, "comm": {}, "step_parts": {"compute": 9.0, "optimizer": 1.0}}
+    idle = {(r.section, r.name): r for r in rows_for_rank(measured, predicted)}[("step time", "device idle")]
+    assert idle.predicted is None and idle.error is None and idle.measured == pytest.approx(5.0)
+    assert "20.0% of the step" in idle.note and "not modelled" in idle.note  # 5 of the 25 s wall
