@@ -394,18 +394,18 @@ def head_times(
 ) -> tuple[float, float]:
     """(forward, backward) of the final norm, output GEMM and cross-entropy on the last stage.
 
-    The loss upcasts the logits to fp32 and runs log-softmax: forward (e + 4) + (4 + 4) bytes
-    per logit, backward about the same (softmax gradient, cast back). planc's chunked loss
-    (``loss``, :attr:`~planc.cost.profile.RuntimeProfile.loss`, made a layout's by
-    :func:`planc.cost.memory.loss_kind`) computes each chunk's gradient in its forward when there
-    is more than one chunk (:func:`planc.cost.memory.loss_in_forward`): by hand into one buffer on
-    plain logits (28 bytes per bf16 logit), by autograd on DTensor ones (both passes); its
-    backward scales the kept gradient (read and write e per logit; under TP the chunks' gradients
-    are also concatenated). On a pipeline's last stage (``chunked_recompute``) it checkpoints each
-    chunk (:func:`planc.cost.memory.loss_checkpointed`), so backward runs the upcast and softmax
-    forward again first. (On an H100 that rerun made planc's program 5% slower than a plain loop
-    with a whole-logits loss on Llama 3 8B's 128 K vocabulary; computed in the forward, 1.4%:
-    docs/gpu.md.)
+    The loss upcasts the logits to fp32 and runs log-softmax: forward (e + 4) + (4 + 4) bytes per
+    logit, backward about the same (softmax gradient, cast back). planc's chunked loss (``loss``,
+    :attr:`~planc.cost.profile.RuntimeProfile.loss`, made a layout's by
+    :func:`planc.cost.memory.loss_kind`) computes each chunk's gradient in its forward when there is
+    more than one chunk (:func:`planc.cost.memory.loss_in_forward`): by hand into one buffer on
+    plain logits (28 bytes per bf16 logit), by autograd on DTensor ones (both passes); its backward
+    scales the kept gradient (read and write e per logit; under TP the chunks' gradients are also
+    concatenated). On the last stage of a GPipe or zero-bubble pipeline (``chunked_recompute``) it
+    checkpoints each chunk (:func:`planc.cost.memory.loss_checkpointed`), so backward runs the
+    upcast and softmax forward again first. (On an H100 that rerun made planc's program 5% slower
+    than a plain loop with a whole-logits loss on Llama 3 8B's 128 K vocabulary; computed in the
+    forward, 1.4%: docs/gpu.md.)
     ``loss = "fused"`` (a Triton cross-entropy, fp32 in registers) reads the logits forward
     (e per logit) and reads them and writes their gradient backward (2 e).
     """

@@ -184,9 +184,9 @@ class ContextCache:
             self._blocks[key] = found
         return found
 
-    def edges(self, b: int, tp: int, sp: bool, e: int, r: int, pp: int) -> tuple:
+    def edges(self, b: int, tp: int, sp: bool, e: int, r: int, pp: int, schedule: str | None) -> tuple:
         """(embedding fwd, bwd), (head fwd, bwd) and logits bytes for one micro-batch."""
-        loss = loss_kind(self.profile.loss, pp)
+        loss = loss_kind(self.profile.loss, pp, schedule)
         key = (b, tp, sp, e, r, loss)
         found = self._edges.get(key)
         if found is None:
@@ -215,7 +215,7 @@ def build_context(
     e, r = dtypes(plan, lay.zero, lay.dp, profile)
     b, tp, sp = lay.micro_batch, lay.tp, lay.sequence_parallel
     layer, layer_act = cache.block(b, tp, sp, e, r)
-    (emb_f, emb_b), (head_f, head_b), logits = cache.edges(b, tp, sp, e, r, lay.pp)
+    (emb_f, emb_b), (head_f, head_b), logits = cache.edges(b, tp, sp, e, r, lay.pp, lay.schedule)
     stages = cache.stages(tp, lay.pp, lay.virtual_stages, stage_style)
     times = []
     for st in stages:

@@ -235,16 +235,25 @@ LOSS_CHUNK_ELEMENTS = 2**26
 
 
 #: The loss kinds the cost model prices: a program's (``RuntimeProfile.loss``), and
-#: ``chunked_recompute``, planc's chunked loss on a pipeline's last stage (:func:`loss_kind`).
+#: ``chunked_recompute``, planc's chunked loss on the last stage of a GPipe or zero-bubble pipeline
+#: (:func:`loss_kind`).
 LossKind = Literal["chunked", "chunked_recompute", "whole", "megatron", "fused"]
 
 
-def loss_kind(profile_loss: str, pp: int) -> LossKind:
+#: Pipeline schedules whose last stage keeps several micro-batches' logits until their backwards:
+#: GPipe runs every forward first; zero-bubble keeps every loss to the step's end.
+SCHEDULES_HOLDING_LOGITS = ("gpipe", "zero-bubble")
+
+
+def loss_kind(profile_loss: str, pp: int, schedule: str | None = None) -> LossKind:
     """The loss a layout runs: planc's chunked loss computes each chunk's gradient in its forward,
-    except on a pipeline's last stage, where it recomputes the chunk in backward
-    (``planc.strategies.pipeline.runtime``: the stage keeps each micro-batch's logits until its
-    backward, so a kept gradient would double what a micro-batch in flight holds)."""
-    if profile_loss == "chunked" and pp > 1:
+    except on the last stage of a pipeline whose schedule runs several of its forwards before
+    their backwards (:data:`SCHEDULES_HOLDING_LOGITS`), where it recomputes the chunk in backward
+    (``planc.strategies.pipeline.runtime``): the stage keeps each micro-batch's logits until its
+    backward, so a gradient kept beside them would double what each micro-batch in flight holds.
+    Under 1F1B and interleaved 1F1B the last stage runs each micro-batch's backward right after its
+    forward: one in flight, the same peak either way, and the gradient in the forward is faster."""
+    if profile_loss == "chunked" and pp > 1 and schedule in SCHEDULES_HOLDING_LOGITS:
         return "chunked_recompute"
     return profile_loss  # type: ignore[return-value]
 
@@ -277,7 +286,7 @@ def logits_bytes(
 
       which is ``2 e N + (12 - e) c`` when the chunks divide N evenly (measured on plain logits
       through the same autograd path, bench/loss_memory.py before the hand-worked gradient).
-    - ``chunked_recompute`` (checkpointed chunks, a pipeline's last stage): the forward keeps
+    - ``chunked_recompute`` (checkpointed chunks, a GPipe or zero-bubble last stage): the forward keeps
       only the logits. Backward recomputes one chunk at a time and hands each chunk's gradient
       (e c) to the split, which concatenates them once all have come; the peak is at the last
       chunk's log-softmax backward: the logits, the other chunks' gradients and 12 c,
@@ -323,7 +332,7 @@ def _local_logits(model: ModelSpec, b: int, tp: int, chunk_elements: int) -> tup
 
 def loss_checkpointed(model: ModelSpec, b: int, tp: int, loss: str = "chunked_recompute") -> bool:
     """Whether planc's loss runs in checkpointed chunks for this micro-batch (``planc/runtime/loss.py``):
-    on a pipeline's last stage, with more local logits than one chunk holds. Its backward then
+    on the last stage of a GPipe or zero-bubble pipeline, with more local logits than one chunk holds. Its backward then
     reruns each chunk's forward."""
     return loss == "chunked_recompute" and not _local_logits(model, b, tp, LOSS_CHUNK_ELEMENTS)[1]
 

@@ -15,9 +15,10 @@ vocabulary. Each chunk's float32 tensors live only while that chunk is worked on
   cross-entropy kernels do (Liger Kernel's, and flash-attn's Triton one), in plain torch ops.
 - ``backward="recompute"``: each chunk runs under non-reentrant activation checkpointing
   (``torch.utils.checkpoint``): the forward keeps only the logits, and backward recomputes one
-  chunk's float32 tensors at a time -- the upcast and softmax run twice. A pipeline's last stage
-  uses this: ``PipelineStage`` keeps each micro-batch's logits until its backward anyway, so a
-  gradient kept beside them would double what every micro-batch in flight holds.
+  chunk's float32 tensors at a time -- the upcast and softmax run twice. The last stage of a GPipe
+  or zero-bubble pipeline uses this: ``PipelineStage`` keeps each micro-batch's logits until its
+  backward anyway, and those schedules hold several micro-batches there, so a gradient kept beside
+  each would double what they hold (``planc.cost.memory.loss_kind``; 1F1B holds one).
 
 Both keep as many bytes from forward to backward as the logits (their gradient, or themselves);
 the numbers are those of one float32 cross-entropy over all tokens (the chunk sums differ from a

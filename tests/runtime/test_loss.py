@@ -145,3 +145,80 @@ def check_loss_parallel(payload: None) -> None:
 def test_vocabulary_sharded_logits_under_loss_parallel():
     """The padding (columns 90..95) lies in rank 1's shard; chunks of 5 tokens, the last ragged."""
     run_ranks("tests/runtime/test_loss.py:check_loss_parallel", 2)
+
+
+def check_pipelined_loss(payload: None) -> None:
+    """On each of the 2 ranks: a 4-layer model in torch.distributed.pipelining, the loss in 5-token
+    chunks either way, under GPipe, 1F1B and interleaved 1F1B; gradients against one process's."""
+    import copy
+
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(8, 12, 16, generator=generator)
+    targets = torch.randint(0, 90, (8, 12), generator=generator)
+    torch.manual_seed(0)
+    layers = [
+        nn.Linear(16, 16),
+        nn.Linear(16, 16),
+        nn.Linear(16, 16),
+        nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 96)),
+    ]
+    full = nn.Sequential(*layers)
+    # the reference: the mean over 4 micro-batches of each one's float32 cross-entropy
+    losses = [
+        F.cross_entropy(full(x)[..., :90].flatten(0, 1), y.flatten()) for x, y in zip(inputs.chunk(4), targets.chunk(4))
+    ]
+    (sum(losses) / 4).backward()
+    expected = [[p.grad.clone() for p in layer.parameters()] for layer in layers]
+    cases = [("gpipe", "recompute"), ("1f1b", "in_forward"), ("interleaved", "in_forward"), ("1f1b", "recompute")]
+    for schedule_name, backward in cases:
+        interleaved = schedule_name == "interleaved"
+        owned = [rank, rank + world] if interleaved else [rank]  # stage indices on this rank
+        groups = [[k] for k in range(4)] if interleaved else [[0, 1], [2, 3]]
+        parts = [(s, nn.Sequential(*[copy.deepcopy(layers[k]) for k in groups[s]])) for s in owned]
+        for _, part in parts:
+            part.zero_grad(set_to_none=True)
+        events: list[tuple[str, int]] = []
+
+        def loss_fn(output, target, events=events, backward=backward):
+            index = sum(1 for kind, _ in events if kind == "forward")
+            loss = chunked_cross_entropy(output, target, vocab=90, chunk_elements=5 * 96, backward=backward)
+            loss.register_hook(lambda grad, index=index: events.append(("backward", index)))
+            events.append(("forward", index))
+            return loss
+
+        num_stages = 4 if interleaved else world
+        stages = [PipelineStage(part, s, num_stages, torch.device("cpu")) for s, part in parts]
+        if interleaved:
+            schedule = ScheduleInterleaved1F1B(stages, n_microbatches=4, loss_fn=loss_fn, scale_grads=True)
+        else:
+            kind = ScheduleGPipe if schedule_name == "gpipe" else Schedule1F1B
+            schedule = kind(stages[0], n_microbatches=4, loss_fn=loss_fn, scale_grads=True)
+        args = (inputs,) if rank == 0 else ()
+        kwargs = {"target": targets} if rank == world - 1 else {}
+        schedule.step(*args, **kwargs)
+        for stage, part in parts:
+            layer_indices = groups[stage]
+            want = [g for k in layer_indices for g in expected[k]]
+            for got, wanted in zip((p.grad for p in part.parameters()), want):
+                assert (got - wanted).abs().max() < 1e-6, (schedule_name, backward, stage)
+        if rank == world - 1:
+            in_flight = peak = 0
+            for kind, _ in events:
+                in_flight += 1 if kind == "forward" else -1
+                peak = max(peak, in_flight)
+            # 4 micro-batches (torch 2.13 also runs the loss once, forward and backward, on the
+            # first step to infer the stages' gradient shapes)
+            assert sum(kind == "forward" for kind, _ in events) >= 4, events
+            # what planc.cost.memory.loss_kind relies on: 1F1B and interleaved 1F1B hold one
+            # micro-batch's loss at a time on the last stage, GPipe all of them
+            assert peak == (4 if schedule_name == "gpipe" else 1), (schedule_name, events)
+
+
+@pytest.mark.dist
+def test_pipelined_losses_either_way_and_how_many_the_last_stage_holds():
+    run_ranks("tests/runtime/test_loss.py:check_pipelined_loss", 2)

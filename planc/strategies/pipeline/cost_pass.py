@@ -10,7 +10,7 @@ from planc import stages
 from planc.cost.comm import all_gather_seconds, p2p_seconds
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
-from planc.cost.memory import loss_kind, loss_saved_bytes, split_backward_output_grads
+from planc.cost.memory import SCHEDULES_HOLDING_LOGITS, loss_kind, loss_saved_bytes, split_backward_output_grads
 from planc.cost.wrappers import pp_seconds, with_wrapper_time
 
 
@@ -62,14 +62,13 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         buffers = (not st.embedding or v > 1) + (not st.head or v > 1)
         label = "pipeline send/receive buffers"
     terms: tuple[Term, ...] = (Term(label, buffers * ctx.boundary_bytes),) if buffers else ()
-    if st.head and lay.schedule in ("gpipe", "zero-bubble") and m > 1:
+    if st.head and lay.schedule in SCHEDULES_HOLDING_LOGITS and m > 1:
         # GPipe: every forward runs before any backward, so the other m - 1 micro-batches' losses
         # wait too. Zero-bubble: the schedule keeps every micro-batch's loss until the step ends
         # (PipelineScheduleSingle._internal_losses) and its input pass retains the graph, which the
         # weight pass never walks above the logits: the losses' saved tensors stay as long.
-        saved = loss_saved_bytes(
-            ctx.model, lay.micro_batch, lay.tp, ctx.compute_bytes, loss=loss_kind(ctx.profile.loss, lay.pp)
-        )
+        loss = loss_kind(ctx.profile.loss, lay.pp, lay.schedule)
+        saved = loss_saved_bytes(ctx.model, lay.micro_batch, lay.tp, ctx.compute_bytes, loss=loss)
         why = "GPipe" if lay.schedule == "gpipe" else "zero-bubble, kept to the step's end"
         terms += (Term(f"loss kept for backward ({m - 1} more micro-batches, {why})", (m - 1) * saved),)
     if lay.schedule == "zero-bubble":

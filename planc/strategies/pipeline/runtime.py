@@ -18,7 +18,9 @@ from torch.distributed.pipelining import (
 from torch.distributed.pipelining.schedules import _PipelineSchedule
 from torch.distributed.pipelining.stage import _PipelineStageBase
 
+from planc.cost.memory import SCHEDULES_HOLDING_LOGITS
 from planc.runtime.job import Job, TiedWeight
+from planc.runtime.loss import Backward
 from planc.runtime.transformer import loss_fn as model_loss_fn
 from planc.stages import StageStyle, layer_ranges, micro_batches, stages_of_rank
 
@@ -90,9 +92,11 @@ def build_schedule(job: Job, style: StageStyle) -> _PipelineSchedule:
     stages: list[_PipelineStageBase] = list(job.stages)
     n_micro = micro_batches(job.plan.train.global_batch, job.layout.dp, job.layout.micro_batch)
     schedule = job.layout.schedule or ""
-    # The last stage's loss recomputes its chunks in backward: the stage keeps each micro-batch's
-    # logits until then anyway, and a gradient computed in the forward would sit beside them.
-    loss_fn = partial(model_loss_fn, vocab=job.plan.model.vocab, backward="recompute")
+    # The stage keeps each micro-batch's logits until its backward. Where the schedule runs several
+    # of the last stage's forwards first, a gradient computed in the forward would sit beside each
+    # of them: the loss recomputes its chunks in backward there (planc.cost.memory.loss_kind).
+    backward: Backward = "recompute" if schedule in SCHEDULES_HOLDING_LOGITS else "in_forward"
+    loss_fn = partial(model_loss_fn, vocab=job.plan.model.vocab, backward=backward)
     if schedule in SINGLE_STAGE_SCHEDULES:
         return SINGLE_STAGE_SCHEDULES[schedule](stages[0], n_microbatches=n_micro, loss_fn=loss_fn, scale_grads=True)
     if style == "v":
