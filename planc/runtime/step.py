@@ -23,6 +23,7 @@ the stop decision together, not once for each.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import torch
@@ -40,15 +41,21 @@ def rank_batch(job, source: DataSource, step: int) -> torch.Tensor:
     return local_batch(source, step, job.coordinates["dp"], job.layout.dp, job.layout.micro_batch)
 
 
-def train_step(job, batch: torch.Tensor, stop_requested: object = False) -> dict:
+def train_step(
+    job, batch: torch.Tensor, stop_requested: object = False, before_sync: Callable[[], None] | None = None
+) -> dict:
     """Forward, backward, clip and update on ``batch``, this rank's rows of one global batch
     (:func:`rank_batch`: ``[G / dp, seq+1]``).
 
     ``stop_requested`` (truthy once this rank was asked to stop; read when the step's loss is
-    reduced, after backward) is voted on with the loss. Returns ``{"loss": ..., "grad_norm": ...,
-    "lr": ..., "stop": ...}``, the same on every rank: ``stop`` is True when any rank asked.
+    reduced, after backward) is voted on with the loss. ``before_sync`` runs once the step's work
+    is queued and before its results are read on the host: on a GPU, host work done there (the
+    next step's rows) overlaps the device's. Returns ``{"loss": ..., "grad_norm": ..., "lr": ...,
+    "stop": ...}``, the same on every rank: ``stop`` is True when any rank asked.
     """
     loss, total_norm, lr, stop_votes = optimizer_step(job, batch, stop_requested)
+    if before_sync is not None:
+        before_sync()
     return {
         "loss": float(loss.item()),
         "grad_norm": float(total_norm.item()),

@@ -56,7 +56,9 @@ class StepProbe:
         self.index = 0
         self.record: dict = {"rank": dist.get_rank(), "coordinates": job.coordinates, "step_s": []}
 
-    def __call__(self, job, batch, stop_requested: object = False) -> dict:
+    def __call__(self, job, batch, stop_requested: object = False, before_sync=None) -> dict:
+        """One step, measured by phase; ``before_sync`` (the loop's next rows) runs after the step
+        and its timing, so that verify's step times stay the step's own."""
         phase = ("warmup", "time", "comm", "peak")[self.index] if self.index < 4 else "time"
         if self.index == 4 and job.device.type == "cuda":
             phase = "timeline"
@@ -79,6 +81,8 @@ class StepProbe:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.record, indent=1))
         tmp.replace(self.path)
+        if before_sync is not None:
+            before_sync()
         return result
 
     def _synchronize(self) -> None:
