@@ -78,13 +78,31 @@ def with_setting(text: str, setting: str) -> str:
 
 
 def planc_output(argv: list[str]) -> tuple[str, str]:
-    """Stdout and stderr of ``planc ARGV``, run in this process."""
+    """Stdout and stderr of ``planc ARGV``, run in this process, blind to this machine's verify
+    results: ``explain`` shows a "measured" block for a plan someone verified here
+    (``~/.cache/planc/verify``), and generated docs must not depend on who ran what."""
     from planc.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        main(argv)
+    with tempfile.TemporaryDirectory() as no_results, _environment(PLANC_VERIFY_DIR=no_results):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main(argv)
     return out.getvalue(), err.getvalue()
+
+
+@contextlib.contextmanager
+def _environment(**values: str):
+    """Environment variables set for the ``with`` block, restored after it."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _explained(plan: str, settings: tuple[str, ...], flags: tuple[str, ...]) -> tuple[str, str]:
