@@ -26,3 +26,12 @@ def _a_process_needs_the_dist_marker(request, monkeypatch):
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
+
+
+@pytest.fixture(autouse=True)
+def _verify_results_stay_in_the_test(monkeypatch, tmp_path):
+    """``planc verify`` keeps its results in ``~/.cache/planc/verify`` and ``explain`` shows them
+    beside a plan verified there: a test neither reads what someone verified on this machine nor
+    writes there, nor sees another test's results (one that needs a folder of its own sets
+    ``PLANC_VERIFY_DIR`` again)."""
+    monkeypatch.setenv("PLANC_VERIFY_DIR", str(tmp_path / "verify-results"))
