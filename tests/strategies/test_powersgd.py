@@ -109,3 +109,20 @@ def test_cost_pass_scales_data_parallel_traffic():
         terms = {t.name: t.value for t in after.transient}
         assert terms["PowerSGD error feedback"] == pytest.approx(before.grads)
         assert after.transient_bytes > before.transient_bytes
+
+
+def test_the_last_buckets_p_and_q_all_reduces_are_on_the_critical_path():
+    """Two more all-reduce rounds after backward, each of half the last bucket's compressed bytes:
+    this model's fp32 gradients (4 bytes x its parameters) fit one 25 MiB bucket."""
+    from planc.cost.comm import all_reduce_seconds
+    from planc.cost.context import build_context
+
+    lay = layout()
+    used_plan = plan(uses=[("powersgd", {"rank": 4})])
+    estimate = evaluate(used_plan, lay, load_registry().passes(used_plan, lay))
+    ratio = traffic_ratio(used_plan.model, tp=1, rank=4)
+    gradient_bytes = 4 * used_plan.model.params
+    assert gradient_bytes < 25 * 2**20
+    link = build_context(used_plan, lay).links["dp"]
+    expected = 2 * all_reduce_seconds(gradient_bytes * ratio / 2, link)
+    assert estimate.step_parts()["PowerSGD: the last bucket's P and Q all-reduces, chained"] == pytest.approx(expected)

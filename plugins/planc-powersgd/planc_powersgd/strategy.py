@@ -53,14 +53,31 @@ def check(plan, layout, options: Options) -> str | None:
     return None
 
 
+#: DistributedDataParallel's gradient bucket (``bucket_cap_mb``'s default, and planc's ddp's).
+BUCKET_BYTES = 25 * 2**20
+
+
 def cost(ctx, estimate, options: Options):
-    """Scale the "dp" gradient traffic by PowerSGD's element ratio; add the error-feedback buffer.
+    """Scale the "dp" gradient traffic by PowerSGD's element ratio; add the all-reduce rounds the
+    hook chains after backward; add the error-feedback buffer.
 
     Only for ``zero = 0``, where the "dp" traffic is exactly the gradient all-reduce (ZeRO-1's
     entry also holds the parameter all-gather, which PowerSGD does not touch; it is left as is).
-    The traffic after ``start_iter`` is what a long run pays, so that is what is charged. The
-    low-rank matmuls (about 4 n m r FLOPs per matrix) are ignored: a few per cent of r / h of the
-    backward's. Error feedback keeps one fp32 residual per gradient element (Vogels et al. 2019, Alg. 2).
+    The traffic after ``start_iter`` is what a long run pays, so that is what is charged.
+
+    Per bucket, torch's ``powerSGD_hook`` runs three all-reduces, each waiting for the one before
+    (futures chained with ``then``): the uncompressed tensors, then P, then Q (computed from P).
+    Earlier buckets' rounds overlap backward; the last bucket's come after it, so two rounds more
+    than a plain all-reduce are on the critical path: 2 x the all-reduce of that bucket's P (and of
+    its Q, about as large), at the group's latency and bandwidth. Measured on 2 gloo processes
+    (``python bench/powersgd_steps.py``: the CPU matrix's ``powersgd-compressing`` at 2, 4 and 8
+    layers, 15 to 51 compressed matrices): compression added 3.5-5.0 ms per step, not growing with
+    the matrices, against ~1 ms for these two rounds at that machine's calibrated all-reduce latency
+    (0.23 ms); the rest (the chained futures' callbacks handed between threads) is not modelled. The
+    hook's own ops (about 50 per compressed matrix on torch 2.13, counted with torch.profiler, most
+    of them views and slices) did not show in the step time. The low-rank matmuls (about 4 n m r
+    FLOPs per matrix) are ignored: a few per cent of r / h of the backward's. Error feedback keeps
+    one fp32 residual per gradient element (Vogels et al. 2019, Alg. 2).
     """
     layout = ctx.layout
     dp = estimate.comm_of("dp")
@@ -71,9 +88,21 @@ def cost(ctx, estimate, options: Options):
         estimate = estimate.with_comm(dp.scaled(ratio)).with_note(
             f"PowerSGD rank {options.rank}: data-parallel gradient traffic x {ratio:.3f}"
         )
+    chained = chained_rounds(ctx, ratio)
+    estimate = estimate.with_time("PowerSGD: the last bucket's P and Q all-reduces, chained", chained)
     if options.error_feedback:
         estimate = estimate.map_stages(lambda s: s.with_transient("PowerSGD error feedback", s.grads))
     return estimate
+
+
+def chained_rounds(ctx, ratio: float) -> float:
+    """Seconds of the two all-reduces (P, then Q) of the last gradient bucket that the hook runs
+    after the plain one: each of about half the bucket's compressed traffic."""
+    from planc.cost.comm import all_reduce_seconds
+
+    gradient_bytes = ctx.grad_reduce_bytes * max(stage.params for stage in ctx.stages)
+    last_bucket = min(gradient_bytes, BUCKET_BYTES)
+    return 2 * all_reduce_seconds(last_bucket * ratio / 2, ctx.links["dp"])
 
 
 def apply(job, options: Options) -> None:
