@@ -12,7 +12,10 @@ vocabulary. Each chunk's float32 tensors live only while that chunk is worked on
 - ``backward="in_forward"`` (the default): the forward runs each chunk's upcast, cross-entropy and
   its backward at once, and keeps only the chunk's gradient (in the logits' dtype) for the real
   backward, which scales it by the incoming gradient. The loss is read once -- as fused
-  cross-entropy kernels do (Liger Kernel's, and flash-attn's Triton one), in plain torch ops.
+  cross-entropy kernels do (Liger Kernel's, and flash-attn's Triton one), in plain torch ops. On
+  plain logits the gradient is worked out by hand into one buffer (:class:`_LossWithGradient`);
+  on vocabulary-sharded DTensor logits autograd differentiates each chunk in the forward
+  (:class:`_ChunkLossWithGradient`), and the split concatenates the chunks' gradients.
 - ``backward="recompute"``: each chunk runs under non-reentrant activation checkpointing
   (``torch.utils.checkpoint``): the forward keeps only the logits, and backward recomputes one
   chunk's float32 tensors at a time -- the upcast and softmax run twice. The last stage of a GPipe
