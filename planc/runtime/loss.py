@@ -131,6 +131,10 @@ class _LossWithGradient(torch.autograd.Function):
     autograd per chunk 44 (its backward's zero-filled gradient, the cast back, and the split's
     concatenation); the float32 work is 8 bytes per logit of one chunk. Measured on one H100 by
     bench/loss_speed.py (docs/gpu.md).
+
+    The gradient is kept in the logits' dtype before it is scaled: bf16 has float32's exponent
+    range, so small probabilities do not underflow there (fp16, which planc does not offer, would
+    lose them before a loss scaler's factor arrives: it would need the buffer in float32).
     """
 
     @staticmethod
