@@ -20,6 +20,8 @@
 #   selective  planc verify of it with recompute = selective (torchtitan's setting for Llama 3 8B)
 #   profile    bench/handwritten_one_gpu.py on that plan with step 3 under torch.profiler: kernel
 #              time by kind (GEMM, attention, loss, optimizer, other) against the step's wall time
+#   loss       bench/loss_speed.py: one micro-batch's loss (8192 x 128,256 bf16 logits), the whole-tensor
+#              cross-entropy against planc's chunked loss each way and chunk size: time and peak memory
 #   weights    plans/gpu/tiny-1xh100.plan to step 10, `planc export` of it (safetensors), and a run
 #              that starts from the export (`model from ... { init = pretrained }`): the weights path on CUDA
 #   sustained  bench/gpu_sustained.py: one GEMM back to back for 20 s, rate and SM clock per second
@@ -168,6 +170,10 @@ EOF
   done
 }
 
+step_loss() {
+  python3 bench/loss_speed.py
+}
+
 step_weights() {
   planc run "$TINY" --out "$WORK/tiny-first" --steps 10
   planc export "$WORK/tiny-first" --to "$WORK/tiny-exported"
@@ -201,15 +207,17 @@ step_layouts() {
   python3 bench/gpu_layouts.py --gpus "$gpus" --out "$WORK/layouts"
 }
 
-export -f planc step_env step_verify step_calibrate step_run step_resume step_variants step_selective step_profile step_sustained step_layouts step_weights
+export -f planc step_env step_verify step_calibrate step_run step_resume step_variants step_selective step_profile step_sustained step_layouts step_weights step_loss
 export PLAN TINY OUT WORK LOGS
 
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,utilization.gpu --format=csv -l 1 \
   >"$WORK/smi.csv" 2>/dev/null &
 steps=("$@")
 # Most wanted first (a lease is short and a call can be cut off): the multi-GPU layouts where there
-# are several GPUs, then what re-checks the first run's findings (fused AdamW in `run` and `profile`).
-[ ${#steps[@]} -eq 0 ] && steps=(env layouts verify run profile resume selective variants sustained calibrate)
+# are several GPUs, then what re-checks the second session's changes that never ran on a GPU (the
+# 2**26 loss chunk and the next rows built during the step, in `run` against the hand-written loop;
+# `verify`; `loss`), then the weights path and the first session's checks.
+[ ${#steps[@]} -eq 0 ] && steps=(env layouts run verify loss weights profile resume selective variants sustained calibrate)
 for s in "${steps[@]}"; do
   case $s in
     env) step env 60 ;;
@@ -222,8 +230,9 @@ for s in "${steps[@]}"; do
     profile) step profile 120 ;;
     sustained) step sustained 60 ;;
     weights) step weights 150 ;;
+    loss) step loss 90 ;;
     layouts) step layouts 560 ;;
-    *) echo "gpu_check: unknown step $s (env verify calibrate run resume variants selective profile sustained layouts weights)" ;;
+    *) echo "gpu_check: unknown step $s (env verify calibrate run resume variants selective profile sustained layouts weights loss)" ;;
   esac
 done
 ls -la "$OUT"
