@@ -12,8 +12,8 @@ gradients are the head's own).
 
 ``old`` is ``F.cross_entropy(logits.float(), targets)`` (planc's loss before the chunking);
 ``in_forward`` and ``recompute`` are :func:`planc.runtime.loss.chunked_cross_entropy` with each
-chunk's gradient computed in the forward (planc's loss) or recomputed in backward (a pipeline's
-last stage: the cost model's ``chunked_recompute``). The test
+chunk's gradient computed in the forward (planc's loss) or recomputed in backward (a GPipe or
+zero-bubble pipeline's last stage: the cost model's ``chunked_recompute``). The test
 (tests/runtime/test_loss.py) runs the same cases.
 """
 

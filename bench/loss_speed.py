@@ -5,9 +5,9 @@ cross-entropy against planc's chunked loss, each way and at several chunk sizes,
 
 The logits ``[tokens, vocab]`` (bf16 on CUDA, as the head GEMM writes them under autocast; fp32 on
 CPU) come out of an op that keeps nothing for backward; each variant runs forward and backward
-``reps`` times and prints the median time (after a device synchronisation) and the peak memory
-above the logits (``torch.cuda.max_memory_allocated`` on CUDA; bench/loss_memory.py's
-``PeakBytes`` on CPU). On one H100 this showed what planc's loss cost beside a plain
+``reps`` times and prints the median time (after a device synchronisation) and, on CUDA, the peak
+memory above the logits (``torch.cuda.max_memory_allocated``; on CPU bench/loss_memory.py measures
+the peaks). On one H100 this showed what planc's loss cost beside a plain
 ``F.cross_entropy`` on Llama 3 8B's vocabulary (docs/gpu.md); on CPU the defaults are smaller.
 """
 

@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(<!-- planc:begin (.*?) -->\n)(.*?)(<!-- planc:end -->)", re.S)
@@ -84,25 +85,10 @@ def planc_output(argv: list[str]) -> tuple[str, str]:
     from planc.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with tempfile.TemporaryDirectory() as no_results, _environment(PLANC_VERIFY_DIR=no_results):
+    with tempfile.TemporaryDirectory() as no_results, mock.patch.dict(os.environ, PLANC_VERIFY_DIR=no_results):
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             main(argv)
     return out.getvalue(), err.getvalue()
-
-
-@contextlib.contextmanager
-def _environment(**values: str):
-    """Environment variables set for the ``with`` block, restored after it."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _explained(plan: str, settings: tuple[str, ...], flags: tuple[str, ...]) -> tuple[str, str]:

@@ -415,15 +415,16 @@ def head_times(
     gemm = gemm_seconds(T, h, V // tp, device, e)
     loss_forward = ((e + 4) + 8) * T * V / tp if e != 4 else 8.0 * T * V / tp
     loss_backward = (2 if loss_checkpointed(model, micro_batch, tp, loss) else 1) * loss_forward
-    if loss_in_forward(model, micro_batch, tp, loss) and tp == 1:
-        # the gradient worked out by hand into one buffer (planc.runtime.loss._LossWithGradient):
-        # float32 copy (e + 4), log-softmax (8), its exponential in place (8), the cast into the
-        # buffer (4 + e); backward scales the buffer in place (2 e)
-        loss_forward, loss_backward = (2 * e + 24) * T * V, 2 * e * T * V
-    elif loss_in_forward(model, micro_batch, tp, loss):
-        # DTensor chunks differentiated by autograd in the forward; backward scales each chunk's
-        # gradient and the split concatenates them (2 e each)
-        loss_forward, loss_backward = 2 * loss_forward, 4 * e * T * V / tp
+    if loss_in_forward(model, micro_batch, tp, loss):
+        if tp == 1:
+            # the gradient worked out by hand into one buffer (planc.runtime.loss._LossWithGradient):
+            # float32 copy (e + 4), log-softmax (8), its exponential in place (8), the cast into the
+            # buffer (4 + e); backward scales the buffer in place (2 e)
+            loss_forward, loss_backward = (2 * e + 24) * T * V, 2 * e * T * V
+        else:
+            # DTensor chunks differentiated by autograd in the forward; backward scales each chunk's
+            # gradient and the split concatenates them (2 e each)
+            loss_forward, loss_backward = 2 * loss_forward, 4 * e * T * V / tp
     if loss == "fused":
         loss_forward, loss_backward = e * T * V / tp, 2 * e * T * V / tp
     norm = 2 * r * T * h_s + ((r + e) * T * h_s if r != e else 0.0)

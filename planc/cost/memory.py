@@ -286,8 +286,8 @@ def logits_bytes(
 
       which is ``2 e N + (12 - e) c`` when the chunks divide N evenly (measured on plain logits
       through the same autograd path, bench/loss_memory.py before the hand-worked gradient).
-    - ``chunked_recompute`` (checkpointed chunks, a GPipe or zero-bubble last stage): the forward keeps
-      only the logits. Backward recomputes one chunk at a time and hands each chunk's gradient
+    - ``chunked_recompute`` (checkpointed chunks, a GPipe or zero-bubble last stage): the forward
+      keeps only the logits. Backward recomputes one chunk at a time and hands each chunk's gradient
       (e c) to the split, which concatenates them once all have come; the peak is at the last
       chunk's log-softmax backward: the logits, the other chunks' gradients and 12 c,
       ``2 e N + (12 - e) c``.
@@ -332,8 +332,8 @@ def _local_logits(model: ModelSpec, b: int, tp: int, chunk_elements: int) -> tup
 
 def loss_checkpointed(model: ModelSpec, b: int, tp: int, loss: str = "chunked_recompute") -> bool:
     """Whether planc's loss runs in checkpointed chunks for this micro-batch (``planc/runtime/loss.py``):
-    on the last stage of a GPipe or zero-bubble pipeline, with more local logits than one chunk holds. Its backward then
-    reruns each chunk's forward."""
+    on the last stage of a GPipe or zero-bubble pipeline, with more local logits than one chunk
+    holds. Its backward then reruns each chunk's forward."""
     return loss == "chunked_recompute" and not _local_logits(model, b, tp, LOSS_CHUNK_ELEMENTS)[1]
 
 

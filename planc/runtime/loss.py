@@ -45,13 +45,16 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypeGuard
 
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from planc.cost.memory import LOSS_CHUNK_ELEMENTS
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 #: Logits per chunk (local ones, under vocabulary parallelism): 2**26 float32 values are 256 MiB;
 #: a chunk's float32 work is two such tensors (a gradient worked out in the forward) or three
@@ -206,13 +209,14 @@ def _chunk_loss_sum(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Ten
     return F.cross_entropy(upcast, targets, reduction="sum")
 
 
-def _is_dtensor(logits: torch.Tensor) -> bool:
+def _is_dtensor(logits: torch.Tensor) -> TypeGuard[DTensor]:
+    """Whether ``logits`` is a DTensor (tensor parallelism's vocabulary-sharded logits)."""
     return hasattr(logits, "device_mesh")
 
 
 def _local_width(logits: torch.Tensor) -> int:
     """Columns of ``logits`` this rank holds (a DTensor sharded over the vocabulary holds a slice)."""
-    local = logits.to_local() if hasattr(logits, "to_local") else logits
+    local = logits.to_local() if _is_dtensor(logits) else logits
     return max(1, local.shape[-1])
 
 
@@ -225,15 +229,14 @@ def _padding_mask(logits: torch.Tensor, vocab: int) -> torch.Tensor:
     width = logits.shape[-1]
     mask = torch.zeros(width, dtype=torch.float32, device=_device(logits))
     mask[vocab:] = -math.inf
-    if not hasattr(logits, "device_mesh"):
+    if not _is_dtensor(logits):
         return mask
-    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-    assert isinstance(logits, DTensor)
     last = logits.ndim - 1
     placements = [Shard(0) if isinstance(p, Shard) and p.dim in (last, -1) else Replicate() for p in logits.placements]
     return distribute_tensor(mask, logits.device_mesh, placements, src_data_rank=None)
 
 
 def _device(logits: torch.Tensor) -> torch.device:
-    return logits.to_local().device if hasattr(logits, "to_local") else logits.device
+    return logits.to_local().device if _is_dtensor(logits) else logits.device

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planc.cost.comm import all_reduce_seconds
 from planc.spec.fields import Flag
 from planc_powersgd.compression import traffic_ratio
 
@@ -98,8 +99,6 @@ def cost(ctx, estimate, options: Options):
 def chained_rounds(ctx, ratio: float) -> float:
     """Seconds of the two all-reduces (P, then Q) of the last gradient bucket that the hook runs
     after the plain one: each of about half the bucket's compressed traffic."""
-    from planc.cost.comm import all_reduce_seconds
-
     gradient_bytes = ctx.grad_reduce_bytes * max(stage.params for stage in ctx.stages)
     last_bucket = min(gradient_bytes, BUCKET_BYTES)
     return 2 * all_reduce_seconds(last_bucket * ratio / 2, ctx.links["dp"])
