@@ -37,6 +37,12 @@ def layer_params_per_shard(model: ModelSpec, tp: int) -> int:
     return sum(matrices) + sum(vectors)
 
 
+def linear_params_per_shard(model: ModelSpec, tp: int) -> int:
+    """Weights and biases of one block's linears on one TP rank: the block less its two norms,
+    whose weights ``torch.autocast`` leaves in fp32 (norms run in fp32; only the linears' are cast)."""
+    return layer_params_per_shard(model, tp) - 2 * sum(_norm_tensor_sizes(model))
+
+
 def block_tensor_sizes(model: ModelSpec, tp: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(matrices, vectors): element counts of one block's parameter tensors on one TP rank.
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from planc.cost.context import CostContext
-from planc.cost.estimate import Estimate
+from planc.cost.estimate import Estimate, StageMemory, Term
+from planc.cost.memory import SCHEDULES_HOLDING_LOGITS
+from planc.cost.params import linear_params_per_shard
 
 #: Bytes per parameter and micro-batch that autocast moves outside the GEMMs: the fp32 -> bf16
 #: weight cast in forward (read 4, write 2) and, in backward, the cast of the bf16 weight
@@ -19,29 +21,83 @@ GRADIENT_ACCUMULATE_BYTES_PER_PARAM = 12
 
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     """bf16 mixed precision. With fp32 parameters under ``torch.autocast`` (DDP, ZeRO-1) every
-    weight is cast to bf16 for its GEMM and the copy is saved for backward: 2 bytes per
-    parameter while a step runs, and the casts and fp32 gradient accumulation cost
-    :data:`AUTOCAST_CAST_BYTES_PER_PARAM` of memory traffic per micro-batch, and the fp32
-    gradients' accumulation :data:`GRADIENT_ACCUMULATE_BYTES_PER_PARAM`. FSDP's bf16 parameters
-    (ZeRO-2/3) need neither. The bf16 compute rate and 2-byte activations are already in the
-    context's dtypes."""
-    if not autocast_copy_bytes(ctx, 0):
+    linear's weight is cast to bf16 for its GEMM and the copy is saved for backward
+    (:func:`autocast_copy_terms`), and the casts and fp32 gradient accumulation cost
+    :data:`AUTOCAST_CAST_BYTES_PER_PARAM` and :data:`GRADIENT_ACCUMULATE_BYTES_PER_PARAM` of memory
+    traffic per micro-batch; recomputation casts the blocks' weights again (forward half: 6
+    bytes). FSDP's bf16 parameters (ZeRO-2/3, DDP through ``replicate``) need none of it. The bf16
+    compute rate and 2-byte activations are already in the context's dtypes."""
+    if not block_copy_bytes(ctx):
         return est
-    params = max(st.params for st in ctx.stages)
     m = ctx.micro_batches
     accumulations = m if ctx.layout.dp > 1 else m - 1
-    per_param = m * AUTOCAST_CAST_BYTES_PER_PARAM + accumulations * GRADIENT_ACCUMULATE_BYTES_PER_PARAM
-    casts = per_param * params / ctx.device.memory_rate
+    recast = ctx.layout.recompute != "none"
+
+    def traffic(rank: int) -> float:
+        st = ctx.stage(rank)
+        blocks = st.layers * linear_params_per_shard(ctx.model, ctx.layout.tp)
+        cast = blocks + (_head_params(ctx) if st.head else 0)
+        forward_half = AUTOCAST_CAST_BYTES_PER_PARAM / 2
+        return m * (AUTOCAST_CAST_BYTES_PER_PARAM * cast + recast * forward_half * blocks) + (
+            accumulations * GRADIENT_ACCUMULATE_BYTES_PER_PARAM * st.params
+        )
+
+    casts = max(traffic(st.rank) for st in ctx.stages) / ctx.device.memory_rate
     return est.updated(
-        stage_fn=lambda s: s.with_transient("bf16 weight copies (autocast)", autocast_copy_bytes(ctx, s.rank)),
+        stage_fn=lambda s: s.updated(transient=autocast_copy_terms(ctx, s)),
         compute=est.compute + casts,
     )
 
 
-def autocast_copy_bytes(ctx: CostContext, rank: int) -> float:
-    """The bf16 copies autocast makes of pipeline rank ``rank``'s fp32 weights and saves for
-    backward (0 when the parameters are not fp32 under bf16 autocast). Each block's copies go
-    with its backward: by the embedding's backward, at the step's end, they are gone."""
+def block_copy_bytes(ctx: CostContext) -> float:
+    """Bytes of autocast's bf16 copies of one block's linears on one device: 0 unless the
+    parameters are fp32 under bf16 autocast (DDP under autocast, ZeRO-1, no data parallelism)."""
     if ctx.plan.train.precision != "bf16" or ctx.state_bytes.working < 4:
         return 0.0
-    return 2.0 * ctx.stage(rank).params
+    return 2.0 * linear_params_per_shard(ctx.model, ctx.layout.tp)
+
+
+def _head_params(ctx: CostContext) -> int:
+    """The output head's weight on one TP rank (vocab-parallel): cast for its GEMM even when tied
+    to the embedding, whose own lookup autocast leaves in fp32."""
+    return ctx.model.padded_vocab * ctx.model.hidden // ctx.layout.tp
+
+
+def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
+    """The bf16 weight copies pipeline rank ``s.rank`` holds at its peak.
+
+    Autocast casts a weight once per forward (its cache is cleared when the outermost autocast
+    region exits, at the end of each micro-batch's forward) and each linear saves its copy for
+    backward, so a copy lives as long as the micro-batch's graph:
+
+    - without recomputation, every block-micro-batch in flight (``s.act_layers``, what the pipeline
+      schedule keeps) holds its block's copies, as it holds its activations;
+    - under full or selective recomputation the checkpointed blocks keep none (the cast is not among
+      the ops selective recomputation saves): one block's copies exist while it is recomputed and
+      runs backward ("backward" phase);
+    - the output head keeps its copy until its backward, once per micro-batch whose loss waits
+      (every micro-batch on the last stage of GPipe and zero-bubble) ("loss" phase);
+    - the embedding's lookup is not autocast: no copy.
+
+    Measured on one H100 (docs/gpu.md, third session): counting all 2 bytes per parameter once
+    over-predicted the peak of full and selective recomputation by 2.3-2.4 GiB (+6-7%), the copies
+    of the four checkpointed blocks and of the embedding; ``planc verify --simulate`` of pipelines
+    under-predicted GPipe's by 17-28% (tests/verify/test_simulate_autocast.py).
+    """
+    block = block_copy_bytes(ctx)
+    if not block:
+        return ()
+    lay = ctx.layout
+    terms: tuple[Term, ...]
+    if lay.recompute == "none":
+        held = s.act_layers
+        terms = (Term(f"autocast's bf16 weight copies ({held:g} block-micro-batches)", block * held),)
+    else:
+        terms = (Term("autocast's bf16 copies of the recomputed block's weights", block, "backward"),)
+    if ctx.stage(s.rank).head:
+        waiting = ctx.micro_batches if lay.pp > 1 and lay.schedule in SCHEDULES_HOLDING_LOGITS else 1
+        name = "autocast's bf16 copy of the output head's weight"
+        if waiting > 1:
+            name += f" ({waiting} micro-batches)"
+        terms += (Term(name, 2.0 * _head_params(ctx) * waiting, "loss"),)
+    return terms

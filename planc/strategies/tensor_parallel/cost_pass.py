@@ -6,7 +6,7 @@ from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatt
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.wrappers import tp_seconds, with_dtensor_optimizer, with_wrapper_time
-from planc.strategies.bf16.cost_pass import autocast_copy_bytes
+from planc.strategies.bf16.cost_pass import block_copy_bytes
 
 
 def tp_block_collectives(ctx: CostContext) -> tuple[float, float, float]:
@@ -138,7 +138,10 @@ def _replicated_embedding_grad(ctx: CostContext, s: StageMemory) -> StageMemory:
         # its bucket, in the fp32 of the parameters (autocast leaves the embedding in fp32).
         # Simulated, tiny model at TP 2: 4 + 2 MiB for an [8192, 128] table (docs/verify.md).
         vocab = ctx.model.padded_vocab
-        gone = finished + autocast_copy_bytes(ctx, s.rank)  # autocast's weight copies went with the blocks
+        # Autocast's weight copies of this micro-batch's blocks went with them (none were kept
+        # under recomputation).
+        copies = block_copy_bytes(ctx) * st.layers / lay.virtual_stages if lay.recompute == "none" else 0.0
+        gone = finished + copies
         held = ctx.state_bytes.grads * (vocab + vocab // lay.tp) * ctx.model.hidden - gone
         if held <= 0:
             return s

@@ -1,0 +1,117 @@
+"""Autocast's bf16 weight copies (fp32 parameters under ``torch.autocast``: ZeRO-1, DDP over
+autocast, no data parallelism): how long torch keeps them, and the peak ``planc verify --simulate``
+measures against the cost model's :func:`planc.strategies.bf16.cost_pass.autocast_copy_terms`.
+
+Counting 2 bytes per parameter once, whatever the recomputation and the schedule, over-predicted
+the peak of full and selective recomputation (+7.4% and +6.8% on the plan below; +6.8% and +6.3%
+measured on an H100, docs/gpu.md) and under-predicted GPipe's copies, one per micro-batch.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from planc.cost.driver import evaluate
+from planc.dsl.load import load_plan_text
+from planc.runtime.job import _autocast_forward
+from planc.spec import Layout
+from planc.strategies.registry import load_registry
+from planc.verify.simulate import default_ranks, simulate
+
+REGISTRY = load_registry()
+
+PLAN = """
+model "tiny" {{
+  layers = 4
+  hidden = 256
+  heads = 4
+  vocab = 8192
+  seq_len = 512
+  mlp = swiglu
+  ffn = 1024
+  norm = rmsnorm
+  position = rope
+}}
+hardware {{ device = "cpu"  nodes = 1  per_node = 2 }}
+train {{ global_batch = {batch}  micro_batch = 1  precision = bf16  optimizer = adamw  steps = 10 }}
+layout {{ {layout} }}
+"""
+
+# One block's linears by hand: wq, wk, wv, wo 256 x 256 and the SwiGLU's three 256 x 1024, no
+# biases: 4 x 65,536 + 3 x 262,144 = 1,048,576 weights, 2 MiB as bf16 copies. The head: 8192 x 256.
+BLOCK_COPY = 2 * 1_048_576
+HEAD_COPY = 2 * 8192 * 256
+
+
+@pytest.fixture(autouse=True)
+def no_process_group():
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _saved_bf16_weights(module: nn.Module, forwards: int, checkpointed: bool) -> int:
+    """Distinct storages of bf16 [256, 1024]-element weight copies saved for backward over ``forwards``
+    micro-batches through planc's autocast wrapper (each call of the forward is one micro-batch)."""
+    _autocast_forward(module, "cpu", torch.bfloat16)
+    storages = set()
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.dtype == torch.bfloat16 and t.numel() == 256 * 1024:
+            storages.add(t.untyped_storage().data_ptr())
+        return t
+
+    outputs = []
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        for _ in range(forwards):
+            x = torch.randn(4, 256, requires_grad=True)
+            outputs.append(checkpoint(module, x, use_reentrant=False) if checkpointed else module(x))
+    return len(storages)
+
+
+def test_each_micro_batch_in_flight_keeps_its_own_copies_and_a_checkpointed_block_none():
+    # The autocast cache dies with each forward's autocast region, so three micro-batches whose
+    # backward has not run hold three copies of each linear's weight (each saves its weight to
+    # compute its input's gradient); checkpointing saves no copy.
+    model = nn.Sequential(nn.Linear(256, 1024), nn.Linear(1024, 256))
+    assert _saved_bf16_weights(model, 3, checkpointed=False) == 2 * 3
+    model = nn.Sequential(nn.Linear(256, 1024), nn.Linear(1024, 256))
+    assert _saved_bf16_weights(model, 3, checkpointed=True) == 0
+
+
+@pytest.mark.parametrize("recompute", ["none", "full", "selective"])
+def test_the_simulated_zero1_peak_matches_the_copies_autocast_keeps(recompute):
+    plan = load_plan_text(
+        PLAN.format(batch=4, layout=f"tp = 1  pp = 1  dp = 2  zero = 1  recompute = {recompute}"),
+        "autocast.plan",
+        strategies=REGISTRY,
+    )
+    layout = Layout(tp=1, pp=1, dp=2, zero=1, recompute=recompute, schedule=None, micro_batch=1)
+    result = simulate(plan, layout, REGISTRY, default_ranks(layout))
+    peaks = [r for r in result["rows"] if r["section"] == "peak memory"]
+    assert peaks and all(abs(r["error"]) < 0.03 for r in peaks), peaks
+
+
+def _copy_terms(layout_text: str, layout: Layout, batch: int) -> dict[int, dict[str, tuple[float, str]]]:
+    plan = load_plan_text(PLAN.format(batch=batch, layout=layout_text), "autocast.plan", strategies=REGISTRY)
+    est = evaluate(plan, layout, REGISTRY.passes(plan, layout))
+    return {s.rank: {t.name: (t.value, t.phase) for t in s.transient if "autocast" in t.name} for s in est.stages}
+
+
+def test_gpipe_keeps_a_copy_per_micro_batch_in_flight():
+    # Two stages of two blocks; GPipe runs all 8 forwards before any backward: stage 0 holds
+    # 8 x 2 block-micro-batches of copies, the last stage its blocks' and 8 of the head's.
+    layout = Layout(tp=1, pp=2, dp=1, zero=0, recompute="none", schedule="gpipe", micro_batch=1)
+    terms = _copy_terms("tp = 1  pp = 2  dp = 1  recompute = none  schedule = gpipe", layout, batch=8)
+    assert sorted(terms[0].values()) == [(16 * BLOCK_COPY, "")]
+    assert sorted(terms[1].values()) == [(16 * BLOCK_COPY, ""), (8 * HEAD_COPY, "loss")]
+
+
+def test_under_recompute_only_the_block_being_recomputed_and_the_head_hold_copies():
+    layout = Layout(tp=1, pp=2, dp=1, zero=0, recompute="full", schedule="1f1b", micro_batch=1)
+    terms = _copy_terms("tp = 1  pp = 2  dp = 1  recompute = full  schedule = 1f1b", layout, batch=8)
+    assert sorted(terms[0].values()) == [(BLOCK_COPY, "backward")]  # the embedding's lookup casts nothing
+    assert sorted(terms[1].values()) == [(BLOCK_COPY, "backward"), (HEAD_COPY, "loss")]
