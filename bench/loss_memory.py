@@ -3,7 +3,8 @@
     python bench/loss_memory.py          # a table: measured peaks, the cost model's prediction, ratios
 
 One micro-batch's logits ``[b, s, V]`` (bf16 as the head GEMM writes them under autocast, or fp32)
-come out of an op whose backward keeps nothing (as a Linear keeps nothing of its output), the loss
+come out of an op whose backward keeps nothing (as a Linear keeps nothing of its output) and
+passes on only a small gradient (a bias over the vocabulary), the loss
 runs forward and backward, and :class:`PeakBytes` -- a ``TorchDispatchMode`` that adds every new
 storage an op returns and subtracts it when it is freed (``weakref.finalize``) -- records the
 largest total alive at any op: the logits, the loss's float32 temporaries and the logits' gradient.
@@ -12,8 +13,9 @@ gradients are the head's own).
 
 ``old`` is ``F.cross_entropy(logits.float(), targets)`` (planc's loss before the chunking);
 ``in_forward`` and ``recompute`` are :func:`planc.runtime.loss.chunked_cross_entropy` with each
-chunk's gradient computed in the forward (planc's loss) or recomputed in backward (a GPipe or
-zero-bubble pipeline's last stage: the cost model's ``chunked_recompute``). The test
+chunk's gradient computed in the forward and written over the logits (planc's loss) or recomputed
+in backward (vocabulary-sharded logits on a GPipe or zero-bubble pipeline's last stage: the cost
+model's ``chunked_recompute``, measured here on plain logits through the same path). The test
 (tests/runtime/test_loss.py) runs the same cases.
 """
 
@@ -65,14 +67,24 @@ def old_loss(logits: torch.Tensor, targets: torch.Tensor, vocab: int) -> torch.T
 def measure(kind: str, b: int, s: int, vocab: int, padded: int, dtype: torch.dtype, chunk_elements: int) -> int:
     """Peak bytes of the logits, the loss and the logits' gradient for one micro-batch."""
     generator = torch.Generator().manual_seed(0)
-    head_out = torch.randn(b, s, padded, generator=generator).to(dtype).requires_grad_()
+    head_out = torch.randn(b, s, padded, generator=generator).to(dtype)
+    bias = torch.zeros(padded, dtype=dtype, requires_grad=True)
     targets = torch.randint(0, vocab, (b, s), generator=generator)
     with PeakBytes() as peak:
-        logits = head_out * 1.0  # a fresh tensor whose backward keeps nothing, like a Linear's output
+        # A fresh tensor whose backward keeps nothing, as a Linear keeps nothing of its output, and
+        # hands on only a [V] gradient: the head's own input and weight gradients are not this term.
+        logits = head_out + bias
         if kind == "old":
             loss = old_loss(logits, targets, vocab)
         else:
-            loss = chunked_cross_entropy(logits, targets, vocab=vocab, chunk_elements=chunk_elements, backward=kind)
+            loss = chunked_cross_entropy(
+                logits,
+                targets,
+                vocab=vocab,
+                chunk_elements=chunk_elements,
+                backward=kind,
+                overwrite_logits=kind == "in_forward",  # as planc's step runs it
+            )
         del logits
         loss.backward()
         del loss

@@ -4,10 +4,12 @@ cross-entropy against planc's chunked loss, each way and at several chunk sizes,
     python bench/loss_speed.py [--tokens 8192] [--vocab 128256] [--reps 10]
 
 The logits ``[tokens, vocab]`` (bf16 on CUDA, as the head GEMM writes them under autocast; fp32 on
-CPU) come out of an op that keeps nothing for backward; each variant runs forward and backward
-``reps`` times and prints the median time (after a device synchronisation) and, on CUDA, the peak
-memory above the logits (``torch.cuda.max_memory_allocated``; on CPU bench/loss_memory.py measures
-the peaks). On one H100 this showed what planc's loss cost beside a plain
+CPU) come out of an op that keeps nothing for backward and passes on only a [vocab] gradient (a
+bias: the head's own input and weight gradients are not the loss's); each variant runs forward and
+backward ``reps`` times and prints the median time (after a device synchronisation) and, on CUDA,
+the peak memory above the logits' input (``torch.cuda.max_memory_allocated``, the logits included;
+on CPU bench/loss_memory.py measures the peaks). ``in_forward`` writes the gradient over the logits,
+as planc's step runs it. On one H100 this showed what planc's loss cost beside a plain
 ``F.cross_entropy`` on Llama 3 8B's vocabulary (docs/gpu.md); on CPU the defaults are smaller.
 """
 
@@ -30,7 +32,9 @@ def variants(chunks: list[int]) -> list[tuple[str, object]]:
             found.append(
                 (
                     f"{backward} 2^{c.bit_length() - 1}",
-                    lambda x, t, c=c, b=backward: chunked_cross_entropy(x, t, chunk_elements=c, backward=b),
+                    lambda x, t, c=c, b=backward: chunked_cross_entropy(
+                        x, t, chunk_elements=c, backward=b, overwrite_logits=b == "in_forward"
+                    ),
                 )
             )
     return found
@@ -38,6 +42,7 @@ def variants(chunks: list[int]) -> list[tuple[str, object]]:
 
 def measure(fn, head_out: torch.Tensor, targets: torch.Tensor, reps: int) -> tuple[float, int]:
     cuda = head_out.is_cuda
+    bias = torch.zeros(head_out.shape[-1], device=head_out.device, dtype=head_out.dtype, requires_grad=True)
     times = []
     peak = 0
     for _ in range(reps + 1):
@@ -46,7 +51,7 @@ def measure(fn, head_out: torch.Tensor, targets: torch.Tensor, reps: int) -> tup
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
         began = time.perf_counter()
-        logits = head_out * 1.0
+        logits = head_out + bias
         loss = fn(logits, targets)
         del logits
         loss.backward()
@@ -54,7 +59,7 @@ def measure(fn, head_out: torch.Tensor, targets: torch.Tensor, reps: int) -> tup
             torch.cuda.synchronize()
             peak = max(peak, torch.cuda.max_memory_allocated() - base)
         times.append(time.perf_counter() - began)
-        head_out.grad = None
+        bias.grad = None
     return statistics.median(times[1:]), peak
 
 
@@ -69,7 +74,7 @@ def main() -> None:
     device = torch.device("cuda" if cuda else "cpu")
     dtype = torch.bfloat16 if cuda else torch.float32
     generator = torch.Generator(device=device).manual_seed(0)
-    head_out = torch.randn(args.tokens, args.vocab, device=device, generator=generator).to(dtype).requires_grad_()
+    head_out = torch.randn(args.tokens, args.vocab, device=device, generator=generator).to(dtype)
     targets = torch.randint(0, args.vocab, (args.tokens,), device=device, generator=generator)
     gib = 2**30
     logits_gib = head_out.numel() * head_out.element_size() / gib

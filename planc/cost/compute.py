@@ -401,9 +401,10 @@ def head_times(
     more than one chunk (:func:`planc.cost.memory.loss_in_forward`): by hand into one buffer on
     plain logits (28 bytes per bf16 logit), by autograd on DTensor ones (both passes); its backward
     scales the kept gradient (read and write e per logit; under TP the chunks' gradients are also
-    concatenated). On the last stage of a GPipe or zero-bubble pipeline (``chunked_recompute``) it
-    checkpoints each chunk (:func:`planc.cost.memory.loss_checkpointed`), so backward runs the
-    upcast and softmax forward again first. (On an H100 that rerun made planc's program 5% slower
+    concatenated). On vocabulary-sharded logits on the last stage of a GPipe or zero-bubble
+    pipeline (``chunked_recompute``) it checkpoints each chunk
+    (:func:`planc.cost.memory.loss_checkpointed`), so backward runs the upcast and softmax forward
+    again first. (On an H100 that rerun made planc's program 5% slower
     than a plain loop with a whole-logits loss on Llama 3 8B's 128 K vocabulary; computed in the
     forward, 1.4%: docs/gpu.md.)
     ``loss = "fused"`` (a Triton cross-entropy, fp32 in registers) reads the logits forward

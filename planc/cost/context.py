@@ -186,7 +186,7 @@ class ContextCache:
 
     def edges(self, b: int, tp: int, sp: bool, e: int, r: int, pp: int, schedule: str | None) -> tuple:
         """(embedding fwd, bwd), (head fwd, bwd) and logits bytes for one micro-batch."""
-        loss = loss_kind(self.profile.loss, pp, schedule)
+        loss = loss_kind(self.profile.loss, pp, schedule, tp)
         key = (b, tp, sp, e, r, loss)
         found = self._edges.get(key)
         if found is None:

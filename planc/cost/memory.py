@@ -245,15 +245,17 @@ LossKind = Literal["chunked", "chunked_recompute", "whole", "megatron", "fused"]
 SCHEDULES_HOLDING_LOGITS = ("gpipe", "zero-bubble")
 
 
-def loss_kind(profile_loss: str, pp: int, schedule: str | None = None) -> LossKind:
-    """The loss a layout runs: planc's chunked loss computes each chunk's gradient in its forward,
-    except on the last stage of a pipeline whose schedule runs several of its forwards before
-    their backwards (:data:`SCHEDULES_HOLDING_LOGITS`), where it recomputes the chunk in backward
-    (``planc.strategies.pipeline.runtime``): the stage keeps each micro-batch's logits until its
-    backward, so a gradient kept beside them would double what each micro-batch in flight holds.
-    Under 1F1B and interleaved 1F1B the last stage runs each micro-batch's backward right after its
-    forward: one in flight, the same peak either way, and the gradient in the forward is faster."""
-    if profile_loss == "chunked" and pp > 1 and schedule in SCHEDULES_HOLDING_LOGITS:
+def loss_kind(profile_loss: str, pp: int, schedule: str | None = None, tp: int = 1) -> LossKind:
+    """The loss a layout runs: planc's chunked loss computes each chunk's gradient in its forward
+    (over the logits themselves when they are plain tensors, tp = 1), except for vocabulary-sharded
+    logits (tp > 1) on the last stage of a pipeline whose schedule runs several of its forwards
+    before their backwards (:data:`SCHEDULES_HOLDING_LOGITS`), where it recomputes the chunk in
+    backward (``planc.strategies.pipeline.runtime``): the stage keeps each micro-batch's logits
+    until its backward, so the chunks' gradients kept beside them would double what each
+    micro-batch in flight holds. Under 1F1B and interleaved 1F1B the last stage runs each
+    micro-batch's backward right after its forward: one in flight, and the gradient in the forward
+    is faster."""
+    if profile_loss == "chunked" and pp > 1 and tp > 1 and schedule in SCHEDULES_HOLDING_LOGITS:
         return "chunked_recompute"
     return profile_loss  # type: ignore[return-value]
 
@@ -273,9 +275,9 @@ def logits_bytes(
     ``c = min(N, floor(C / V_t) V_t)`` logits, the last one ``c_l = N - (K - 1) c`` (N = s b V / t
     the local logits, V_t = V / t the local vocabulary, C = ``chunk_elements``):
 
-    - ``chunked`` (its gradient in the forward), plain logits (t = 1): the forward allocates the
-      gradient (e N) beside the logits and fills it chunk by chunk from the chunk's float32 copy
-      and its log-softmax (2 x 4 c); backward scales it in place: ``2 e N + 8 c``.
+    - ``chunked`` (its gradient in the forward), plain logits (t = 1): the forward writes the
+      gradient over the logits chunk by chunk from the chunk's float32 copy and its log-softmax
+      (2 x 4 c); backward scales it in place: ``e N + 8 c``.
     - ``chunked``, vocabulary-sharded DTensor logits (t > 1; each chunk differentiated by autograd
       under ``loss_parallel``): while chunk k is differentiated the logits (e N), the gradients
       kept from chunks 0..k-1 (e k c) and the chunk's float32 log-softmax output, its incoming
@@ -286,13 +288,14 @@ def logits_bytes(
 
       which is ``2 e N + (12 - e) c`` when the chunks divide N evenly (measured on plain logits
       through the same autograd path, bench/loss_memory.py before the hand-worked gradient).
-    - ``chunked_recompute`` (checkpointed chunks, a GPipe or zero-bubble last stage): the forward
+    - ``chunked_recompute`` (checkpointed chunks, vocabulary-sharded logits on a GPipe or
+      zero-bubble last stage; the formula is for any t): the forward
       keeps only the logits. Backward recomputes one chunk at a time and hands each chunk's gradient
       (e c) to the split, which concatenates them once all have come; the peak is at the last
       chunk's log-softmax backward: the logits, the other chunks' gradients and 12 c,
       ``2 e N + (12 - e) c``.
 
-    (e = 2: 4 N + 10 c; e = 4: 8 N + 8 c.) The unchunked float32 loss held 12 N at its peak (the
+    (Recomputed, e = 2: 4 N + 10 c; e = 4: 8 N + 8 c.) The unchunked float32 loss held 12 N at its peak (the
     log-softmax output, its incoming and its outgoing gradient over all logits), whatever e --
     Korthikanti et al. 2022 count 4 s b V for the float32 logits alone. When every token fits in
     one chunk, planc's loss is that unchunked loss: 12 N, below either bound.
@@ -318,7 +321,7 @@ def logits_bytes(
     if loss == "chunked_recompute":
         return 2 * e * n + (12 - e) * c
     if tp == 1:
-        return 2 * e * n + 8 * c
+        return e * n + 8 * c
     chunks = math.ceil(n / c)
     last = n - (chunks - 1) * c
     return e * n + max(e * (n - last) + 12 * last, e * (chunks - 2) * c + 12 * c)
@@ -349,10 +352,12 @@ def loss_saved_bytes(model: ModelSpec, b: int, tp: int, compute_bytes: int, loss
     per micro-batch; :func:`logits_bytes` is the peak of the one whose loss runs).
 
     torch's ``PipelineStage`` keeps each micro-batch's output -- the logits, e N (N as in
-    :func:`logits_bytes`) -- until that micro-batch's backward. planc's chunked loss there
-    (``chunked_recompute``) keeps only those same logits; computing the gradient in the forward
-    (``chunked``) would keep it beside them, 2 e N; the unchunked float32 loss (one chunk, or
-    ``whole``) also keeps log-softmax's float32 output, 4 N; Megatron's its float32 softmax, 4 N.
+    :func:`logits_bytes`) -- until that micro-batch's backward. planc's chunked loss keeps only
+    that storage: on plain logits the gradient is written over them (``chunked``, t = 1), and on
+    vocabulary-sharded ones each chunk is recomputed (``chunked_recompute``); the chunks' gradients
+    kept beside sharded logits (``chunked``, t > 1) would hold 2 e N; the unchunked float32 loss
+    (one chunk, or ``whole``) also keeps log-softmax's float32 output, 4 N; Megatron's its float32
+    softmax, 4 N.
     Simulated (tests/verify/test_simulate_pipeline.py, GPipe, one chunk): 8.1 N per micro-batch
     in fp32, 6.0 N in bf16.
     """
@@ -360,7 +365,7 @@ def loss_saved_bytes(model: ModelSpec, b: int, tp: int, compute_bytes: int, loss
     if loss_checkpointed(model, b, tp, loss) or loss == "fused":
         return compute_bytes * n
     if loss_in_forward(model, b, tp, loss):
-        return 2 * compute_bytes * n
+        return (1 if tp == 1 else 2) * compute_bytes * n
     return (compute_bytes + 4) * n
 
 

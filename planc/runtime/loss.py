@@ -13,15 +13,20 @@ vocabulary. Each chunk's float32 tensors live only while that chunk is worked on
   its backward at once, and keeps only the chunk's gradient (in the logits' dtype) for the real
   backward, which scales it by the incoming gradient. The loss is read once -- as fused
   cross-entropy kernels do (Liger Kernel's, and flash-attn's Triton one), in plain torch ops. On
-  plain logits the gradient is worked out by hand into one buffer (:class:`_LossWithGradient`);
-  on vocabulary-sharded DTensor logits autograd differentiates each chunk in the forward
-  (:class:`_ChunkLossWithGradient`), and the split concatenates the chunks' gradients.
+  plain logits the gradient is worked out by hand into one buffer (:class:`_LossWithGradient`):
+  with ``overwrite_logits=True`` (planc's training step, which never reads the logits again)
+  that buffer is the logits' own storage, each chunk's gradient written over the chunk once its
+  float32 copy is taken, as Liger Kernel's fused cross-entropy does; the logits and their
+  gradient then never exist side by side. On vocabulary-sharded DTensor logits autograd
+  differentiates each chunk in the forward (:class:`_ChunkLossWithGradient`), and the split
+  concatenates the chunks' gradients.
 - ``backward="recompute"``: each chunk runs under non-reentrant activation checkpointing
   (``torch.utils.checkpoint``): the forward keeps only the logits, and backward recomputes one
   chunk's float32 tensors at a time -- the upcast and softmax run twice. The last stage of a GPipe
-  or zero-bubble pipeline uses this: ``PipelineStage`` keeps each micro-batch's logits until its
-  backward anyway, and those schedules hold several micro-batches there, so a gradient kept beside
-  each would double what they hold (``planc.cost.memory.loss_kind``; 1F1B holds one).
+  or zero-bubble pipeline uses this for DTensor logits: ``PipelineStage`` keeps each micro-batch's
+  logits until its backward anyway, and those schedules hold several micro-batches there, so
+  gradients kept beside each would double what they hold (``planc.cost.memory.loss_kind``; 1F1B
+  holds one). Plain logits there have their gradient written over them instead.
 
 Both keep as many bytes from forward to backward as the logits (their gradient, or themselves);
 the numbers are those of one float32 cross-entropy over all tokens (the chunk sums differ from a
@@ -84,12 +89,16 @@ def chunked_cross_entropy(
     vocab: int | None = None,
     chunk_elements: int = CHUNK_ELEMENTS,
     backward: Backward = "in_forward",
+    overwrite_logits: bool = False,
 ) -> torch.Tensor:
     """Mean float32 cross-entropy of ``logits`` ``[..., padded_vocab]`` against ``targets`` ``[...]``.
 
     ``vocab``: the real vocabulary size; logits of the padding columns ``vocab..padded_vocab-1``
     are left out of the softmax (None or equal to the width: nothing is masked). ``backward``:
     compute each chunk's gradient in the forward, or recompute the chunk in backward.
+    ``overwrite_logits``: with the gradient computed in the forward on plain logits that some
+    operation produced (not a leaf), write it over the logits instead of beside them -- the caller
+    must not read the logits afterwards; any autograd node that saved them raises in backward.
     """
     flat_logits = logits.flatten(0, -2)
     flat_targets = targets.flatten()
@@ -106,7 +115,8 @@ def chunked_cross_entropy(
     if not (torch.is_grad_enabled() and flat_logits.requires_grad):
         run = _chunk_loss_sum
     elif backward == "in_forward" and not _is_dtensor(flat_logits):
-        return _LossWithGradient.apply(flat_logits, flat_targets, mask, step)
+        overwrite = overwrite_logits and _produced(logits)
+        return _LossWithGradient.apply(flat_logits, flat_targets, mask, step, overwrite)
     elif backward == "in_forward":
         run = _ChunkLossWithGradient.apply
     else:
@@ -138,11 +148,18 @@ class _LossWithGradient(torch.autograd.Function):
     The gradient is kept in the logits' dtype before it is scaled: bf16 has float32's exponent
     range, so small probabilities do not underflow there (fp16, which planc does not offer, would
     lose them before a loss scaler's factor arrives: it would need the buffer in float32).
+
+    ``overwrite``: the buffer is the logits' storage (a detached alias): each chunk is read into its
+    float32 copy before its gradient is written back over it. Nothing in planc's graph saves the
+    logits (the output head's GEMM keeps its input and weight), and the shared version counter
+    makes any node that did raise in backward rather than use the overwritten values.
     """
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None, step: int) -> torch.Tensor:
-        gradient = torch.empty_like(logits)
+    def forward(
+        ctx, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None, step: int, overwrite: bool
+    ) -> torch.Tensor:
+        gradient = logits.detach() if overwrite else torch.empty_like(logits)
         total = torch.zeros((), dtype=torch.float32, device=logits.device)
         for start in range(0, targets.numel(), step):
             chunk, chunk_targets = logits[start : start + step], targets[start : start + step, None]
@@ -163,7 +180,7 @@ class _LossWithGradient(torch.autograd.Function):
         return total / count
 
     @staticmethod
-    def backward(ctx, grad_output: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+    def backward(ctx, grad_output: torch.Tensor) -> tuple[torch.Tensor, None, None, None, None]:
         if ctx.used:
             raise RuntimeError(
                 "planc's loss keeps one gradient of the logits and scales it in place: run backward "
@@ -171,7 +188,7 @@ class _LossWithGradient(torch.autograd.Function):
             )
         ctx.used = True
         (gradient,) = ctx.saved_tensors
-        return gradient.mul_(grad_output / ctx.count), None, None, None
+        return gradient.mul_(grad_output / ctx.count), None, None, None, None
 
 
 class _ChunkLossWithGradient(torch.autograd.Function):
@@ -207,6 +224,13 @@ def _chunk_loss_sum(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Ten
     if mask is not None:
         upcast = upcast + mask
     return F.cross_entropy(upcast, targets, reduction="sum")
+
+
+def _produced(logits: torch.Tensor) -> bool:
+    """Whether ``logits`` and the storage under them came out of an operation (the head's GEMM),
+    not from a leaf tensor the caller made -- or a view of one, whose values the caller owns."""
+    base = logits._base if logits._is_view() else logits
+    return base is not None and base.grad_fn is not None
 
 
 def _is_dtensor(logits: torch.Tensor) -> TypeGuard[DTensor]:

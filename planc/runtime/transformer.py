@@ -223,10 +223,12 @@ def loss_fn(
     """Mean next-token cross-entropy over all tokens, in float32, chunked so that the float32 copies
     of the logits never exist whole; ``vocab`` leaves the padding columns out of the softmax;
     ``backward`` says whether each chunk's gradient is computed in the forward or recomputed
-    (see :mod:`planc.runtime.loss`)."""
+    (see :mod:`planc.runtime.loss`). With gradients, the model's logits are overwritten by their
+    gradient (``overwrite_logits``): planc's steps hand the head's output straight to the loss and
+    never read it again."""
     from planc.runtime.loss import chunked_cross_entropy
 
-    return chunked_cross_entropy(logits, targets, vocab=vocab, backward=backward)
+    return chunked_cross_entropy(logits, targets, vocab=vocab, backward=backward, overwrite_logits=True)
 
 
 def count_parameters(model: nn.Module) -> int:

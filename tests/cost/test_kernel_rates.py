@@ -81,19 +81,21 @@ def test_planc_runs_cudnn_attention_on_hopper_and_its_cpu_runtime_the_optimizer_
     assert on_hardware(PLANC_RUNTIME, is_cpu=True).optimizer_kernel == "foreach"
 
 
-def test_the_chunked_loss_reruns_its_forward_in_backward_only_where_a_pipeline_holds_logits():
+def test_the_chunked_loss_reruns_its_forward_in_backward_only_where_a_pipeline_holds_sharded_logits():
     """On the last stage of a GPipe or zero-bubble pipeline planc's loss checkpoints each chunk of
-    logits: backward pays the upcast and softmax again. Elsewhere it differentiates each chunk in
-    the forward: the forward pays the loss's forward and backward, and the backward only scales the
+    vocabulary-sharded (TP) logits: backward pays the upcast and softmax again. Elsewhere, and on
+    plain logits there (their gradient is written over them), it differentiates each chunk in the
+    forward: the forward pays the loss's forward and backward, and the backward only scales the
     kept gradient."""
     plan = _plan()
     device = device_for(plan.hardware, "bf16")
     m, T, V = plan.model, 2 * 8192, plan.model.padded_vocab
-    assert loss_kind("chunked", pp=1) == "chunked" and loss_kind("chunked", 4, "gpipe") == "chunked_recompute"
-    assert loss_kind("chunked", 4, "zero-bubble") == "chunked_recompute"
+    assert loss_kind("chunked", pp=1) == "chunked" and loss_kind("chunked", 4, "gpipe", tp=2) == "chunked_recompute"
+    assert loss_kind("chunked", 4, "zero-bubble", tp=8) == "chunked_recompute"
+    assert loss_kind("chunked", 4, "gpipe") == "chunked" and loss_kind("chunked", 4, "zero-bubble") == "chunked"
     # 1F1B's last stage runs each backward right after its forward: one micro-batch in flight
-    assert loss_kind("chunked", 4, "1f1b") == "chunked" and loss_kind("chunked", 4, "interleaved") == "chunked"
-    assert loss_kind("whole", 4, "gpipe") == "whole"
+    assert loss_kind("chunked", 4, "1f1b", tp=2) == "chunked" and loss_kind("chunked", 4, "interleaved", 2) == "chunked"
+    assert loss_kind("whole", 4, "gpipe", tp=2) == "whole"
     assert loss_checkpointed(m, 2, 1, "chunked_recompute") and not loss_checkpointed(m, 2, 1, "chunked")
     assert loss_in_forward(m, 2, 1, "chunked") and not loss_in_forward(m, 2, 1, "whole")
     plain = head_times(m, 2, 1, False, device, 2, 2, loss="whole")

@@ -66,6 +66,44 @@ def test_bf16_logits_are_upcast_per_chunk(backward):
     assert (x.grad.float() - expected_grad).abs().max() < 2e-3  # the gradient rounded to bf16
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_overwritten_logits_hold_their_gradient_and_the_numbers_are_unchanged(dtype):
+    """planc's step writes the gradient over the logits (``overwrite_logits``): the same loss and
+    gradient as kept beside them, in the logits' own storage; a leaf the caller made is not touched."""
+    logits, targets = _case()
+    logits = logits.to(dtype)
+    bias = torch.zeros(96, dtype=dtype, requires_grad=True)
+    beside = (logits + bias).detach().requires_grad_()  # a leaf: its gradient lands in .grad
+    expected = chunked_cross_entropy(beside, targets, vocab=90, chunk_elements=7 * 96)
+    expected.backward()
+
+    produced = logits + bias  # not a leaf, as the head's output is
+    gradients = []
+    produced.register_hook(gradients.append)
+    storage = produced.untyped_storage().data_ptr()
+    loss = chunked_cross_entropy(produced, targets, vocab=90, chunk_elements=7 * 96, overwrite_logits=True)
+    loss.backward()
+    assert loss.item() == expected.item()
+    assert torch.equal(gradients[0], beside.grad)
+    assert gradients[0].untyped_storage().data_ptr() == storage  # the logits' storage holds it
+
+    leaf = logits.clone().requires_grad_()
+    before = leaf.detach().clone()
+    chunked_cross_entropy(leaf, targets, vocab=90, chunk_elements=7 * 96, overwrite_logits=True).backward()
+    assert torch.equal(leaf.detach(), before)
+
+
+def test_an_op_that_saved_the_logits_makes_the_overwrite_fail_loudly():
+    """Overwriting logits that autograd saved would corrupt that node's backward: the shared version
+    counter makes it raise instead (planc's head saves its input and weight, never its output)."""
+    logits, targets = _case()
+    x = logits.clone().requires_grad_()
+    saved_by_exp = x.exp()  # exp's backward reads its output
+    loss = chunked_cross_entropy(saved_by_exp, targets, vocab=90, chunk_elements=7 * 96, overwrite_logits=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
 def test_the_gradient_scales_with_the_incoming_gradient():
     """What backward receives (a loss scaled for accumulation) multiplies the gradient kept from
     the forward; that gradient is scaled in place, so a second backward says it is not supported."""

@@ -60,7 +60,7 @@ def block_copy_bytes(ctx: CostContext) -> float:
 def _head_params(ctx: CostContext) -> int:
     """The output head's weight on one TP rank (vocab-parallel): cast for its GEMM even when tied
     to the embedding, whose own lookup autocast leaves in fp32."""
-    return ctx.model.padded_vocab * ctx.model.hidden // ctx.layout.tp
+    return int(ctx.model.padded_vocab * ctx.model.hidden // ctx.layout.tp)
 
 
 def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
@@ -99,5 +99,18 @@ def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
         name = "autocast's bf16 copy of the output head's weight"
         if waiting > 1:
             name += f" ({waiting} micro-batches)"
-        terms += (Term(name, 2.0 * _head_params(ctx) * waiting, "loss"),)
+        head = 2.0 * _head_params(ctx)
+        terms += (Term(name, head * waiting, "loss"),)
+        # The head's GEMM backward: the logits' gradient (bf16), the weight's copy it multiplies by
+        # and the weight's bf16 gradient it writes, all alive at once; the (waiting - 1) other
+        # copies stay too. Larger than the loss's own phase once the logits' gradient is written
+        # over them (planc.runtime.loss): measured on an H100 (docs/gpu.md, third session).
+        logits_gradient = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.padded_vocab / lay.tp
+        terms += (
+            Term(
+                "output head's backward: the logits' gradient, the weight's bf16 copy and bf16 gradient",
+                logits_gradient + head * (waiting + 1),
+                "head backward",
+            ),
+        )
     return terms

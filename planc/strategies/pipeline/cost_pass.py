@@ -67,7 +67,7 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         # wait too. Zero-bubble: the schedule keeps every micro-batch's loss until the step ends
         # (PipelineScheduleSingle._internal_losses) and its input pass retains the graph, which the
         # weight pass never walks above the logits: the losses' saved tensors stay as long.
-        loss = loss_kind(ctx.profile.loss, lay.pp, lay.schedule)
+        loss = loss_kind(ctx.profile.loss, lay.pp, lay.schedule, lay.tp)
         saved = loss_saved_bytes(ctx.model, lay.micro_batch, lay.tp, ctx.compute_bytes, loss=loss)
         why = "GPipe" if lay.schedule == "gpipe" else "zero-bubble, kept to the step's end"
         terms += (Term(f"loss kept for backward ({m - 1} more micro-batches, {why})", (m - 1) * saved),)

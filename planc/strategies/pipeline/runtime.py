@@ -92,10 +92,13 @@ def build_schedule(job: Job, style: StageStyle) -> _PipelineSchedule:
     stages: list[_PipelineStageBase] = list(job.stages)
     n_micro = micro_batches(job.plan.train.global_batch, job.layout.dp, job.layout.micro_batch)
     schedule = job.layout.schedule or ""
-    # The stage keeps each micro-batch's logits until its backward. Where the schedule runs several
-    # of the last stage's forwards first, a gradient computed in the forward would sit beside each
-    # of them: the loss recomputes its chunks in backward there (planc.cost.memory.loss_kind).
-    backward: Backward = "recompute" if schedule in SCHEDULES_HOLDING_LOGITS else "in_forward"
+    # The stage keeps each micro-batch's logits until its backward. Plain logits get their gradient
+    # written over them in the forward; vocabulary-sharded DTensor logits (TP) would keep their
+    # chunks' gradients beside them, which where the schedule runs several of the last stage's
+    # forwards first doubles what each holds: their loss recomputes its chunks in backward there
+    # (planc.cost.memory.loss_kind).
+    holding = schedule in SCHEDULES_HOLDING_LOGITS and job.layout.tp > 1
+    backward: Backward = "recompute" if holding else "in_forward"
     loss_fn = partial(model_loss_fn, vocab=job.plan.model.vocab, backward=backward)
     if schedule in SINGLE_STAGE_SCHEDULES:
         return SINGLE_STAGE_SCHEDULES[schedule](stages[0], n_microbatches=n_micro, loss_fn=loss_fn, scale_grads=True)
