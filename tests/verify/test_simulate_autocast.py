@@ -9,6 +9,9 @@ measured on an H100, docs/gpu.md) and under-predicted GPipe's copies, one per mi
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -98,20 +101,63 @@ def test_the_simulated_zero1_peak_matches_the_copies_autocast_keeps(recompute):
 def _copy_terms(layout_text: str, layout: Layout, batch: int) -> dict[int, dict[str, tuple[float, str]]]:
     plan = load_plan_text(PLAN.format(batch=batch, layout=layout_text), "autocast.plan", strategies=REGISTRY)
     est = evaluate(plan, layout, REGISTRY.passes(plan, layout))
-    return {s.rank: {t.name: (t.value, t.phase) for t in s.transient if "autocast" in t.name} for s in est.stages}
+    return {
+        s.rank: {t.name: (t.value, t.phase) for t in s.transient if "autocast" in t.name or "head's" in t.name}
+        for s in est.stages
+    }
 
 
 def test_gpipe_keeps_a_copy_per_micro_batch_in_flight():
     # Two stages of two blocks; GPipe runs all 8 forwards before any backward: stage 0 holds
-    # 8 x 2 block-micro-batches of copies, the last stage its blocks' and 8 of the head's.
+    # 8 x 2 block-micro-batches of copies, the last stage its blocks' and 8 of the head's (and, in
+    # the head's backward, the weight's bf16 gradient beside them and the logits' gradient).
     layout = Layout(tp=1, pp=2, dp=1, zero=0, recompute="none", schedule="gpipe", micro_batch=1)
     terms = _copy_terms("tp = 1  pp = 2  dp = 1  recompute = none  schedule = gpipe", layout, batch=8)
     assert sorted(terms[0].values()) == [(16 * BLOCK_COPY, "")]
-    assert sorted(terms[1].values()) == [(16 * BLOCK_COPY, ""), (8 * HEAD_COPY, "loss")]
+    logits = 2 * 512 * 8192
+    assert sorted(terms[1].values()) == sorted(
+        [(16 * BLOCK_COPY, ""), (8 * HEAD_COPY, "loss"), (logits + 9 * HEAD_COPY, "head backward")]
+    )
 
 
-def test_under_recompute_only_the_block_being_recomputed_and_the_head_hold_copies():
+def test_under_recompute_copies_live_in_the_forward_the_recomputed_block_and_the_head():
+    # The cache holds the stage's two blocks' copies until its forward ends, one block's exist again
+    # while it is recomputed, the head keeps its copy to its backward; the embedding casts nothing.
+    # The last stage's forward ends with the logits (64 bf16 x 8192 per sequence) beside them all,
+    # and its head's backward holds the logits' gradient, the copy and the weight's bf16 gradient.
     layout = Layout(tp=1, pp=2, dp=1, zero=0, recompute="full", schedule="1f1b", micro_batch=1)
     terms = _copy_terms("tp = 1  pp = 2  dp = 1  recompute = full  schedule = 1f1b", layout, batch=8)
-    assert sorted(terms[0].values()) == [(BLOCK_COPY, "backward")]  # the embedding's lookup casts nothing
-    assert sorted(terms[1].values()) == [(BLOCK_COPY, "backward"), (HEAD_COPY, "loss")]
+    assert sorted(terms[0].values()) == [(BLOCK_COPY, "backward"), (2 * BLOCK_COPY, "forward")]
+    logits = 2 * 512 * 8192
+    assert sorted(terms[1].values()) == sorted(
+        [
+            (BLOCK_COPY, "backward"),
+            (HEAD_COPY, "loss"),
+            (logits + 2 * BLOCK_COPY + HEAD_COPY, "forward"),
+            (logits + 2 * HEAD_COPY, "head backward"),
+        ]
+    )
+
+
+GPU_PLAN = Path(__file__).resolve().parents[2] / "plans" / "gpu" / "llama3-8b-4layers-1xh100.plan"
+
+
+@pytest.mark.parametrize("change", ["", "recompute = full", "recompute = selective", "micro_batch = 2"])
+def test_the_h100_plan_simulated_within_2_percent(change, tmp_path):
+    """The plan measured on an H100 (docs/gpu.md, third session: the GPU's peaks were 0.8-1.1% above
+    the model's, 40.9, 34.1 and 49.5 GiB for none, full and micro-batch 2), simulated here: its
+    128 K vocabulary runs the loss in several chunks, and the peak sits in the forward's end, the
+    loss or the head's backward by the variant. Before the copies were counted by phase the model
+    was 6-7% above the GPU under recomputation."""
+    text = GPU_PLAN.read_text()
+    if change:
+        key = change.split(" = ")[0]
+        text = re.sub(rf"(?m)^(\s*{key}\s*=\s*)\S+", lambda m: m.group(1) + change.split(" = ")[1], text)
+    plan = load_plan_text(text, "gpu.plan", strategies=REGISTRY)
+    lay = plan.layout
+    layout = Layout(
+        tp=1, pp=1, dp=1, zero=0, recompute=lay.recompute, schedule=None, micro_batch=plan.train.micro_batch
+    )
+    result = simulate(plan, layout, REGISTRY, [0])
+    (peak,) = [r for r in result["rows"] if r["section"] == "peak memory"]
+    assert abs(peak["error"]) < 0.02, peak

@@ -64,53 +64,63 @@ def _head_params(ctx: CostContext) -> int:
 
 
 def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
-    """The bf16 weight copies pipeline rank ``s.rank`` holds at its peak.
+    """The bf16 weight copies pipeline rank ``s.rank`` holds, by phase of the step.
 
-    Autocast casts a weight once per forward (its cache is cleared when the outermost autocast
-    region exits, at the end of each micro-batch's forward) and each linear saves its copy for
-    backward, so a copy lives as long as the micro-batch's graph:
+    Autocast casts a weight once per forward and caches the copy until the outermost autocast
+    region exits, at the end of each micro-batch's forward (of each chunk's, under a pipeline);
+    each linear also saves its copy for backward, so a copy lives as long as the micro-batch's
+    graph needs it:
 
     - without recomputation, every block-micro-batch in flight (``s.act_layers``, what the pipeline
       schedule keeps) holds its block's copies, as it holds its activations;
-    - under full or selective recomputation the checkpointed blocks keep none (the cast is not among
-      the ops selective recomputation saves): one block's copies exist while it is recomputed and
-      runs backward ("backward" phase);
+    - under full or selective recomputation the checkpointed blocks save none (the cast is not among
+      the ops selective recomputation saves), but the cache holds every copy of the chunk's blocks
+      until its forward ends -- on the last stage while the head's GEMM writes the logits beside its
+      own copy ("forward" phase); one block's copies exist again while it is recomputed and runs
+      backward ("backward" phase);
     - the output head keeps its copy until its backward, once per micro-batch whose loss waits
-      (every micro-batch on the last stage of GPipe and zero-bubble) ("loss" phase);
+      (every micro-batch on the last stage of GPipe and zero-bubble) ("loss" phase); its GEMM's
+      backward holds the logits' gradient, the copy and the weight's bf16 gradient at once ("head
+      backward" phase);
     - the embedding's lookup is not autocast: no copy.
 
     Measured on one H100 (docs/gpu.md, third session): counting all 2 bytes per parameter once
     over-predicted the peak of full and selective recomputation by 2.3-2.4 GiB (+6-7%), the copies
     of the four checkpointed blocks and of the embedding; ``planc verify --simulate`` of pipelines
-    under-predicted GPipe's by 17-28% (tests/verify/test_simulate_autocast.py).
+    under-predicted GPipe's by 17-28% (tests/verify/test_simulate_autocast.py). With the logits'
+    gradient written over them the peak of full recomputation moved to the head's forward, where
+    the simulated step and the H100 agree (34.0 and 34.1 GiB) with these phases.
     """
     block = block_copy_bytes(ctx)
     if not block:
         return ()
     lay = ctx.layout
+    st = ctx.stage(s.rank)
+    recomputed = lay.recompute != "none"
     terms: tuple[Term, ...]
-    if lay.recompute == "none":
+    if recomputed:
+        terms = (Term("autocast's bf16 copies of the recomputed block's weights", block, "backward"),)
+    else:
         held = s.act_layers
         terms = (Term(f"autocast's bf16 weight copies ({held:g} block-micro-batches)", block * held),)
-    else:
-        terms = (Term("autocast's bf16 copies of the recomputed block's weights", block, "backward"),)
-    if ctx.stage(s.rank).head:
-        waiting = ctx.micro_batches if lay.pp > 1 and lay.schedule in SCHEDULES_HOLDING_LOGITS else 1
-        name = "autocast's bf16 copy of the output head's weight"
-        if waiting > 1:
-            name += f" ({waiting} micro-batches)"
-        head = 2.0 * _head_params(ctx)
-        terms += (Term(name, head * waiting, "loss"),)
-        # The head's GEMM backward: the logits' gradient (bf16), the weight's copy it multiplies by
-        # and the weight's bf16 gradient it writes, all alive at once; the (waiting - 1) other
-        # copies stay too. Larger than the loss's own phase once the logits' gradient is written
-        # over them (planc.runtime.loss): measured on an H100 (docs/gpu.md, third session).
-        logits_gradient = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.padded_vocab / lay.tp
-        terms += (
-            Term(
-                "output head's backward: the logits' gradient, the weight's bf16 copy and bf16 gradient",
-                logits_gradient + head * (waiting + 1),
-                "head backward",
-            ),
-        )
+    cached = block * st.layers / lay.virtual_stages if recomputed else 0.0
+    if not st.head:
+        if cached:
+            name = "autocast's cache of the chunk's bf16 block weights, to the forward's end"
+            terms += (Term(name, cached, "forward"),)
+        return terms
+    waiting = ctx.micro_batches if lay.pp > 1 and lay.schedule in SCHEDULES_HOLDING_LOGITS else 1
+    head = 2.0 * _head_params(ctx)
+    name = "autocast's bf16 copy of the output head's weight"
+    terms += (Term(name + (f" ({waiting} micro-batches)" if waiting > 1 else ""), head * waiting, "loss"),)
+    logits = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.padded_vocab / lay.tp
+    if cached:
+        # The forward's last GEMM: its output, the logits, written while the cache still holds
+        # every block's copy and the head's own (and the waiting micro-batches' head copies stay).
+        name = "the head's forward: the logits beside autocast's cached copies of every weight"
+        terms += (Term(name, logits + cached + head * waiting, "forward"),)
+    # The head's GEMM backward: the logits' gradient, the weight's copy it multiplies by and the
+    # weight's bf16 gradient it writes, all alive at once; the (waiting - 1) other copies stay too.
+    name = "output head's backward: the logits' gradient, the weight's bf16 copy and bf16 gradient"
+    terms += (Term(name, logits + head * (waiting + 1), "head backward"),)
     return terms
