@@ -117,7 +117,7 @@ def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
     if cached:
         # The forward's last GEMM: its output, the logits, written while the cache still holds
         # every block's copy and the head's own (and the waiting micro-batches' head copies stay).
-        name = "the head's forward: the logits beside autocast's cached copies of every weight"
+        name = "head's forward: the logits and autocast's cached weight copies"
         terms += (Term(name, logits + cached + head * waiting, "forward"),)
     # The head's GEMM backward: the logits' gradient, the weight's copy it multiplies by and the
     # weight's bf16 gradient it writes, all alive at once; the (waiting - 1) other copies stay too.
