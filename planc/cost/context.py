@@ -90,6 +90,12 @@ class CostContext:
         return self.plan.model
 
     @property
+    def head_output_bytes(self) -> float:
+        """Bytes of one micro-batch's logits as the output head writes them on one device: the
+        tokens x the local vocabulary (vocabulary-parallel under TP), in compute precision."""
+        return self.compute_bytes * self.tokens_per_microbatch * self.model.padded_vocab / self.layout.tp
+
+    @property
     def boundary_bytes(self) -> float:
         """Bytes of the tensor one pipeline stage hands the next per micro-batch (per device).
 

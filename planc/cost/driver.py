@@ -39,7 +39,16 @@ def base_estimate(ctx: CostContext) -> Estimate:
     stages = []
     for st in ctx.stages:
         states = model_state_bytes(st.params, 1, 0, ctx.state_bytes)
-        extra = (Term("logits and loss (1 micro-batch)", ctx.logits, "loss"),) if st.head else ()
+        extra = (
+            (
+                Term("logits and loss (1 micro-batch)", ctx.logits, "loss"),
+                # The forward's end, as the head's GEMM writes them: other programs' terms join
+                # this phase (autocast's cached weight copies, a pipeline's previous logits).
+                Term("logits as the head's forward writes them", ctx.head_output_bytes, "forward"),
+            )
+            if st.head
+            else ()
+        )
         stages.append(
             StageMemory(
                 rank=st.rank,

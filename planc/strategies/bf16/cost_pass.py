@@ -113,12 +113,12 @@ def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
     head = 2.0 * _head_params(ctx)
     name = "autocast's bf16 copy of the output head's weight"
     terms += (Term(name + (f" ({waiting} micro-batches)" if waiting > 1 else ""), head * waiting, "loss"),)
-    logits = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.padded_vocab / lay.tp
-    if cached:
-        # The forward's last GEMM: its output, the logits, written while the cache still holds
-        # every block's copy and the head's own (and the waiting micro-batches' head copies stay).
-        name = "head's forward: the logits and autocast's cached weight copies"
-        terms += (Term(name, logits + cached + head * waiting, "forward"),)
+    logits = ctx.head_output_bytes
+    # The forward's last GEMM writes the logits (the base estimate's "forward" term) beside the
+    # head's copy, while the cache still holds every block's under recomputation (the waiting
+    # micro-batches' head copies stay too).
+    name = "autocast's cached bf16 weight copies, at the head's forward"
+    terms += (Term(name, cached + head * waiting, "forward"),)
     # The head's GEMM backward: the logits' gradient, the weight's copy it multiplies by and the
     # weight's bf16 gradient it writes, all alive at once; the (waiting - 1) other copies stay too.
     name = "output head's backward: the logits' gradient, the weight's bf16 copy and bf16 gradient"

@@ -71,6 +71,14 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         saved = loss_saved_bytes(ctx.model, lay.micro_batch, lay.tp, ctx.compute_bytes, loss=loss)
         why = "GPipe" if lay.schedule == "gpipe" else "zero-bubble, kept to the step's end"
         terms += (Term(f"loss kept for backward ({m - 1} more micro-batches, {why})", (m - 1) * saved),)
+    elif st.head and m > 1:
+        # torch's schedules keep the last forward's output in a loop variable (``output =
+        # stage.forward_one_chunk(...)``) until the next forward returns: while the head writes a
+        # micro-batch's logits the previous micro-batch's are still alive (simulated: 1F1B's last
+        # stage of a 4-layer Llama 3 8B, one 1.96 GiB tensor of logits more from the second
+        # micro-batch on). GPipe and zero-bubble keep them anyway (above).
+        name = "the previous micro-batch's logits, still held by the schedule's loop"
+        terms += (Term(name, ctx.head_output_bytes, "forward"),)
     if lay.schedule == "zero-bubble":
         # Output gradients of one chunk-micro-batch, kept between the two backward halves.
         chunk_grads = (
