@@ -77,11 +77,11 @@ class StageMemory:
 
         Terms tagged with a phase are held only while it runs: the logits and the loss's
         buffers at the start of backward ("loss"); the recompute working set and FSDP's gathered
-        block and unsharded gradients while a block runs backward ("backward"); under autocast
-        the cast cache at the forward's end ("forward") and the output head's backward ("head
-        backward"). Adding the maxima of phases that never coincide over-predicted the peak by
-        1-14% against FSDPMemTracker under FakeTensorMode (issue 13: llama3-8b at 8, llama3-70b at
-        64 devices).
+        block and unsharded gradients while a block runs backward ("backward"); the logits as
+        the head writes them, with autocast's cached weight copies and a pipeline's previous
+        logits ("forward"); under autocast the output head's backward ("head backward"). Adding
+        the maxima of phases that never coincide over-predicted the peak by 1-14% against
+        FSDPMemTracker under FakeTensorMode (issue 13: llama3-8b at 8, llama3-70b at 64 devices).
         """
         sums: dict[str, float] = {}
         for t in (*self.act_extra, *self.transient):
