@@ -27,6 +27,7 @@ from planc.cost.memory import (
     bf16_weights,
     ddp_replicates,
     layer_activation_bytes,
+    local_logits,
     logits_bytes,
     loss_kind,
     runtime_state_bytes,
@@ -93,7 +94,7 @@ class CostContext:
     def head_output_bytes(self) -> float:
         """Bytes of one micro-batch's logits as the output head writes them on one device: the
         tokens x the local vocabulary (vocabulary-parallel under TP), in compute precision."""
-        return self.compute_bytes * self.tokens_per_microbatch * self.model.padded_vocab / self.layout.tp
+        return self.compute_bytes * local_logits(self.model, self.layout.micro_batch, self.layout.tp)
 
     @property
     def boundary_bytes(self) -> float:

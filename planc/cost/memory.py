@@ -327,10 +327,15 @@ def logits_bytes(
     return e * n + max(e * (n - last) + 12 * last, e * (chunks - 2) * c + 12 * c)
 
 
+def local_logits(model: ModelSpec, b: int, tp: int) -> float:
+    """N: the logits of one micro-batch of ``b`` sequences on a tensor-parallel rank (s b V / t)."""
+    return model.seq_len * b * model.padded_vocab / tp
+
+
 def _local_logits(model: ModelSpec, b: int, tp: int, chunk_elements: int) -> tuple[float, bool]:
     """(N, the logits of one micro-batch on a tensor-parallel rank; whether they fit one loss chunk)."""
     local_vocab = max(1, model.padded_vocab // tp)
-    return model.seq_len * b * model.padded_vocab / tp, max(1, chunk_elements // local_vocab) >= model.seq_len * b
+    return local_logits(model, b, tp), max(1, chunk_elements // local_vocab) >= model.seq_len * b
 
 
 def loss_checkpointed(model: ModelSpec, b: int, tp: int, loss: str = "chunked_recompute") -> bool:

@@ -37,6 +37,11 @@ def layer_params_per_shard(model: ModelSpec, tp: int) -> int:
     return sum(matrices) + sum(vectors)
 
 
+def vocab_matrix_per_shard(model: ModelSpec, tp: int) -> int:
+    """One vocabulary-parallel [V, h] matrix -- the token embedding or the output head -- on one TP rank."""
+    return model.padded_vocab * model.hidden // tp
+
+
 def linear_params_per_shard(model: ModelSpec, tp: int) -> int:
     """Weights and biases of one block's linears on one TP rank: the block less its two norms,
     whose weights ``torch.autocast`` leaves in fp32 (norms run in fp32; only the linears' are cast)."""
@@ -78,20 +83,20 @@ def stage_tensor_sizes(
     block_matrices, block_vectors = block_tensor_sizes(model, tp)
     matrices, vectors = list(block_matrices) * layers, list(block_vectors) * layers
     if stage == 0:
-        matrices.append(model.padded_vocab * model.hidden // tp)
+        matrices.append(vocab_matrix_per_shard(model, tp))
         if model.position == "learned":
             matrices.append(model.seq_len * model.hidden)
     if stage == stages - 1:
         vectors += _norm_tensor_sizes(model)
         if not (model.tie_embeddings and stages == 1):
-            matrices.append(model.padded_vocab * model.hidden // tp)
+            matrices.append(vocab_matrix_per_shard(model, tp))
     return matrices, vectors
 
 
 def embedding_params_per_shard(model: ModelSpec, tp: int) -> int:
     """Vocab-parallel token embedding (rows / tp) plus the replicated learned positions."""
     positions = model.seq_len * model.hidden if model.position == "learned" else 0
-    return model.padded_vocab * model.hidden // tp + positions
+    return vocab_matrix_per_shard(model, tp) + positions
 
 
 def head_params_per_shard(model: ModelSpec, tp: int, pp: int) -> int:
@@ -100,7 +105,7 @@ def head_params_per_shard(model: ModelSpec, tp: int, pp: int) -> int:
     A tied head shares the embedding matrix when both sit on one stage (pp = 1); with pp > 1
     the last stage keeps a copy.
     """
-    head = model.padded_vocab * model.hidden // tp
+    head = vocab_matrix_per_shard(model, tp)
     if model.tie_embeddings and pp == 1:
         head = 0
     return model.norm_params + head

@@ -5,7 +5,7 @@ from __future__ import annotations
 from planc.cost.context import CostContext
 from planc.cost.estimate import Estimate, StageMemory, Term
 from planc.cost.memory import SCHEDULES_HOLDING_LOGITS
-from planc.cost.params import linear_params_per_shard
+from planc.cost.params import linear_params_per_shard, vocab_matrix_per_shard
 
 #: Bytes per parameter and micro-batch that autocast moves outside the GEMMs: the fp32 -> bf16
 #: weight cast in forward (read 4, write 2) and, in backward, the cast of the bf16 weight
@@ -36,7 +36,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     def traffic(rank: int) -> float:
         st = ctx.stage(rank)
         blocks = st.layers * linear_params_per_shard(ctx.model, ctx.layout.tp)
-        cast = blocks + (_head_params(ctx) if st.head else 0)
+        cast = blocks + (vocab_matrix_per_shard(ctx.model, ctx.layout.tp) if st.head else 0)
         forward_half = AUTOCAST_CAST_BYTES_PER_PARAM / 2
         return m * (AUTOCAST_CAST_BYTES_PER_PARAM * cast + recast * forward_half * blocks) + (
             accumulations * GRADIENT_ACCUMULATE_BYTES_PER_PARAM * st.params
@@ -55,12 +55,6 @@ def block_copy_bytes(ctx: CostContext) -> float:
     if ctx.plan.train.precision != "bf16" or ctx.state_bytes.working < 4:
         return 0.0
     return 2.0 * linear_params_per_shard(ctx.model, ctx.layout.tp)
-
-
-def _head_params(ctx: CostContext) -> int:
-    """The output head's weight on one TP rank (vocab-parallel): cast for its GEMM even when tied
-    to the embedding, whose own lookup autocast leaves in fp32."""
-    return int(ctx.model.padded_vocab * ctx.model.hidden // ctx.layout.tp)
 
 
 def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
@@ -110,7 +104,9 @@ def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
             terms += (Term(name, cached, "forward"),)
         return terms
     waiting = ctx.micro_batches if lay.pp > 1 and lay.schedule in SCHEDULES_HOLDING_LOGITS else 1
-    head = 2.0 * _head_params(ctx)
+    # The head's weight is cast for its GEMM even when tied to the embedding, whose own lookup
+    # autocast leaves in fp32.
+    head = 2.0 * vocab_matrix_per_shard(ctx.model, lay.tp)
     name = "autocast's bf16 copy of the output head's weight"
     terms += (Term(name + (f" ({waiting} micro-batches)" if waiting > 1 else ""), head * waiting, "loss"),)
     logits = ctx.head_output_bytes
