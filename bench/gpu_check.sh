@@ -3,14 +3,16 @@
 #
 #   OUT=/tmp/gpu-check bash bench/gpu_check.sh [STEP ...]
 #
+# PLAN=plans/gpu/llama3-8b-4layers-1xh200.plan runs the steps that use the 8B-shaped plan on an H200.
+#
 # Steps (default: all, in the order of the list at the end; each is independent, its log in
 # logs/<step>.log of the archive $OUT/gpu-check.tar.gz, rewritten after every step so a cut-off
 # run still returns it):
 #   env        torch, CUDA and the GPU; planc's strategies registered
 #   verify     planc verify of plans/gpu/llama3-8b-4layers-1xh100.plan (Llama 3 8B's block, head and
 #              vocabulary, 4 layers, seq 8192): model states, saved activations, CUDA peak, step time
-#   calibrate  the calibration worker over every GEMM and attention shape of the published H100 runs
-#              (bench/published_calibrated.py workload), and `planc calibrate --plan` for the plan above
+#   calibrate  `planc calibrate --plan` for the plan above; on an H100, also the calibration worker over
+#              every GEMM and attention shape of the published H100 runs (bench/published_calibrated.py)
 #   run        planc run of that plan and bench/handwritten_one_gpu.py --fused on the same plan (fused
 #              AdamW, as planc runs on CUDA), two rounds alternating which goes first: step times side by
 #              side, losses (same data and initialisation)
@@ -24,6 +26,8 @@
 #              cross-entropy against planc's chunked loss each way and chunk size: time and peak memory
 #   weights    plans/gpu/tiny-1xh100.plan to step 10, `planc export` of it (safetensors), and a run
 #              that starts from the export (`model from ... { init = pretrained }`): the weights path on CUDA
+#   nearfull   planc verify of the plan deepened until its predicted peak is ~99% of the usable memory
+#              (NEARFULL="20:none 28:full", layers:recompute, sized for an H200; not in the default steps)
 #   sustained  bench/gpu_sustained.py: one GEMM back to back for 20 s, rate and SM clock per second
 #   layouts    with 2 or more GPUs: bench/gpu_layouts.py (DDP, ZeRO-1, FSDP, TP + SP, 1F1B under planc
 #              verify on the node; with 8, TP 8 against TP 4 x ZeRO-3 and TP 2 x ZeRO-3 for a 70B block)
@@ -49,6 +53,10 @@ if [ -d .whl ] && ! python3 -c "import lark, pydantic, planc.strategies" 2>/dev/
 fi
 PLAN=${PLAN:-plans/gpu/llama3-8b-4layers-1xh100.plan}  # overridable, to try the script on CPU plans
 TINY=${TINY:-plans/gpu/tiny-1xh100.plan}
+# The plan's device preset (H100-SXM, H200, ...), for the calibration's file names and whether the
+# published H100 runs are priced with this GPU's rates.
+DEVICE=$(sed -nE 's/^ *device *= *"([^"]+)".*/\1/p' "$PLAN" | head -n 1)
+NAME=$(echo "$DEVICE" | tr 'A-Z' 'a-z')
 
 planc() { python3 -m planc "$@"; }
 
@@ -79,11 +87,14 @@ step_verify() {
 }
 
 step_calibrate() {
+  planc calibrate --plan "$PLAN" --out "$OUT/$NAME-plan.json"
+  echo "RESULT plan profile written"
+  # The published runs are H100 (and A100) runs: pricing them with this GPU's rates only means
+  # something on an H100.
+  [ "$DEVICE" = H100-SXM ] || return 0
   python3 bench/published_calibrated.py workload --device H100-SXM --out "$WORK/published-workload.json"
   python3 -m planc.calibrate.worker --workload "$WORK/published-workload.json" --out "$OUT/h100-published.json" --budget 0.1
   echo "RESULT published profile written"
-  planc calibrate --plan "$PLAN" --out "$OUT/h100-plan.json"
-  echo "RESULT plan profile written"
   python3 bench/published_calibrated.py compare "$OUT/h100-published.json" --device H100-SXM | tail -n 8
 }
 
@@ -193,6 +204,20 @@ print("RESULT weights: run from its export", " ".join(f"{r['loss']:.4f}" for r i
 EOF
 }
 
+step_nearfull() {
+  # The plan deepened until the model puts its peak at ~99% of the usable memory (the device less
+  # planc's 5% headroom): does a layout the planner calls a fit run, and how close is the peak?
+  # NEARFULL lists LAYERS:RECOMPUTE pairs; the default is for an H200's 141 GB.
+  local pair layers recompute
+  for pair in ${NEARFULL:-20:none 28:full}; do
+    layers=${pair%%:*} recompute=${pair##*:}
+    sed -E "s/^(  layers +=) .*/\1 $layers/; s/recompute = none/recompute = $recompute/" "$PLAN" >"$WORK/near-$layers-$recompute.plan"
+    planc explain "$WORK/near-$layers-$recompute.plan" | grep -E "^ +total"
+    planc verify "$WORK/near-$layers-$recompute.plan" --steps 5 --out "$WORK/verify-near-$layers-$recompute"
+    cp "$WORK/verify-near-$layers-$recompute/verify.json" "$WORK/verify-near-$layers-$recompute.json"
+  done
+}
+
 step_sustained() {
   python3 bench/gpu_sustained.py --seconds 20
 }
@@ -207,8 +232,8 @@ step_layouts() {
   python3 bench/gpu_layouts.py --gpus "$gpus" --out "$WORK/layouts"
 }
 
-export -f planc step_env step_verify step_calibrate step_run step_resume step_variants step_selective step_profile step_sustained step_layouts step_weights step_loss
-export PLAN TINY OUT WORK LOGS
+export -f planc step_env step_verify step_calibrate step_run step_resume step_variants step_selective step_profile step_sustained step_nearfull step_layouts step_weights step_loss
+export PLAN TINY OUT WORK LOGS DEVICE NAME
 
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,utilization.gpu --format=csv -l 1 \
   >"$WORK/smi.csv" 2>/dev/null &
@@ -229,6 +254,7 @@ for s in "${steps[@]}"; do
     selective) step selective 120 ;;
     profile) step profile 120 ;;
     sustained) step sustained 60 ;;
+    nearfull) step nearfull 300 ;;
     weights) step weights 150 ;;
     loss) step loss 90 ;;
     layouts) step layouts 560 ;;
