@@ -78,6 +78,9 @@ def shard_states(
             grads=states.grads,
             optimizer=states.optimizer,
             transient=buffers(s),
+            # FSDP's gradients are priced by its own buffer terms (unsharded, accumulated, root
+            # unit), whose lifetimes its cost pass models: held throughout here, as before.
+            first_backward_frees=0.0,
         )
 
     return est.updated(stage_fn=shard, comm=comm, optimizer=est.optimizer / n_d)

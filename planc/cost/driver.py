@@ -22,6 +22,7 @@ from planc.cost.dispatch import step_host_ops
 from planc.cost.estimate import CostPass, Estimate, Passes, StageMemory, Term
 from planc.cost.flops import hardware_flops_per_step, model_flops_per_step
 from planc.cost.memory import ALLOCATOR_MARGIN, DEVICE_RUNTIME_OVERHEAD, model_state_bytes
+from planc.cost.params import StageParams, head_params_per_shard
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
@@ -32,6 +33,11 @@ def _flops(model, tokens: int, recompute: str, attention: str = "flash") -> floa
     if recompute == "none":
         return model_flops_per_step(model, tokens)
     return hardware_flops_per_step(model, tokens, recompute, attention)
+
+
+def head_params(ctx: CostContext, st: StageParams) -> int:
+    """Parameters of the final norm and output head on one device of ``st`` (0 off the last stage)."""
+    return head_params_per_shard(ctx.model, ctx.layout.tp, ctx.layout.pp) if st.head else 0
 
 
 def base_estimate(ctx: CostContext) -> Estimate:
@@ -59,6 +65,10 @@ def base_estimate(ctx: CostContext) -> Estimate:
                 act_per_layer=ctx.layer_act.none,
                 act_layers=float(st.layers),
                 act_extra=extra,
+                # One micro-batch per step: its forward runs before any backward, with no gradients
+                # yet (the pipeline pass decides this for its schedules; DDP's buckets undo it).
+                first_backward_frees=float(st.layers) if ctx.micro_batches == 1 else 0.0,
+                head_grads=states.grads * head_params(ctx, st) / st.params if st.params else 0.0,
             )
         )
     slow = ctx.slowest

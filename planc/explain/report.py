@@ -184,7 +184,8 @@ def _memory_dict(est: Estimate) -> dict[str, Any]:
         "stage": worst.rank,
         "params_bytes": worst.params,
         "master_bytes": worst.master,
-        "grads_bytes": worst.grads,
+        "grads_bytes": worst.grads_at_peak,  # at the peak: none yet when it comes before the first backward
+        "grads_after_backward_bytes": worst.grads,
         "optimizer_bytes": worst.optimizer,  # Adam m and v (or momentum) only: master_bytes is its own part
         "activations_bytes": worst.activations,
         "transient_bytes": worst.transient_bytes,
@@ -347,19 +348,20 @@ def memory_rows(est: Estimate) -> list[tuple[str, float, list[tuple[str, float]]
     """The memory of the worst pipeline rank as (group, bytes, [(row, bytes)]): every group's bytes
     are the sum of its rows, and the groups' sum is the total."""
     s = est.memory
-    blocks = f"blocks ({s.act_layers:g} block-micro-batches in flight)"
+    held = s.block_activations / s.act_per_layer if s.act_per_layer else s.act_layers
+    blocks = f"blocks ({held:g} block-micro-batches in flight)"
     return [
         (
             "model states",
-            s.model_states,
+            s.model_states_at_peak,
             [
                 ("parameters (working copy)", s.params),
                 ("master weights (fp32)", s.master),
-                ("gradients", s.grads),
+                ("gradients", s.grads_at_peak),
                 ("optimizer states", s.optimizer),
             ],
         ),
-        ("activations", s.activations, [(blocks, s.act_per_layer * s.act_layers), *_at_peak(s, s.act_extra)]),
+        ("activations", s.activations, [(blocks, s.block_activations), *_at_peak(s, s.act_extra)]),
         ("buffers and overheads", s.transient_bytes, _at_peak(s, s.transient)),
     ]
 
@@ -387,10 +389,13 @@ def _memory_table(est: Estimate, plan: Plan) -> list[str]:
     lines.append(
         f"    {'total':<{width}}{s.total / size:>8.2f}  of {format_bytes(est.capacity)}  ({share:.0%}){headroom}"
     )
-    elsewhere = [t for t in (*s.act_extra, *s.transient) if not s.at_peak(t)]
+    elsewhere = [(f"{t.name} ({t.phase} phase)", t.value) for t in (*s.act_extra, *s.transient) if not s.at_peak(t)]
+    if s.grads_at_peak < s.grads:
+        elsewhere.append(("gradients, from the step's first backward on (set to None between steps)", s.grads))
     if elsewhere:  # held in another phase of the step than the peak: shown, not added
-        lines += ["", f"    not at the peak (the {s.peak_phase} phase is larger):"]
-        lines += [f"      {t.name} ({t.phase} phase){'':<4}{t.value / size:.2f} {unit}" for t in elsewhere]
+        where = f"the {s.peak_phase} phase" if s.peak_phase else "the forward's end"
+        lines += ["", f"    not at the peak ({where} is larger):"]
+        lines += [f"      {name:<{width - 2}}{value / size:>8.2f}" for name, value in elsewhere]
     return lines
 
 

@@ -36,7 +36,7 @@ def render_svg(plan: Plan, choice: Choice) -> str:
     parts = [
         ("parameters", s.params),
         ("master weights", s.master),
-        ("gradients", s.grads),
+        ("gradients", s.grads_at_peak),
         ("optimizer", s.optimizer),
         ("activations", s.activations),
         ("buffers", s.transient_bytes),

@@ -202,7 +202,7 @@ def grown_part(est: Estimate, ref: Estimate) -> tuple[str, float] | None:
 
 def largest_memory_part(est: Estimate) -> tuple[str, float]:
     s = est.memory
-    parts = {"model states": s.model_states, "activations": s.activations, "buffers": s.transient_bytes}
+    parts = {"model states": s.model_states_at_peak, "activations": s.activations, "buffers": s.transient_bytes}
     key = max(parts, key=lambda k: parts[k])
     return key, parts[key]
 
@@ -214,7 +214,7 @@ def largest_activation_term(est: Estimate) -> tuple[str, float] | None:
     if not s.act_extra:
         return None
     name, value, _ = max(s.act_extra, key=lambda t: t.value)
-    return (name, value) if value >= max(0.4 * s.activations, s.act_per_layer * s.act_layers) else None
+    return (name, value) if value >= max(0.4 * s.activations, s.block_activations) else None
 
 
 def why_no_layout_on(plan: Plan, rung: Rung) -> Rejection:

@@ -49,6 +49,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
             _, unit = fsdp_gather_bytes(st.largest_unit, 0, 0, 2, ctx.compute_bytes, ctx.grad_reduce_bytes)
             return (Term("replicate: one block's bf16 gradients and their fp32 copy", unit),)
 
+        held_throughout = False
         casts = ctx.micro_batches * REPLICATE_BYTES_PER_PARAM * psi / ctx.device.memory_rate
         wrapper = ("replicate hooks and copies (measured)", replicate_seconds(ctx, units))
     else:
@@ -57,6 +58,10 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
 
         def transient(s: StageMemory) -> tuple[Term, ...]:
             return bucket_terms(ctx, s.rank)
+
+        # The gradients are views into DDP's buckets (gradient_as_bucket_view), which exist from
+        # the wrapper's construction on: held before the first backward too.
+        held_throughout = True
 
         casts = 0.0
         wrapper = ("DDP hooks and buckets (measured)", ddp_seconds(ctx))
@@ -68,7 +73,12 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         medium=link.medium,
         detail=detail,
     )
-    est = est.updated(stage_fn=lambda s: s.updated(transient=transient(s)), comm=comm, compute=est.compute + casts)
+
+    def stage_fn(s: StageMemory) -> StageMemory:
+        s = s.updated(transient=transient(s))
+        return s.updated(first_backward_frees=0.0) if held_throughout else s
+
+    est = est.updated(stage_fn=stage_fn, comm=comm, compute=est.compute + casts)
     if replicated and "bucket" in getattr(options, "model_fields_set", ()):
         est = est.with_note(BUCKET_IGNORED)
     est = with_wrapper_time(est, *wrapper)

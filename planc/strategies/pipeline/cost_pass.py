@@ -28,6 +28,8 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
       graph its input pass retained, so m - 1 more losses wait with their saved tensors
       (:func:`~planc.cost.memory.loss_saved_bytes`); the other schedules run the last stage's
       backward right after its forward.
+    - **Gradients** do not exist yet where a rank's activations peak before its first backward
+      (every GPipe rank): they are counted from the backward on (``first_backward_frees``).
     - **Receive buffers**: torch's stages allocate an activation buffer (every stage but the
       first) and a gradient buffer (every stage but the last) for each of the m x v
       stage-micro-batches; Megatron only for the one in flight.
@@ -92,7 +94,15 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         terms += (
             Term(f"output gradients kept for the weight pass ({waiting} chunk-micro-batches)", waiting * chunk_grads),
         )
-    return s.updated(act_layers=chunks * st.layers / v, transient=terms)
+    # Every forward the rank holds at once runs before its first backward (GPipe; the other
+    # schedules' ranks with few micro-batches): the gradients do not exist yet at that peak
+    # (StageMemory.first_backward_frees).
+    before_any_backward = chunks >= v * m
+    return s.updated(
+        act_layers=chunks * st.layers / v,
+        transient=terms,
+        first_backward_frees=st.layers / v if before_any_backward else 0.0,
+    )
 
 
 def _zero_bubble_peak(ctx: CostContext, s: StageMemory, activations: float, grads: float) -> tuple[int, int]:

@@ -1,0 +1,111 @@
+"""Where a stage's memory peaks: the largest phase, with the gradients held only from the first
+backward on where every forward comes first (:class:`planc.cost.estimate.StageMemory`).
+
+The numbers are small integers chosen by hand, so each expected total is written out."""
+
+from __future__ import annotations
+
+from planc.cost.estimate import StageMemory, Term
+from planc.dsl.load import load_plan_text
+from planc.spec import Layout
+from planc.strategies.registry import load_registry
+from planc.verify.predicted import estimate_for
+
+REGISTRY = load_registry()
+
+# params 10, optimizer 20, gradients 8; 6 block-micro-batches of 3 bytes (18) in flight.
+BASE = dict(rank=0, params=10.0, master=0.0, grads=8.0, optimizer=20.0, act_per_layer=3.0, act_layers=6.0)
+TERMS = (
+    Term("untagged buffer", 1.0),
+    Term("loss", 5.0, "loss"),
+    Term("head backward", 7.0, "head backward"),
+    Term("recompute working set", 4.0, "backward"),
+)
+
+
+def test_without_first_backward_the_gradients_are_held_throughout():
+    s = StageMemory(**BASE, transient=TERMS)
+    # the largest phase's own terms (head backward, 7) on top of everything held throughout
+    assert s.peak_phase == "head backward"
+    assert s.total == 10 + 20 + 8 + 18 + 1 + 7
+    assert s.grads_at_peak == 8 and s.block_activations == 18
+
+
+def test_before_the_first_backward_there_are_no_gradients():
+    # GPipe-like: 3 micro-batches of 2 blocks; one micro-batch's backward frees 2 blocks (6 bytes).
+    s = StageMemory(**{**BASE, "grads": 5.0}, transient=TERMS, first_backward_frees=2.0, head_grads=1.0)
+    # loss (pre-backward): 10 + 20 + 0 + 18 + 1 + 5 = 54
+    # head backward: the first micro-batch's, no gradients, 18 of blocks: 10 + 20 + 18 + 1 + 7 = 56;
+    #   a later one's, 5 of gradients and 12 of blocks: 17 < 18, so 56
+    # backward: start 1 (head) + 18 = 19, end 5 + 12 = 17: 10 + 20 + 19 + 1 + 4 = 54
+    assert s.peak_phase == "head backward"
+    assert s.total == 56
+    assert s.grads_at_peak == 0 and s.block_activations == 18
+    # with 8 of gradients a later micro-batch's head backward holds more: 8 + 12 = 20 > 18
+    s = StageMemory(**BASE, transient=TERMS, first_backward_frees=2.0, head_grads=1.0)
+    assert s.peak_phase == "head backward" and s.total == 10 + 20 + 8 + 12 + 1 + 7
+
+
+def test_when_the_gradients_outweigh_a_micro_batch_the_end_of_the_first_backward_is_the_peak():
+    s = StageMemory(**{**BASE, "grads": 30.0}, transient=TERMS[:2] + TERMS[3:], first_backward_frees=2.0)
+    # loss: 10 + 20 + 18 + 1 + 5 = 54; backward: end 30 + 12 = 42 beats start 0 + 18: 10 + 20 + 42 + 1 + 4 = 77
+    assert s.peak_phase == "backward"
+    assert s.total == 77
+    assert s.grads_at_peak == 30 and s.block_activations == 12
+
+
+def test_one_micro_batch_has_no_later_head_backward():
+    # One micro-batch of 6 blocks frees all of them: the head's backward only runs before any gradient.
+    s = StageMemory(**{**BASE, "grads": 30.0}, transient=TERMS[2:3], first_backward_frees=6.0)
+    # head backward: 10 + 20 + 18 + 7 = 55 (not 30 + 0 + 7); the bare backward: max(0 + 18, 30 + 0) = 30 -> 60
+    assert s.peak_phase == "backward"
+    assert s.total == 10 + 20 + 30 + 0
+    s = StageMemory(**BASE, transient=TERMS[2:3], first_backward_frees=6.0)
+    assert s.peak_phase == "head backward" and s.total == 10 + 20 + 18 + 7
+
+
+PLAN = """
+model "small" {{
+  layers = 4
+  hidden = 256
+  heads = 4
+  vocab = 512
+  seq_len = 512
+}}
+hardware {{
+  device = "cpu"
+  nodes = 1
+  per_node = {dp}
+}}
+train {{
+  global_batch = {batch}
+  micro_batch = 8
+  precision = {precision}
+}}
+layout {{
+  tp = 1
+  pp = 1
+  dp = {dp}
+}}
+"""
+
+
+def _worst(dp: int, batch: int, precision: str) -> StageMemory:
+    plan = load_plan_text(PLAN.format(dp=dp, batch=batch, precision=precision), "small.plan", strategies=REGISTRY)
+    layout = Layout(tp=1, pp=1, dp=dp, zero=0, recompute="none", schedule=None, micro_batch=8)
+    return estimate_for(plan, layout, REGISTRY)[1].memory
+
+
+def test_one_micro_batch_per_step_peaks_before_its_gradients_exist():
+    """Measured with `planc verify` on this machine (one process, fp32, docs/verify.md): 329.2 MiB
+    with one micro-batch per step and 342.8 with two, 13.6 MiB apart -- the gradients exactly."""
+    one, two = _worst(1, 8, "fp32"), _worst(1, 16, "fp32")
+    assert one.grads_at_peak == 0 and two.grads_at_peak == two.grads
+    assert two.total - one.total > 0.9 * one.grads
+
+
+def test_ddp_buckets_hold_the_gradients_before_the_first_backward():
+    """fp32 DDP makes every gradient a view into its buckets at once (gradient_as_bucket_view);
+    bf16 data parallelism runs ``replicate``, whose gradients the backward makes."""
+    assert _worst(2, 16, "fp32").grads_at_peak > 0
+    assert _worst(2, 16, "bf16").grads_at_peak == 0
