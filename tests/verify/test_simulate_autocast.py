@@ -169,31 +169,30 @@ def test_the_h100_plan_simulated_within_2_percent(change, tmp_path):
     assert abs(peak["error"]) < 0.02, peak
 
 
+def _two_stage_peaks(schedule: str) -> list[dict]:
+    """The simulated peak rows of the plan on two pipeline stages of ``schedule`` (4 micro-batches)."""
+    text = GPU_PLAN.read_text().replace("per_node = 1", "per_node = 2")
+    text = re.sub(r"(?m)^(\s*pp\s*=\s*)1", r"\g<1>2", text)
+    text = text.replace("recompute = none", f"recompute = none\n  schedule = {schedule}")
+    plan = load_plan_text(text, f"gpu-{schedule}.plan", strategies=REGISTRY)
+    layout = Layout(tp=1, pp=2, dp=1, zero=0, recompute="none", schedule=schedule, micro_batch=1)
+    result = simulate(plan, layout, REGISTRY, [0, 1])
+    return [r for r in result["rows"] if r["section"] == "peak memory"]
+
+
 def test_a_1f1b_pipeline_of_the_h100_plan_simulated_within_2_percent():
     """The same plan on two 1F1B stages: the last stage's peak is the head's forward from the second
     micro-batch on, where torch's schedule loop still holds the previous micro-batch's logits
     (``output = stage.forward_one_chunk(...)``) -- 1.96 GiB more than the model had (-5.4%)."""
-    text = GPU_PLAN.read_text().replace("per_node = 1", "per_node = 2")
-    text = re.sub(r"(?m)^(\s*pp\s*=\s*)1", r"\g<1>2", text)
-    text = text.replace("recompute = none", "recompute = none\n  schedule = 1f1b")
-    plan = load_plan_text(text, "gpu-pp.plan", strategies=REGISTRY)
-    layout = Layout(tp=1, pp=2, dp=1, zero=0, recompute="none", schedule="1f1b", micro_batch=1)
-    result = simulate(plan, layout, REGISTRY, [0, 1])
-    peaks = [r for r in result["rows"] if r["section"] == "peak memory"]
+    peaks = _two_stage_peaks("1f1b")
     assert len(peaks) == 2 and all(abs(r["error"]) < 0.02 for r in peaks), peaks
 
 
 def test_a_gpipe_pipeline_of_the_h100_plan_simulated_within_3_percent():
-    """The same plan on two GPipe stages, 4 micro-batches: every forward runs before any backward,
-    so the activations peak while the gradients (set to None at the step's start) do not exist
-    yet. Counting them throughout had the stages at +10.9% and +5.5%."""
-    text = GPU_PLAN.read_text().replace("per_node = 1", "per_node = 2")
-    text = re.sub(r"(?m)^(\s*pp\s*=\s*)1", r"\g<1>2", text)
-    text = text.replace("recompute = none", "recompute = none\n  schedule = gpipe")
-    plan = load_plan_text(text, "gpu-gpipe.plan", strategies=REGISTRY)
-    layout = Layout(tp=1, pp=2, dp=1, zero=0, recompute="none", schedule="gpipe", micro_batch=1)
-    result = simulate(plan, layout, REGISTRY, [0, 1])
-    peaks = [r for r in result["rows"] if r["section"] == "peak memory"]
+    """The same plan on two GPipe stages: every forward runs before any backward, so the
+    activations peak while the gradients (set to None at the step's start) do not exist yet.
+    Counting them throughout had the stages at +10.9% and +5.5%."""
+    peaks = _two_stage_peaks("gpipe")
     assert len(peaks) == 2 and all(abs(r["error"]) < 0.03 for r in peaks), peaks
 
 
