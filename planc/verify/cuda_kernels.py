@@ -18,6 +18,12 @@ The cost model knows both (``RuntimeProfile.rms_norm``: ``fused`` for CUDA, ``co
 planc/cost/memory.py); the simulation checks the GPU prediction, so :func:`cuda_rms_norm` makes
 RMSNorm keep what the CUDA kernel keeps. The values it computes are the composite's (fake
 tensors hold none anyway); only what stays alive for backward changes.
+
+The optimizer step differs too: planc builds torch's fused AdamW when the parameters are on CUDA
+(:func:`planc.runtime.optim.runs_fused`) and torch's single-tensor loop on CPU, which holds two
+temporaries the size of the parameter it updates (``exp_avg_sq.sqrt()`` and its quotient): 3.9
+GiB for Llama 3 8B's embedding, the simulated peak of a step of one micro-batch under full
+recomputation. :func:`cuda_optimizers` turns the simulation's optimizers to the fused kernel.
 """
 
 from __future__ import annotations
@@ -86,3 +92,13 @@ def _forward(norm: nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
     if not torch.is_grad_enabled():
         return F.rms_norm(x, norm.normalized_shape, norm.weight, norm.eps)
     return _RmsNormSavingInputAndRstd.apply(x, tuple(norm.normalized_shape), norm.weight, norm.eps)
+
+
+def cuda_optimizers(optimizers: Iterable[torch.optim.Optimizer]) -> None:
+    """Make each optimizer step with torch's fused kernel, as planc's program does on CUDA (its
+    parameter groups carry the choice; ZeroRedundancyOptimizer's local optimizer is ``.optim``)."""
+    for optimizer in optimizers:
+        local = getattr(optimizer, "optim", optimizer)
+        for group in local.param_groups:
+            if "fused" in group:
+                group["fused"], group["foreach"] = True, False

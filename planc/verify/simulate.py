@@ -124,6 +124,7 @@ def simulate_rank(plan: Plan, layout: Layout, registry, rank: int) -> dict:
     """Build ``plan``'s job for ``rank`` of ``layout``'s world under fake tensors, run one step,
     and return what it held: ``{"rank", "coordinates", "model_states", "peak", "seconds"}``."""
     from planc.runtime.compose import compose_on_meta
+    from planc.verify.cuda_kernels import cuda_optimizers
     from planc.verify.fake_world import completing_comm_hooks, ddp_on_fake_tensors, fake_process_group, fake_tensors
     from planc.verify.model_states import model_state_bytes
 
@@ -136,6 +137,8 @@ def simulate_rank(plan: Plan, layout: Layout, registry, rank: int) -> dict:
                 job.init_weights()
             completing_comm_hooks(job.model_parts)
             job.build_optimizer()
+            if plan.hardware.device != "cpu":  # the CUDA program's fused optimizer, not the CPU loop
+                cuda_optimizers(job.optimizers)
             batch = torch.zeros((plan.train.global_batch // layout.dp, plan.model.seq_len + 1), dtype=torch.long)
             if job.schedule is not None:
                 _first_pipeline_step(job, batch)
