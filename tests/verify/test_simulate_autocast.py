@@ -220,3 +220,12 @@ def test_the_simulated_optimizer_is_the_gpu_programs_fused_one():
     result = simulate(plan, layout, REGISTRY, [0])
     (peak,) = [r for r in result["rows"] if r["section"] == "peak memory"]
     assert 0.0 <= peak["error"] < 0.08, peak
+
+
+def test_a_zero_bubble_pipeline_of_the_h100_plan_simulated_within_4_percent():
+    """The same plan on two zero-bubble stages. The last stage holds the logits of the micro-batches
+    in flight (two), not every micro-batch's to the step's end as a recomputed loss would (+13.9%
+    when counted so); the first stage's input is token ids, so it has no input pass and keeps no
+    output gradients between the halves (+6.2% when counted)."""
+    peaks = _two_stage_peaks("zero-bubble")
+    assert len(peaks) == 2 and all(abs(r["error"]) < 0.04 for r in peaks), peaks

@@ -10,7 +10,13 @@ from planc import stages
 from planc.cost.comm import all_gather_seconds, p2p_seconds
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
-from planc.cost.memory import SCHEDULES_HOLDING_LOGITS, loss_kind, loss_saved_bytes, split_backward_output_grads
+from planc.cost.memory import (
+    SCHEDULES_HOLDING_LOGITS,
+    loss_kind,
+    loss_saved_bytes,
+    micro_batches_holding_logits,
+    split_backward_output_grads,
+)
 from planc.cost.wrappers import pp_seconds, with_wrapper_time
 
 
@@ -24,10 +30,10 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
       (:func:`~planc.cost.memory.split_backward_output_grads`): the rank's peak is the larger of
       the placements :func:`~planc.stages.zero_bubble_peaks` reads off torch's order.
     - **Losses**: under GPipe the last stage runs every micro-batch's forward and loss before any
-      backward, and under zero-bubble the schedule keeps every loss to the step's end with the
-      graph its input pass retained, so m - 1 more losses wait with their saved tensors
-      (:func:`~planc.cost.memory.loss_saved_bytes`); the other schedules run the last stage's
-      backward right after its forward.
+      backward, so m - 1 more losses wait with their saved tensors
+      (:func:`~planc.cost.memory.loss_saved_bytes`); under zero-bubble those in flight, or all m
+      with a recomputed loss (:func:`~planc.cost.memory.micro_batches_holding_logits`); the other
+      schedules run the last stage's backward right after its forward.
     - **Gradients** do not exist yet where a rank's activations peak before its first backward
       (every GPipe rank): they are counted from the backward on (``first_backward_frees``).
     - **Receive buffers**: torch's stages allocate an activation buffer (every stage but the
@@ -64,16 +70,16 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         buffers = (not st.embedding or v > 1) + (not st.head or v > 1)
         label = "pipeline send/receive buffers"
     terms: tuple[Term, ...] = (Term(label, buffers * ctx.boundary_bytes),) if buffers else ()
-    if st.head and lay.schedule in SCHEDULES_HOLDING_LOGITS and m > 1:
-        # GPipe: every forward runs before any backward, so the other m - 1 micro-batches' losses
-        # wait too. Zero-bubble: the schedule keeps every micro-batch's loss until the step ends
-        # (PipelineScheduleSingle._internal_losses) and its input pass retains the graph, which the
-        # weight pass never walks above the logits: the losses' saved tensors stay as long.
-        loss = loss_kind(ctx.profile.loss, lay.pp, lay.schedule, lay.tp)
+    loss = loss_kind(ctx.profile.loss, lay.pp, lay.schedule, lay.tp)
+    holding = micro_batches_holding_logits(lay.schedule, lay.pp, m, chunks, loss) if st.head else 1
+    if holding > 1:
+        # GPipe: every forward runs before any backward, so the other micro-batches' losses wait
+        # too. Zero-bubble: those in flight, or every one with a recomputed loss (the function's
+        # note).
         saved = loss_saved_bytes(ctx.model, lay.micro_batch, lay.tp, ctx.compute_bytes, loss=loss)
-        why = "GPipe" if lay.schedule == "gpipe" else "zero-bubble, kept to the step's end"
-        terms += (Term(f"loss kept for backward ({m - 1} more micro-batches, {why})", (m - 1) * saved),)
-    elif st.head and m > 1:
+        why = "GPipe" if lay.schedule == "gpipe" else "zero-bubble"
+        terms += (Term(f"loss kept for backward ({holding - 1} more micro-batches, {why})", (holding - 1) * saved),)
+    if st.head and m > 1 and lay.schedule not in SCHEDULES_HOLDING_LOGITS:
         # torch's schedules keep the last forward's output in a loop variable (``output =
         # stage.forward_one_chunk(...)``) until the next forward returns: while the head writes a
         # micro-batch's logits the previous micro-batch's are still alive (simulated: 1F1B's last
@@ -91,9 +97,15 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
             )
         )
         chunks, waiting = _zero_bubble_peak(ctx, s, s.act_per_layer * st.layers / v, chunk_grads)
-        terms += (
-            Term(f"output gradients kept for the weight pass ({waiting} chunk-micro-batches)", waiting * chunk_grads),
-        )
+        if st.embedding and v == 1:
+            # Stage 0's input is token ids: no input gradient, so torch's schedule gives it no
+            # input pass and its weight pass runs the whole backward -- nothing waits between the
+            # halves (simulated: the first stage of a 4-layer Llama 3 8B, +6.2% -> -0.6%). With
+            # v > 1 the rank's other chunks have both halves: counted as they are, an upper bound.
+            waiting = 0
+        if waiting:
+            name = f"output gradients kept for the weight pass ({waiting} chunk-micro-batches)"
+            terms += (Term(name, waiting * chunk_grads),)
     # Every forward the rank holds at once runs before its first backward (GPipe; the other
     # schedules' ranks with few micro-batches): the gradients do not exist yet at that peak
     # (StageMemory.first_backward_frees).
