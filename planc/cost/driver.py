@@ -22,7 +22,7 @@ from planc.cost.dispatch import step_host_ops
 from planc.cost.estimate import CostPass, Estimate, Passes, StageMemory, Term
 from planc.cost.flops import hardware_flops_per_step, model_flops_per_step
 from planc.cost.memory import ALLOCATOR_MARGIN, DEVICE_RUNTIME_OVERHEAD, model_state_bytes
-from planc.cost.params import StageParams, head_params_per_shard
+from planc.cost.params import StageParams, embedding_params_per_shard, head_params_per_shard
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
@@ -38,6 +38,11 @@ def _flops(model, tokens: int, recompute: str, attention: str = "flash") -> floa
 def head_params(ctx: CostContext, st: StageParams) -> int:
     """Parameters of the final norm and output head on one device of ``st`` (0 off the last stage)."""
     return head_params_per_shard(ctx.model, ctx.layout.tp, ctx.layout.pp) if st.head else 0
+
+
+def embedding_params(ctx: CostContext, st: StageParams) -> int:
+    """Parameters of the token embedding (and learned positions) on one device of ``st`` (0 off the first stage)."""
+    return embedding_params_per_shard(ctx.model, ctx.layout.tp) if st.embedding else 0
 
 
 def base_estimate(ctx: CostContext) -> Estimate:
@@ -69,6 +74,7 @@ def base_estimate(ctx: CostContext) -> Estimate:
                 # yet (the pipeline pass decides this for its schedules; DDP's buckets undo it).
                 first_backward_frees=float(st.layers) if ctx.micro_batches == 1 else 0.0,
                 head_grads=states.grads * head_params(ctx, st) / st.params if st.params else 0.0,
+                embedding_grads=states.grads * embedding_params(ctx, st) / st.params if st.params else 0.0,
             )
         )
     slow = ctx.slowest

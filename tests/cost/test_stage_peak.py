@@ -54,6 +54,21 @@ def test_when_the_gradients_outweigh_a_micro_batch_the_end_of_the_first_backward
     assert s.grads_at_peak == 30 and s.block_activations == 12
 
 
+def test_the_embeddings_gradient_comes_after_every_block_backward():
+    # One micro-batch of 6 blocks under recompute: 1 byte of activations per block, a working set of
+    # 4 while a block runs backward; gradients 30, of which the embedding's 12 come last.
+    s = StageMemory(
+        **{**BASE, "grads": 30.0, "act_per_layer": 1.0},
+        transient=TERMS[3:],
+        first_backward_frees=6.0,
+        embedding_grads=12.0,
+    )
+    # backward: start 0 + 6, last block 18 + 0: 10 + 20 + 18 + 4 = 52; the embedding's: 10 + 20 + 30 = 60
+    assert s.peak_phase == "" and s.total == 60 and s.grads_at_peak == 30
+    s = StageMemory(**{**BASE, "grads": 30.0, "act_per_layer": 1.0}, transient=TERMS[3:], first_backward_frees=6.0)
+    assert s.peak_phase == "backward" and s.total == 10 + 20 + 30 + 4  # without the split: over by 4
+
+
 def test_one_micro_batch_has_no_later_head_backward():
     # One micro-batch of 6 blocks frees all of them: the head's backward only runs before any gradient.
     s = StageMemory(**{**BASE, "grads": 30.0}, transient=TERMS[2:3], first_backward_frees=6.0)

@@ -212,14 +212,14 @@ def test_the_simulated_optimizer_is_the_gpu_programs_fused_one():
     CPU loop AdamW, which holds two temporaries the size of the parameter it updates (3.9 GiB for
     the embedding), made the optimizer step the simulated peak: -6.5% against the model of the
     CUDA program, whose fused AdamW holds none. Simulated with the fused kernel, the peak is the
-    end of the backward, which the model prices with a block's recompute working set still beside
-    every gradient: over, not under."""
+    end of the backward: the last block's recompute working set beside every gradient but the
+    embedding's, whose backward comes last (+6.5% while the model put it there too)."""
     text = re.sub(r"(?m)^(\s*global_batch\s*=\s*)4", r"\g<1>1", GPU_PLAN.read_text())
     plan = load_plan_text(text.replace("recompute = none", "recompute = full"), "gpu-m1-full.plan", strategies=REGISTRY)
     layout = Layout(tp=1, pp=1, dp=1, zero=0, recompute="full", schedule=None, micro_batch=1)
     result = simulate(plan, layout, REGISTRY, [0])
     (peak,) = [r for r in result["rows"] if r["section"] == "peak memory"]
-    assert 0.0 <= peak["error"] < 0.08, peak
+    assert abs(peak["error"]) < 0.02, peak
 
 
 def test_a_zero_bubble_pipeline_of_the_h100_plan_simulated_within_4_percent():
