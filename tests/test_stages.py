@@ -3,6 +3,7 @@ checked against the timeline simulator that replays them (planc.explain.timeline
 
 import pytest
 
+from planc.cost.memory import micro_batches_holding_logits
 from planc.explain.timeline import simulate
 from planc.legality.rules import micro_batch_count
 from planc.stages import (
@@ -174,5 +175,39 @@ def test_zero_bubble_holds_what_torchs_order_holds(vs, style):
                     assert predicted >= replayed, (p, v, m, r, ratio)
                 else:
                     assert predicted == pytest.approx(replayed), (p, v, m, r, ratio)
+        checked += 1
+    assert checked > 20
+
+
+def _head_micro_batches_alive(actions: list, head_stage: int) -> int:
+    """Most micro-batches of the head stage between their forward and their weight pass."""
+    from torch.distributed.pipelining.schedules import _ComputationType as Kind
+
+    alive: set[int] = set()
+    peak = 0
+    for action in actions:
+        if action is None or action.stage_index != head_stage:
+            continue
+        if action.computation_type == Kind.FORWARD:
+            alive.add(action.microbatch_index)
+        elif action.computation_type in (Kind.BACKWARD_WEIGHT, Kind.FULL_BACKWARD):
+            alive.discard(action.microbatch_index)
+        peak = max(peak, len(alive))
+    return peak
+
+
+@pytest.mark.parametrize("vs, style", [((1, 2, 3, 4), "looped"), ((2,), "v")], ids=["looped", "v"])
+def test_zero_bubble_head_holds_the_logits_torchs_order_holds(vs, style):
+    """With the loss's gradient computed in the forward, a micro-batch's logits live from its forward
+    to its weight pass (planc.cost.memory.micro_batches_holding_logits)."""
+    checked = 0
+    for p, v, m in _legal("zero-bubble", vs, style):
+        if style == "v" and m < 2 * p - 1:  # torch drops the micro-batches it planned for
+            continue
+        order = _torch_order(p, v, m, style)
+        rank, head = (0, 2 * p - 1) if style == "v" else (p - 1, p * v - 1)
+        assert micro_batches_holding_logits("zero-bubble", p, m, "chunked", style) == _head_micro_batches_alive(
+            order[rank], head
+        ), (p, v, m)
         checked += 1
     assert checked > 20

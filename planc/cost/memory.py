@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from planc.cost.profile import RuntimeProfile, StateBytes
 from planc.spec.model import ModelSpec
+from planc.stages import StageStyle
 
 if TYPE_CHECKING:
     from planc.spec.plan import Plan
@@ -246,26 +247,27 @@ LossKind = Literal["chunked", "chunked_recompute", "whole", "megatron", "fused"]
 SCHEDULES_HOLDING_LOGITS = ("gpipe", "zero-bubble")
 
 
-def micro_batches_holding_logits(schedule: str | None, pp: int, m: int, in_flight: int, loss: str) -> int:
-    """Micro-batches whose logits (and loss) the head's stage holds at its peak, of ``m`` per step,
-    with ``in_flight`` stage-micro-batches on its rank (:func:`planc.stages.chunks_in_flight`).
+def micro_batches_holding_logits(schedule: str | None, pp: int, m: int, loss: str, style: StageStyle = "looped") -> int:
+    """Micro-batches whose logits (and loss) the head's stage holds at its peak, of ``m`` per step.
 
     - GPipe runs every forward before any backward: all m.
     - Zero-bubble keeps every micro-batch's loss until the step ends
       (``PipelineScheduleSingle._internal_losses``) and its input pass retains the graph. With the
       loss recomputed in backward (``chunked_recompute``: vocabulary-sharded logits) the graph above
-      the logits keeps their saved chunks as long: all m (Llama 3 70B, TP 8 x PP 4, simulated). With
-      the gradient computed in the forward only the micro-batches in flight keep theirs:
-      ``planc verify --simulate`` of a 4-layer Llama 3 8B on two stages held two micro-batches'
-      logits at every point of the last stage's step (4 micro-batches; the model had counted 4,
-      +13.9%). An upper bound where v > 1, whose in-flight count includes other chunks.
+      the logits keeps their saved chunks as long: all m (Llama 3 70B, TP 8 x PP 4, simulated).
+      With the gradient computed in the forward each micro-batch's logits go at its weight pass:
+      the head stage's micro-batches between their forward and weight pass, min(p, m) under the
+      looped schedule whatever v, and 1 under ZB-V, whose head stage runs its three passes back to
+      back (both read off torch's order, tests/test_stages.py). ``planc verify --simulate`` of a
+      4-layer Llama 3 8B on two stages held two micro-batches' logits at every point of the last
+      stage's step (4 micro-batches, v = 1 and v = 2; the model had counted 4: +13.9%, +16.7%).
     - Every other schedule (and no pipeline): the one in flight.
     """
     if pp == 1 or schedule not in SCHEDULES_HOLDING_LOGITS:
         return 1
     if schedule == "gpipe" or loss == "chunked_recompute":
         return m
-    return max(1, min(m, in_flight))
+    return 1 if style == "v" else min(pp, m)
 
 
 def loss_kind(profile_loss: str, pp: int, schedule: str | None = None, tp: int = 1) -> LossKind:

@@ -129,9 +129,10 @@ def test_ddp_buckets_hold_the_gradients_before_the_first_backward():
 def test_micro_batches_holding_logits_by_schedule():
     from planc.cost.memory import micro_batches_holding_logits as holding
 
-    assert holding(None, 1, 8, 1, "chunked") == 1  # no pipeline: one micro-batch at a time
-    assert holding("1f1b", 4, 8, 1, "chunked") == 1  # the last stage's backward follows its forward
-    assert holding("gpipe", 4, 8, 8, "chunked") == 8  # every forward first
-    assert holding("zero-bubble", 4, 8, 4, "chunked_recompute") == 8  # kept to the step's end
-    assert holding("zero-bubble", 4, 8, 4, "chunked") == 4  # to each one's weight pass: those in flight
-    assert holding("zero-bubble", 4, 2, 4, "chunked") == 2  # no more than the step has
+    assert holding(None, 1, 8, "chunked") == 1  # no pipeline: one micro-batch at a time
+    assert holding("1f1b", 4, 8, "chunked") == 1  # the last stage's backward follows its forward
+    assert holding("gpipe", 4, 8, "chunked") == 8  # every forward first
+    assert holding("zero-bubble", 4, 8, "chunked_recompute") == 8  # kept to the step's end
+    assert holding("zero-bubble", 4, 8, "chunked") == 4  # to each one's weight pass: p in flight
+    assert holding("zero-bubble", 4, 2, "chunked") == 2  # no more than the step has
+    assert holding("zero-bubble", 4, 8, "chunked", "v") == 1  # ZB-V's head stage: F, I, W back to back

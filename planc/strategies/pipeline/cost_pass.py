@@ -71,7 +71,7 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         label = "pipeline send/receive buffers"
     terms: tuple[Term, ...] = (Term(label, buffers * ctx.boundary_bytes),) if buffers else ()
     loss = loss_kind(ctx.profile.loss, lay.pp, lay.schedule, lay.tp)
-    holding = micro_batches_holding_logits(lay.schedule, lay.pp, m, chunks, loss) if st.head else 1
+    holding = micro_batches_holding_logits(lay.schedule, lay.pp, m, loss, ctx.stage_style) if st.head else 1
     if holding > 1:
         # GPipe: every forward runs before any backward, so the other micro-batches' losses wait
         # too. Zero-bubble: those in flight, or every one with a recomputed loss (the function's
