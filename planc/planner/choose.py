@@ -7,9 +7,10 @@
    model's measured uncertainty and a floor in seconds, or the plan's ``tolerance``).
    Layouts that shard data parallelism past every published run the model was checked on
    (:mod:`planc.planner.checked`) are set aside first when a checked layout fits.
-4. Pick the one with the smallest complexity rank (:mod:`planc.planner.ladder`); among equally
-   complex layouts within :data:`~planc.planner.margin.TIE_BAND` of each other, the one that
-   leaves the most memory free, when it frees at least ``MEMORY_WORTH`` of the capacity.
+4. Pick the one with the smallest complexity rank (:mod:`planc.planner.ladder`), the pipeline's
+   depth (pp) left out; among those layouts within :data:`~planc.planner.margin.TIE_BAND` of
+   each other, the one that leaves the most memory free, when it frees at least ``MEMORY_WORTH``
+   of the capacity; otherwise the fastest.
 
 For every rung below the chosen one, :class:`Rejection` records the number that ruled it out:
 the memory its least-hungry layout needs, or how much slower its fastest fitting layout is and
@@ -169,13 +170,25 @@ def prefer_checked(plan: Plan, fitting: list[Candidate]) -> tuple[list[Candidate
     return [c for c, p in zip(fitting, past) if not p], [c for c, p in zip(fitting, past) if p]
 
 
+#: Where the pipeline's depth (pp) sits in :func:`planc.planner.ladder.complexity`.
+PIPELINE_DEPTH = slice(5, 6)
+
+
+def _but_depth(rank: tuple[int, ...]) -> tuple[int, ...]:
+    """The complexity rank without the pipeline's depth."""
+    return rank[: PIPELINE_DEPTH.start] + rank[PIPELINE_DEPTH.stop :]
+
+
 def pick(fitting: list[Candidate], best: Candidate, margin: Margin) -> Candidate:
     """The rule: the simplest layout the best does not beat by more than ``margin``; among the
     equally simple, speed within :data:`TIE_BAND` is a tie and goes to the least memory when that
     frees at least :data:`MEMORY_WORTH` of the capacity."""
     eligible = [c for c in fitting if margin.within(c.estimate.step_s, best.estimate.step_s)]
     simplest = min(c.complexity for c in eligible)
-    tier = [c for c in eligible if c.complexity == simplest]
+    # The pipeline's depth does not make a program more complex to run (virtual stages do: more
+    # chunks, more transfers): layouts that differ only in pp are one tier, decided by speed and
+    # memory.
+    tier = [c for c in eligible if _but_depth(c.complexity) == _but_depth(simplest)]
     quickest = max(tier, key=lambda c: c.tokens_per_s)
     tied = [c for c in tier if c.tokens_per_s >= quickest.tokens_per_s * (1.0 - TIE_BAND)]
     roomiest = min(tied, key=lambda c: (c.estimate.memory_bytes, -c.tokens_per_s))

@@ -88,24 +88,8 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         name = "the previous micro-batch's logits, still held by the schedule's loop"
         terms += (Term(name, ctx.head_output_bytes, "forward"),)
     if lay.schedule == "zero-bubble":
-        # Output gradients of one chunk-micro-batch, kept between the two backward halves.
-        chunk_grads = (
-            st.layers
-            / v
-            * split_backward_output_grads(
-                ctx.model, ctx.tokens_per_microbatch, lay.tp, lay.sequence_parallel, ctx.compute_bytes
-            )
-        )
-        chunks, waiting = _zero_bubble_peak(ctx, s, s.act_per_layer * st.layers / v, chunk_grads)
-        if st.embedding and v == 1:
-            # Stage 0's input is token ids: no input gradient, so torch's schedule gives it no
-            # input pass and its weight pass runs the whole backward -- nothing waits between the
-            # halves (simulated: the first stage of a 4-layer Llama 3 8B, +6.2% -> -0.6%). With
-            # v > 1 the rank's other chunks have both halves: counted as they are, an upper bound.
-            waiting = 0
-        if waiting:
-            name = f"output gradients kept for the weight pass ({waiting} chunk-micro-batches)"
-            terms += (Term(name, waiting * chunk_grads),)
+        chunks, split = _zero_bubble_terms(ctx, s)
+        terms += split
     # Every forward the rank holds at once runs before its first backward (GPipe; the other
     # schedules' ranks with few micro-batches): the gradients do not exist yet at that peak
     # (StageMemory.first_backward_frees).
@@ -115,6 +99,45 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         transient=terms,
         first_backward_frees=st.layers / v if before_any_backward else 0.0,
     )
+
+
+def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[int, tuple[Term, ...]]:
+    """(chunk-micro-batches holding activations at the peak, the split backward's own terms) of
+    a zero-bubble rank: the output gradients waiting for the weight pass and the input gradients
+    kept on the received activations."""
+    lay, st = ctx.layout, ctx.stage(s.rank)
+    v, m = lay.virtual_stages, ctx.micro_batches
+    terms: tuple[Term, ...] = ()
+    # Output gradients of one chunk-micro-batch, kept between the two backward halves.
+    chunk_grads = (
+        st.layers
+        / v
+        * split_backward_output_grads(
+            ctx.model, ctx.tokens_per_microbatch, lay.tp, lay.sequence_parallel, ctx.compute_bytes
+        )
+    )
+    chunks, waiting = _zero_bubble_peak(ctx, s, s.act_per_layer * st.layers / v, chunk_grads)
+    if st.embedding and v == 1:
+        # Stage 0's input is token ids: no input gradient, so torch's schedule gives it no
+        # input pass and its weight pass runs the whole backward -- nothing waits between the
+        # halves (simulated: the first stage of a 4-layer Llama 3 8B, +6.2% -> -0.6%). With
+        # v > 1 the rank's other chunks have both halves: counted as they are, an upper bound.
+        waiting = 0
+    if waiting:
+        name = f"output gradients kept for the weight pass ({waiting} chunk-micro-batches)"
+        terms += (Term(name, waiting * chunk_grads),)
+    # The input pass stores each stage input's gradient on the input itself (``inp.grad =
+    # dinput``, torch's pipelining/_backward.py, stage_backward_input), and the input is that
+    # micro-batch's receive buffer, which lives through the step: one boundary tensor per
+    # micro-batch and stage that receives (simulated: the last of two stages grew by two
+    # boundary tensors per micro-batch, one of them this, from 4 to 32 micro-batches). Looped
+    # placement only: ZB-V's simulated stages did not grow so (their turn of the V stays on
+    # the rank), and are left as they were measured (-0.6% and -2.3%, 4 micro-batches).
+    receiving = m * (v - st.embedding) if ctx.stage_style != "v" else 0
+    if receiving:
+        name = f"input gradients kept on the received activations ({receiving} chunk-micro-batches)"
+        terms += (Term(name, receiving * ctx.boundary_bytes),)
+    return chunks, terms
 
 
 def _zero_bubble_peak(ctx: CostContext, s: StageMemory, activations: float, grads: float) -> tuple[int, int]:
