@@ -13,7 +13,7 @@ device's requirement. Time is per optimizer step on the slowest rank.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
@@ -109,34 +109,31 @@ class StageMemory:
         for t in (*self.act_extra, *self.transient):
             if t.phase:
                 sums[t.phase] = sums.get(t.phase, 0.0) + t.value
+        # max keeps the first of equal moments: a tagged phase before the bare ones.
+        phase, grads, held = max(self._moments(sums), key=lambda m: m[1] + m[2] + sums.get(m[0], 0.0))
+        return phase, grads, held, sums.get(phase, 0.0)
+
+    def _moments(self, phases: Iterable[str]) -> Iterator[tuple[str, float, float]]:
+        """(phase, gradient bytes, block activation bytes) of each moment the peak can be at."""
         blocks = self.act_per_layer * self.act_layers
-        if not self.first_backward_frees:
-            if not sums:
-                return "", self.grads, blocks, 0.0
-            phase = max(sums, key=lambda name: sums[name])
-            return phase, self.grads, blocks, sums[phase]
-        best: tuple[str, float, float, float] = ("", 0.0, 0.0, -1.0)
-        freed = self.act_per_layer * self.first_backward_frees
-        # "" twice: the forward's end, before any gradient, and the first backward's end (the
-        # embedding's backward, with no phase's terms of its own).
-        for i, phase in enumerate((*sums, "", "backward", "")):
-            own = sums.get(phase, 0.0)
-            if i == len(sums) + 2:
-                grads, held = self.grads, blocks - freed
-            elif phase in ("", "forward", "loss"):
-                grads, held = 0.0, blocks
-            elif phase == "head backward":
-                # The first micro-batch's comes before any gradient; a later one's (when the rank
-                # holds more than one) after the first backward, with its activations freed.
-                later = (self.grads, blocks - freed) if self.act_layers > self.first_backward_frees else (0.0, 0.0)
-                grads, held = max((0.0, blocks), later, key=sum)
-            else:  # while a block runs backward: from the first one to the last, before the embedding's
-                start = (self.head_grads, blocks)
-                end = (self.grads - self.embedding_grads, blocks - freed)
-                grads, held = max(start, end, key=sum)
-            if grads + held + own > best[1] + best[2] + best[3]:
-                best = (phase, grads, held, own)
-        return best
+        if not self.first_backward_frees:  # the gradients are held throughout
+            for phase in (*phases, ""):
+                yield phase, self.grads, blocks
+            return
+        # After the first micro-batch's backward: every gradient, its activations freed.
+        after = (self.grads, blocks - self.act_per_layer * self.first_backward_frees)
+        for phase in dict.fromkeys((*phases, "backward")):
+            if phase in ("forward", "loss"):  # before any backward
+                yield phase, 0.0, blocks
+            elif phase == "head backward":  # the first micro-batch's; a later one's if the rank holds one
+                yield phase, 0.0, blocks
+                if self.act_layers > self.first_backward_frees:
+                    yield (phase, *after)
+            else:  # a block's backward: the first one (the head's gradients only) to the last (all but the embedding's)
+                yield phase, self.head_grads, blocks
+                yield phase, after[0] - self.embedding_grads, after[1]
+        yield "", 0.0, blocks  # the forward's end
+        yield ("", *after)  # the embedding's backward, with no phase's terms of its own
 
     @property
     def peak_phase(self) -> str:
