@@ -24,12 +24,14 @@ from planc.cost.compute import (
 )
 from planc.cost.memory import (
     LayerActivations,
+    LossKind,
     bf16_weights,
     ddp_replicates,
     layer_activation_bytes,
     local_logits,
     logits_bytes,
     loss_kind,
+    micro_batches_holding_logits,
     runtime_state_bytes,
 )
 from planc.cost.params import StageParams, stage_params
@@ -95,6 +97,19 @@ class CostContext:
         """Bytes of one micro-batch's logits as the output head writes them on one device: the
         tokens x the local vocabulary (vocabulary-parallel under TP), in compute precision."""
         return self.compute_bytes * local_logits(self.model, self.layout.micro_batch, self.layout.tp)
+
+    @property
+    def loss(self) -> LossKind:
+        """The loss this layout's program runs (:func:`~planc.cost.memory.loss_kind`)."""
+        lay = self.layout
+        return loss_kind(self.profile.loss, lay.pp, lay.schedule, lay.tp)
+
+    @property
+    def micro_batches_holding_logits(self) -> int:
+        """Micro-batches whose logits the head's stage holds at its peak
+        (:func:`~planc.cost.memory.micro_batches_holding_logits`)."""
+        lay = self.layout
+        return micro_batches_holding_logits(lay.schedule, lay.pp, self.micro_batches, self.loss, self.stage_style)
 
     @property
     def boundary_bytes(self) -> float:

@@ -50,6 +50,7 @@ def base_estimate(ctx: CostContext) -> Estimate:
     stages = []
     for st in ctx.stages:
         states = model_state_bytes(st.params, 1, 0, ctx.state_bytes)
+        grad_per_param = states.grads / st.params if st.params else 0.0
         extra = (
             (
                 Term("logits and loss (1 micro-batch)", ctx.logits, "loss"),
@@ -73,8 +74,8 @@ def base_estimate(ctx: CostContext) -> Estimate:
                 # One micro-batch per step: its forward runs before any backward, with no gradients
                 # yet (the pipeline pass decides this for its schedules; DDP's buckets undo it).
                 first_backward_frees=float(st.layers) if ctx.micro_batches == 1 else 0.0,
-                head_grads=states.grads * head_params(ctx, st) / st.params if st.params else 0.0,
-                embedding_grads=states.grads * embedding_params(ctx, st) / st.params if st.params else 0.0,
+                head_grads=grad_per_param * head_params(ctx, st),
+                embedding_grads=grad_per_param * embedding_params(ctx, st),
             )
         )
     slow = ctx.slowest

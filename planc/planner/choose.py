@@ -31,7 +31,7 @@ from planc.legality.rules import AUTO, MULTI_STAGE_SCHEDULES, fixed
 from planc.legality.space import why_no_layout
 from planc.planner.checked import unchecked
 from planc.planner.explore import Candidate, SearchResult, evaluate_layout, hunger, search
-from planc.planner.ladder import Rung, complexity, rung_of
+from planc.planner.ladder import Rung, complexity, rung_of, tier
 from planc.planner.margin import MEMORY_WORTH, TIE_BAND, Margin, planner_margin
 from planc.planner.rejections import Rejection, why_not_simpler
 from planc.planner.suggest import Suggestion, suggest_fix
@@ -170,15 +170,6 @@ def prefer_checked(plan: Plan, fitting: list[Candidate]) -> tuple[list[Candidate
     return [c for c, p in zip(fitting, past) if not p], [c for c, p in zip(fitting, past) if p]
 
 
-#: Where the pipeline's depth (pp) sits in :func:`planc.planner.ladder.complexity`.
-PIPELINE_DEPTH = slice(5, 6)
-
-
-def _but_depth(rank: tuple[int, ...]) -> tuple[int, ...]:
-    """The complexity rank without the pipeline's depth."""
-    return rank[: PIPELINE_DEPTH.start] + rank[PIPELINE_DEPTH.stop :]
-
-
 def pick(fitting: list[Candidate], best: Candidate, margin: Margin) -> Candidate:
     """The rule: the simplest layout the best does not beat by more than ``margin``; among the
     equally simple, speed within :data:`TIE_BAND` is a tie and goes to the least memory when that
@@ -188,9 +179,9 @@ def pick(fitting: list[Candidate], best: Candidate, margin: Margin) -> Candidate
     # The pipeline's depth does not make a program more complex to run (virtual stages do: more
     # chunks, more transfers): layouts that differ only in pp are one tier, decided by speed and
     # memory.
-    tier = [c for c in eligible if _but_depth(c.complexity) == _but_depth(simplest)]
-    quickest = max(tier, key=lambda c: c.tokens_per_s)
-    tied = [c for c in tier if c.tokens_per_s >= quickest.tokens_per_s * (1.0 - TIE_BAND)]
+    same_tier = [c for c in eligible if tier(c.complexity) == tier(simplest)]
+    quickest = max(same_tier, key=lambda c: c.tokens_per_s)
+    tied = [c for c in same_tier if c.tokens_per_s >= quickest.tokens_per_s * (1.0 - TIE_BAND)]
     roomiest = min(tied, key=lambda c: (c.estimate.memory_bytes, -c.tokens_per_s))
     saved = quickest.estimate.memory_bytes - roomiest.estimate.memory_bytes
     return roomiest if saved >= MEMORY_WORTH * quickest.estimate.capacity else quickest

@@ -156,6 +156,12 @@ def rung_name(layout: LayoutKeys) -> str:
     return f"{label} + HSDP" if layout.shard_group is not None else label
 
 
+def tier(rank: tuple[int, ...]) -> tuple[int, ...]:
+    """A :func:`complexity` rank without the pipeline's depth (its pp place): the planner's pick
+    treats layouts that differ only in pp as equally simple (:func:`planc.planner.choose.pick`)."""
+    return rank[:5] + rank[6:]
+
+
 def complexity(layout: LayoutKeys) -> tuple[int, ...]:
     """The complexity rank: smaller is simpler."""
     return (
@@ -164,7 +170,7 @@ def complexity(layout: LayoutKeys) -> tuple[int, ...]:
         layout.zero,
         int(layout.sequence_parallel),
         layout.tp,
-        layout.pp,
+        layout.pp,  # place 5: tier() leaves it out
         layout.virtual_stages,
         int(layout.shard_group is not None),
     )

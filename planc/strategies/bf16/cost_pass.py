@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from planc.cost.context import CostContext
 from planc.cost.estimate import Estimate, StageMemory, Term
-from planc.cost.memory import loss_kind, micro_batches_holding_logits
 from planc.cost.params import linear_params_per_shard, vocab_matrix_per_shard
 
 #: Bytes per parameter and micro-batch that autocast moves outside the GEMMs: the fp32 -> bf16
@@ -103,8 +102,7 @@ def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
             name = "autocast's cache of the chunk's bf16 block weights, to the forward's end"
             terms += (Term(name, cached, "forward"),)
         return terms
-    loss = loss_kind(ctx.profile.loss, lay.pp, lay.schedule, lay.tp)
-    waiting = micro_batches_holding_logits(lay.schedule, lay.pp, ctx.micro_batches, loss, ctx.stage_style)
+    waiting = ctx.micro_batches_holding_logits
     # The head's weight is cast for its GEMM even when tied to the embedding, whose own lookup
     # autocast leaves in fp32.
     head = 2.0 * vocab_matrix_per_shard(ctx.model, lay.tp)

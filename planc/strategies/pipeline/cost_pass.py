@@ -10,13 +10,7 @@ from planc import stages
 from planc.cost.comm import all_gather_seconds, p2p_seconds
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
-from planc.cost.memory import (
-    SCHEDULES_HOLDING_LOGITS,
-    loss_kind,
-    loss_saved_bytes,
-    micro_batches_holding_logits,
-    split_backward_output_grads,
-)
+from planc.cost.memory import SCHEDULES_HOLDING_LOGITS, loss_saved_bytes, split_backward_output_grads
 from planc.cost.wrappers import pp_seconds, with_wrapper_time
 
 
@@ -70,13 +64,12 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         buffers = (not st.embedding or v > 1) + (not st.head or v > 1)
         label = "pipeline send/receive buffers"
     terms: tuple[Term, ...] = (Term(label, buffers * ctx.boundary_bytes),) if buffers else ()
-    loss = loss_kind(ctx.profile.loss, lay.pp, lay.schedule, lay.tp)
-    holding = micro_batches_holding_logits(lay.schedule, lay.pp, m, loss, ctx.stage_style) if st.head else 1
+    holding = ctx.micro_batches_holding_logits if st.head else 1
     if holding > 1:
         # GPipe: every forward runs before any backward, so the other micro-batches' losses wait
         # too. Zero-bubble: those in flight, or every one with a recomputed loss (the function's
         # note).
-        saved = loss_saved_bytes(ctx.model, lay.micro_batch, lay.tp, ctx.compute_bytes, loss=loss)
+        saved = loss_saved_bytes(ctx.model, lay.micro_batch, lay.tp, ctx.compute_bytes, loss=ctx.loss)
         why = "GPipe" if lay.schedule == "gpipe" else "zero-bubble"
         terms += (Term(f"loss kept for backward ({holding - 1} more micro-batches, {why})", (holding - 1) * saved),)
     if st.head and m > 1 and lay.schedule not in SCHEDULES_HOLDING_LOGITS:
