@@ -77,8 +77,9 @@ def rows_for_rank(measured: dict, predicted: dict) -> list[Row]:
     peak = measured.get("peak")
     if peak and peak.get("source") == "cuda" and "peak_net_bytes" in predicted:
         rows.extend(_cuda_peak_rows(rank, peak, predicted))
-    elif peak:
-        rows.append(Row(rank, "peak memory", "step peak", predicted["peak_bytes"], peak["bytes"], note=_source(peak)))
+    elif peak:  # MemTracker counts tensors, as max_memory_allocated does: the prediction net of the margin
+        net = predicted.get("peak_net_bytes", predicted["peak_bytes"])
+        rows.append(Row(rank, "peak memory", "step peak", net, peak["bytes"], note=_source(peak)))
     if measured.get("step_s"):
         times = measured["step_s"]
         rows.append(

@@ -197,10 +197,10 @@ def _tracked_step(job, batch: torch.Tensor) -> dict:
     keeps what its CUDA kernel keeps (:mod:`planc.verify.cuda_kernels`), not its CPU decomposition."""
     from planc.runtime.step import optimizer_step
     from planc.verify.cuda_kernels import cuda_rms_norm
-    from planc.verify.model_states import state_holders
+    from planc.verify.model_states import pipeline_receive_buffers, state_holders
 
     tracker = _StepPeakTracker()
-    tracker.track_external(*job.model_parts, *state_holders(job.optimizers))
+    tracker.track_external(*job.model_parts, *state_holders(job.optimizers), *pipeline_receive_buffers(job))
     roots = {id(part) for part in job.model_parts}
 
     def new_micro_batch(module, args):  # the tracker refuses a second root forward per iteration
