@@ -113,6 +113,10 @@ class RuntimeProfile:
     """torch.distributed.pipelining allocates an activation and a gradient receive buffer for
     *every* micro-batch up front (stage.py ``_setup_forward_recv_info``); Megatron only for those
     in flight."""
+    pp_outputs_kept: bool = True
+    """torch's pipeline stage keeps each micro-batch's output, data included, from its forward to
+    its backward (``fwd_cache``); Megatron frees an output's data once it is sent and runs the
+    backward from its ``grad_fn`` alone (``deallocate_output_tensor``)."""
     pp_p2p_blocking: bool = False
     """Megatron 2021 waits on every pipeline send/receive; torch's schedules post them
     asynchronously, so only the warm-up/cool-down hops sit on the critical path."""
@@ -179,6 +183,7 @@ MEGATRON_LM_2021 = RuntimeProfile(
     sp_saves_gathered_input=False,
     attention_output_copies=1,
     pp_recv_buffers="in_flight",
+    pp_outputs_kept=False,
     pp_p2p_blocking=True,
     p2p_scatter_gather=True,
     dp_overlap=False,
@@ -202,6 +207,7 @@ MEGATRON_CORE_2024 = RuntimeProfile(
     fused_elementwise=True,
     sp_saves_gathered_input=False,
     pp_recv_buffers="in_flight",
+    pp_outputs_kept=False,
     pp_p2p_blocking=False,
     p2p_scatter_gather=False,
     dp_overlap=True,

@@ -136,3 +136,33 @@ def test_micro_batches_holding_logits_by_schedule():
     assert holding("zero-bubble", 4, 8, "chunked") == 4  # to each one's weight pass: p in flight
     assert holding("zero-bubble", 4, 2, "chunked") == 2  # no more than the step has
     assert holding("zero-bubble", 4, 8, "chunked", "v") == 1  # ZB-V's head stage: F, I, W back to back
+
+
+def _pipeline_terms(schedule: str, batch: int) -> dict[int, dict[str, tuple[float, str]]]:
+    text = PLAN.format(dp=2, batch=batch, precision="fp32").replace("pp = 1", "pp = 2").replace("dp = 2", "dp = 1")
+    text = text.replace("dp = 1\n}", f"dp = 1\n  schedule = {schedule}\n}}").replace(
+        "hidden = 256", "hidden = 256\n  ffn = 1024"
+    )
+    plan = load_plan_text(text, "small-pp.plan", strategies=REGISTRY)
+    layout = Layout(tp=1, pp=2, dp=1, zero=0, recompute="none", schedule=schedule, micro_batch=8)
+    est = estimate_for(plan, layout, REGISTRY)[1]
+    return {s.rank: {t.name: (t.value, t.phase) for t in s.transient} for s in est.stages}
+
+
+def test_a_pipeline_stage_holds_its_outputs_in_flight_and_a_blocks_backward_temporaries():
+    """Hand-derived for the small model (hidden 256, ffn 4 x 256, micro-batch 8 x 512 tokens, fp32):
+    a stage output is 8 x 512 x 256 x 4 bytes; 1F1B's first of two stages has 2 micro-batches in
+    flight, GPipe's all 4; the last stage's output is the loss. A block's backward starts with its
+    MLP output projection's input gradient (4096 x 1024) and weight gradient (256 x 1024)."""
+    output = 8 * 512 * 256 * 4
+    backward = 4 * 1024 * (8 * 512 + 256)
+    for schedule, in_flight in (("1f1b", 2), ("gpipe", 4)):
+        terms = _pipeline_terms(schedule, batch=32)
+        first = {name: v for name, v in terms[0].items() if name.startswith("stage outputs")}
+        assert list(first.values()) == [(in_flight * output, "")], (schedule, terms[0])
+        assert not any(name.startswith("stage outputs") for name in terms[1]), terms[1]
+        for rank in (0, 1):
+            assert terms[rank]["block backward: the MLP output projection's gradients"] == (
+                backward,
+                "backward",
+            )

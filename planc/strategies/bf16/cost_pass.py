@@ -71,6 +71,8 @@ def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
       until its forward ends -- on the last stage while the head's GEMM writes the logits beside its
       own copy ("forward" phase); one block's copies exist again while it is recomputed and runs
       backward ("backward" phase);
+    - a block's backward starts by casting the fp32 residual stream's gradient to bf16 for the
+      MLP's output projection ("backward" phase, beside :func:`~planc.cost.memory.block_backward_bytes`);
     - the output head keeps its copy until its backward, once per micro-batch whose loss waits
       (every micro-batch on the last stage of GPipe and zero-bubble) ("loss" phase); its GEMM's
       backward holds the logits' gradient, the copy and the weight's bf16 gradient at once ("head
@@ -96,6 +98,11 @@ def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
     else:
         held = s.act_layers
         terms = (Term(f"autocast's bf16 weight copies ({held:g} block-micro-batches)", block * held),)
+    if st.layers:
+        # The fp32 residual stream's gradient reaches the MLP's output projection and is cast to
+        # bf16 for its GEMMs, beside the block's backward temporaries (the base estimate's).
+        cast = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
+        terms += (Term("block backward: its output gradient in bf16", cast, "backward"),)
     cached = block * st.layers / lay.virtual_stages if recomputed else 0.0
     if not st.head:
         if cached:

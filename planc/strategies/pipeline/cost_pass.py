@@ -64,6 +64,15 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         buffers = (not st.embedding or v > 1) + (not st.head or v > 1)
         label = "pipeline send/receive buffers"
     terms: tuple[Term, ...] = (Term(label, buffers * ctx.boundary_bytes),) if buffers else ()
+    sent = _outputs_held(lay.virtual_stages, chunks, st.head) if ctx.profile.pp_outputs_kept else 0
+    if sent:
+        # torch's stage keeps each chunk-micro-batch's output (``fwd_cache``) from its forward to
+        # its backward, which starts from it (``stage_backward(outputs, output_grads)``); the output
+        # of a stage's last block is saved by no block of the stage (simulated: the first of two
+        # stages held two boundary tensors more than its blocks' activations, 1F1B).
+        terms += (
+            Term(f"stage outputs kept for their backward ({sent} chunk-micro-batches)", sent * ctx.boundary_bytes),
+        )
     holding = ctx.micro_batches_holding_logits if st.head else 1
     if holding > 1:
         # GPipe: every forward runs before any backward, so the other micro-batches' losses wait
@@ -92,6 +101,15 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         transient=terms,
         first_backward_frees=st.layers / v if before_any_backward else 0.0,
     )
+
+
+def _outputs_held(v: int, chunks: int, head: bool) -> int:
+    """Chunk-micro-batches whose stage output the rank holds at its peak: every one in flight but
+    the last stage's, whose output is the loss. With v > 1 the rank's last-stage chunk holds at
+    most one micro-batch in flight (its backward follows its forward)."""
+    if v == 1:
+        return 0 if head else chunks
+    return max(0, chunks - (1 if head else 0))
 
 
 def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[int, tuple[Term, ...]]:
