@@ -19,9 +19,15 @@ from functools import lru_cache
 from planc.cost.compute import optimizer_step_seconds
 from planc.cost.context import ContextCache, CostContext, build_context
 from planc.cost.dispatch import step_host_ops
-from planc.cost.estimate import CostPass, Estimate, Passes, StageMemory, Term
+from planc.cost.estimate import PHASES_JOINED, CostPass, Estimate, Passes, StageMemory, Term
 from planc.cost.flops import hardware_flops_per_step, model_flops_per_step
-from planc.cost.memory import ALLOCATOR_MARGIN, DEVICE_RUNTIME_OVERHEAD, block_backward_bytes, model_state_bytes
+from planc.cost.memory import (
+    ALLOCATOR_MARGIN,
+    DEVICE_RUNTIME_OVERHEAD,
+    block_backward_bytes,
+    head_saved_bytes,
+    model_state_bytes,
+)
 from planc.cost.params import StageParams, embedding_params_per_shard, head_params_per_shard
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.spec.layout import Layout
@@ -45,6 +51,33 @@ def embedding_params(ctx: CostContext, st: StageParams) -> int:
     return embedding_params_per_shard(ctx.model, ctx.layout.tp) if st.embedding else 0
 
 
+def _head_terms(ctx: CostContext) -> tuple[Term, ...]:
+    """What the head stage holds for one micro-batch beside its blocks, by phase."""
+    lay, tokens = ctx.layout, ctx.tokens_per_microbatch
+    saved = head_saved_bytes(ctx.model, tokens, lay.tp, lay.sequence_parallel, ctx.residual_bytes, ctx.compute_bytes)
+    terms: tuple[Term, ...] = (
+        Term("logits and loss (1 micro-batch)", ctx.logits, "loss"),
+        # The forward's end, as the head's GEMM writes them: other programs' terms join this
+        # phase (autocast's cached weight copies, a pipeline's previous logits).
+        Term("logits as the head's forward writes them", ctx.head_output_bytes, "forward"),
+        # From the head's forward to its backward; a block's backward comes after the head's.
+        Term("final norm's and output head's saved inputs", saved, PHASES_JOINED.join(HEAD_SAVED_PHASES)),
+    )
+    if ctx.residual_bytes != ctx.compute_bytes:  # autocast: the norm's fp32 output, beside its bf16 cast
+        terms += (
+            Term(
+                "final norm's fp32 output, as the head's GEMM runs",
+                ctx.residual_bytes * tokens * ctx.model.hidden,
+                "forward",
+            ),
+        )
+    return terms
+
+
+#: The phases that hold the final norm's and head's saved inputs of the micro-batch in flight.
+HEAD_SAVED_PHASES = ("forward", "loss", "head backward")
+
+
 def _block_backward(ctx: CostContext, st: StageParams) -> tuple[Term, ...]:
     """The temporaries of a block's backward (:func:`~planc.cost.memory.block_backward_bytes`)."""
     if not st.layers:
@@ -65,16 +98,7 @@ def base_estimate(ctx: CostContext) -> Estimate:
     for st in ctx.stages:
         states = model_state_bytes(st.params, 1, 0, ctx.state_bytes)
         grad_per_param = states.grads / st.params if st.params else 0.0
-        extra = (
-            (
-                Term("logits and loss (1 micro-batch)", ctx.logits, "loss"),
-                # The forward's end, as the head's GEMM writes them: other programs' terms join
-                # this phase (autocast's cached weight copies, a pipeline's previous logits).
-                Term("logits as the head's forward writes them", ctx.head_output_bytes, "forward"),
-            )
-            if st.head
-            else ()
-        )
+        extra = _head_terms(ctx) if st.head else ()
         stages.append(
             StageMemory(
                 rank=st.rank,

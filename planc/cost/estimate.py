@@ -47,7 +47,22 @@ class Term(NamedTuple):
     value: float
     phase: str = ""
     """For memory: the phase of the step that holds these bytes ("loss", "backward"), or "" for
-    bytes held throughout. A stage's peak counts only the largest phase (see :class:`StageMemory`)."""
+    bytes held throughout. A stage's peak counts only the largest phase (see :class:`StageMemory`).
+    Bytes held through several phases name them all, joined by :data:`PHASES_JOINED`
+    ("forward, loss, head backward")."""
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """The phases that hold these bytes (none: held throughout)."""
+        return tuple(self.phase.split(PHASES_JOINED)) if self.phase else ()
+
+    def held_in(self, phase: str) -> bool:
+        """Whether these bytes are held in ``phase`` (untagged bytes are held in every one)."""
+        return not self.phase or phase in self.phases
+
+
+#: How a :class:`Term` held in several phases joins their names.
+PHASES_JOINED = ", "
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +122,8 @@ class StageMemory:
         """
         sums: dict[str, float] = {}
         for t in (*self.act_extra, *self.transient):
-            if t.phase:
-                sums[t.phase] = sums.get(t.phase, 0.0) + t.value
+            for phase in t.phases:
+                sums[phase] = sums.get(phase, 0.0) + t.value
         # max keeps the first of equal moments: a tagged phase before the bare ones.
         phase, grads, held = max(self._moments(sums), key=lambda m: m[1] + m[2] + sums.get(m[0], 0.0))
         return phase, grads, held, sums.get(phase, 0.0)
@@ -142,7 +157,7 @@ class StageMemory:
 
     def at_peak(self, term: Term) -> bool:
         """Whether ``term`` is held at the stage's peak (every untagged term is)."""
-        return not term.phase or term.phase == self.peak_phase
+        return term.held_in(self.peak_phase)
 
     @property
     def grads_at_peak(self) -> float:
@@ -157,12 +172,12 @@ class StageMemory:
     @property
     def activations(self) -> float:
         phase, _, blocks, _ = self._peak()
-        return blocks + sum(t.value for t in self.act_extra if not t.phase or t.phase == phase)
+        return blocks + sum(t.value for t in self.act_extra if t.held_in(phase))
 
     @property
     def transient_bytes(self) -> float:
         phase = self.peak_phase
-        return sum(t.value for t in self.transient if not t.phase or t.phase == phase)
+        return sum(t.value for t in self.transient if t.held_in(phase))
 
     @property
     def model_states(self) -> float:

@@ -389,7 +389,11 @@ def _memory_table(est: Estimate, plan: Plan) -> list[str]:
     lines.append(
         f"    {'total':<{width}}{s.total / size:>8.2f}  of {format_bytes(est.capacity)}  ({share:.0%}){headroom}"
     )
-    elsewhere = [(f"{t.name} ({t.phase} phase)", t.value) for t in (*s.act_extra, *s.transient) if not s.at_peak(t)]
+    elsewhere = [
+        (f"{t.name} ({t.phase} phase{'s' if len(t.phases) > 1 else ''})", t.value)
+        for t in (*s.act_extra, *s.transient)
+        if not s.at_peak(t)
+    ]
     if s.grads_at_peak < s.grads:
         elsewhere.append(("gradients, from the step's first backward on (set to None between steps)", s.grads))
     if elsewhere:  # held in another phase of the step than the peak: shown, not added

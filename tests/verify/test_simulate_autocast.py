@@ -203,12 +203,13 @@ def test_a_1f1b_first_stage_holds_a_gradient_buffer_per_micro_batch():
     assert len(peaks) == 2 and all(abs(r["error"]) < 0.02 for r in peaks), peaks
 
 
-def test_a_gpipe_pipeline_of_the_h100_plan_simulated_within_3_percent():
+def test_a_gpipe_pipeline_of_the_h100_plan_simulated_within_1_percent():
     """The same plan on two GPipe stages: every forward runs before any backward, so the
     activations peak while the gradients (set to None at the step's start) do not exist yet.
-    Counting them throughout had the stages at +10.9% and +5.5%."""
+    Counting them throughout had the stages at +10.9% and +5.5%. The last stage's four waiting
+    micro-batches each keep the final norm's and head's inputs too (0.19 GiB each): -2.2% without."""
     peaks = _two_stage_peaks("gpipe")
-    assert len(peaks) == 2 and all(abs(r["error"]) < 0.03 for r in peaks), peaks
+    assert len(peaks) == 2 and all(abs(r["error"]) < 0.01 for r in peaks), peaks
 
 
 def test_the_h100_plan_with_one_micro_batch_per_step_simulated_within_2_percent():

@@ -10,7 +10,12 @@ from planc import stages
 from planc.cost.comm import all_gather_seconds, p2p_seconds
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
-from planc.cost.memory import SCHEDULES_HOLDING_LOGITS, loss_saved_bytes, split_backward_output_grads
+from planc.cost.memory import (
+    SCHEDULES_HOLDING_LOGITS,
+    head_saved_bytes,
+    loss_saved_bytes,
+    split_backward_output_grads,
+)
 from planc.cost.wrappers import pp_seconds, with_wrapper_time
 
 
@@ -79,8 +84,17 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         # too. Zero-bubble: those in flight, or every one with a recomputed loss (the function's
         # note).
         saved = loss_saved_bytes(ctx.model, lay.micro_batch, lay.tp, ctx.compute_bytes, loss=ctx.loss)
+        saved += head_saved_bytes(
+            ctx.model,
+            ctx.tokens_per_microbatch,
+            lay.tp,
+            lay.sequence_parallel,
+            ctx.residual_bytes,
+            ctx.compute_bytes,
+        )
         why = "GPipe" if lay.schedule == "gpipe" else "zero-bubble"
-        terms += (Term(f"loss kept for backward ({holding - 1} more micro-batches, {why})", (holding - 1) * saved),)
+        name = f"loss, final norm and head kept for backward ({holding - 1} more micro-batches, {why})"
+        terms += (Term(name, (holding - 1) * saved),)
     if st.head and m > 1 and lay.schedule not in SCHEDULES_HOLDING_LOGITS:
         # torch's schedules keep the last forward's output in a loop variable (``output =
         # stage.forward_one_chunk(...)``) until the next forward returns: while the head writes a
