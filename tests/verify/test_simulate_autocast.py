@@ -263,3 +263,12 @@ def test_zero_bubble_keeps_each_micro_batchs_input_gradient_on_the_last_stage():
     peaks = _two_stage_peaks("zero-bubble", micro_batches=16)
     last = next(r for r in peaks if r["rank"] == 1)
     assert abs(last["error"]) < 0.03, last
+
+
+def test_zbv_keeps_one_input_gradient_per_micro_batch_on_each_rank():
+    """ZB-V on two ranks, 16 micro-batches: each rank receives one stage's input over the network
+    (the head stage on rank 0, stage 1 on rank 1) and keeps its gradient on it; the turn of the V
+    (stages 1 and 2 on rank 1) hands its tensors over on the rank, as receive buffers. Without the
+    input gradients the ranks read -4.3% and -6.3%, growing with the micro-batch count."""
+    peaks = _two_stage_peaks("zero-bubble", v=2, zbv=True, micro_batches=16)
+    assert len(peaks) == 2 and all(abs(r["error"]) < 0.02 for r in peaks), peaks

@@ -69,7 +69,11 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         buffers = (not st.embedding or v > 1) + (not st.head or v > 1)
         label = "pipeline send/receive buffers"
     terms: tuple[Term, ...] = (Term(label, buffers * ctx.boundary_bytes),) if buffers else ()
-    sent = _outputs_held(lay.virtual_stages, chunks, st.head) if ctx.profile.pp_outputs_kept else 0
+    if lay.schedule == "zero-bubble":
+        chunks, split = _zero_bubble_terms(ctx, s)
+        terms += split
+    turn = ctx.stage_style == "v" and s.rank == lay.pp - 1
+    sent = _outputs_held(v, chunks, st.head, turn) if ctx.profile.pp_outputs_kept else 0
     if sent:
         # torch's stage keeps each chunk-micro-batch's output (``fwd_cache``) from its forward to
         # its backward, which starts from it (``stage_backward(outputs, output_grads)``); the output
@@ -103,9 +107,6 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         # micro-batch on). GPipe and zero-bubble keep them anyway (above).
         name = "the previous micro-batch's logits, still held by the schedule's loop"
         terms += (Term(name, ctx.head_output_bytes, "forward"),)
-    if lay.schedule == "zero-bubble":
-        chunks, split = _zero_bubble_terms(ctx, s)
-        terms += split
     # Every forward the rank holds at once runs before its first backward (GPipe; the other
     # schedules' ranks with few micro-batches): the gradients do not exist yet at that peak
     # (StageMemory.first_backward_frees).
@@ -117,13 +118,16 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
     )
 
 
-def _outputs_held(v: int, chunks: int, head: bool) -> int:
+def _outputs_held(v: int, chunks: int, head: bool, turn: bool = False) -> int:
     """Chunk-micro-batches whose stage output the rank holds at its peak: every one in flight but
     the last stage's, whose output is the loss. With v > 1 the rank's last-stage chunk holds at
-    most one micro-batch in flight (its backward follows its forward)."""
+    most one micro-batch in flight (its backward follows its forward). At ZB-V's turn (the rank
+    holding stages p - 1 and p) the first stage's outputs are the second's inputs, kept as its
+    receive buffers (``set_local_fwd_input``) and counted with them: about half its chunks."""
     if v == 1:
         return 0 if head else chunks
-    return max(0, chunks - (1 if head else 0))
+    held = chunks - (1 if head else 0) - (chunks // 2 if turn else 0)
+    return max(0, held)
 
 
 def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[int, tuple[Term, ...]]:
@@ -155,10 +159,13 @@ def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[int, tuple[Ter
     # dinput``, torch's pipelining/_backward.py, stage_backward_input), and the input is that
     # micro-batch's receive buffer, which lives through the step: one boundary tensor per
     # micro-batch and stage that receives (simulated: the last of two stages grew by two
-    # boundary tensors per micro-batch, one of them this, from 4 to 32 micro-batches). Looped
-    # placement only: ZB-V's simulated stages did not grow so (their turn of the V stays on
-    # the rank), and are left as they were measured (-0.6% and -2.3%, 4 micro-batches).
-    receiving = m * (v - st.embedding) if ctx.stage_style != "v" else 0
+    # boundary tensors per micro-batch, one of them this, from 4 to 32 micro-batches). At ZB-V's
+    # turn the second stage's input gradient is handed to the first stage on the rank as its
+    # output gradient (``set_local_bwd_input``), a receive buffer already counted (simulated,
+    # 2 ranks, 4 -> 16 micro-batches: both ranks grew by one boundary tensor per micro-batch
+    # beyond their receive buffers).
+    turn = ctx.stage_style == "v" and s.rank == lay.pp - 1
+    receiving = m * (v - st.embedding - turn)
     if receiving:
         name = f"input gradients kept on the received activations ({receiving} chunk-micro-batches)"
         terms += (Term(name, receiving * ctx.boundary_bytes),)
