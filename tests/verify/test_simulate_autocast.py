@@ -102,7 +102,11 @@ def _copy_terms(layout_text: str, layout: Layout, batch: int) -> dict[int, dict[
     plan = load_plan_text(PLAN.format(batch=batch, layout=layout_text), "autocast.plan", strategies=REGISTRY)
     est = evaluate(plan, layout, REGISTRY.passes(plan, layout))
     return {
-        s.rank: {t.name: (t.value, t.phase) for t in s.transient if "autocast" in t.name or "head's" in t.name}
+        s.rank: {
+            t.name: (t.value, t.phase)
+            for t in s.transient
+            if "autocast" in t.name or t.name.startswith("output head's backward")
+        }
         for s in est.stages
     }
 

@@ -14,6 +14,7 @@ from planc.cost.memory import (
     SCHEDULES_HOLDING_LOGITS,
     head_saved_bytes,
     loss_saved_bytes,
+    micro_batches_holding_logits,
     split_backward_output_grads,
 )
 from planc.cost.wrappers import pp_seconds, with_wrapper_time
@@ -82,23 +83,8 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         terms += (
             Term(f"stage outputs kept for their backward ({sent} chunk-micro-batches)", sent * ctx.boundary_bytes),
         )
-    holding = ctx.micro_batches_holding_logits if st.head else 1
-    if holding > 1:
-        # GPipe: every forward runs before any backward, so the other micro-batches' losses wait
-        # too. Zero-bubble: those in flight, or every one with a recomputed loss (the function's
-        # note).
-        saved = loss_saved_bytes(ctx.model, lay.micro_batch, lay.tp, ctx.compute_bytes, loss=ctx.loss)
-        saved += head_saved_bytes(
-            ctx.model,
-            ctx.tokens_per_microbatch,
-            lay.tp,
-            lay.sequence_parallel,
-            ctx.residual_bytes,
-            ctx.compute_bytes,
-        )
-        why = "GPipe" if lay.schedule == "gpipe" else "zero-bubble"
-        name = f"loss, final norm and head kept for backward ({holding - 1} more micro-batches, {why})"
-        terms += (Term(name, (holding - 1) * saved),)
+    if st.head:
+        terms += _waiting_micro_batches(ctx)
     if st.head and m > 1 and lay.schedule not in SCHEDULES_HOLDING_LOGITS:
         # torch's schedules keep the last forward's output in a loop variable (``output =
         # stage.forward_one_chunk(...)``) until the next forward returns: while the head writes a
@@ -116,6 +102,35 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         transient=terms,
         first_backward_frees=st.layers / v if before_any_backward else 0.0,
     )
+
+
+def _waiting_micro_batches(ctx: CostContext) -> tuple[Term, ...]:
+    """What the head stage's other micro-batches keep while one runs, under GPipe and zero-bubble."""
+    lay, m = ctx.layout, ctx.micro_batches
+    terms: tuple[Term, ...] = ()
+    holding = ctx.micro_batches_holding_logits
+    why = "GPipe" if lay.schedule == "gpipe" else "zero-bubble"
+    if holding > 1:
+        # GPipe: every forward runs before any backward, so the other micro-batches' losses wait
+        # too. Zero-bubble: those in flight, or every one with a recomputed loss (the function's
+        # note).
+        saved = loss_saved_bytes(ctx.model, lay.micro_batch, lay.tp, ctx.compute_bytes, loss=ctx.loss)
+        terms += (Term(f"loss kept for backward ({holding - 1} more micro-batches, {why})", (holding - 1) * saved),)
+    # The final norm's and head's inputs wait for the head's backward (its weight pass under
+    # zero-bubble) as the blocks' activations do: the micro-batches in flight, whatever the loss.
+    waiting = micro_batches_holding_logits(lay.schedule, lay.pp, m, "chunked", ctx.stage_style)
+    if waiting > 1:
+        saved = head_saved_bytes(
+            ctx.model,
+            ctx.tokens_per_microbatch,
+            lay.tp,
+            lay.sequence_parallel,
+            ctx.residual_bytes,
+            ctx.compute_bytes,
+        )
+        name = f"final norm's and head's inputs kept for backward ({waiting - 1} more micro-batches, {why})"
+        terms += (Term(name, (waiting - 1) * saved),)
+    return terms
 
 
 def _outputs_held(v: int, chunks: int, head: bool, turn: bool = False) -> int:
