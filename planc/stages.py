@@ -121,6 +121,12 @@ def holds_head(rank: int, pp: int, v: int, style: StageStyle = "looped") -> bool
     return rank_of_stage(pp * v - 1, pp, v, style) == rank
 
 
+def holds_turn(rank: int, pp: int, style: StageStyle = "looped") -> bool:
+    """Whether ``rank`` holds ZB-V's turn: stages p - 1 and p, one feeding the other on the rank,
+    so their activations and gradients pass between them without a send."""
+    return style == "v" and rank_of_stage(pp - 1, pp, 2, style) == rank == rank_of_stage(pp, pp, 2, style)
+
+
 def representative_ranks(pp: int, style: StageStyle = "looped") -> tuple[int, ...]:
     """Pipeline ranks whose memory and time bound all others.
 

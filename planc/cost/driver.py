@@ -51,11 +51,15 @@ def embedding_params(ctx: CostContext, st: StageParams) -> int:
     return embedding_params_per_shard(ctx.model, ctx.layout.tp) if st.embedding else 0
 
 
+#: The phases that hold the final norm's and head's saved inputs of the micro-batch in flight.
+HEAD_SAVED_PHASES = ("forward", "loss", "head backward")
+
+
 def _head_terms(ctx: CostContext) -> tuple[Term, ...]:
     """What the head stage holds for one micro-batch beside its blocks, by phase."""
     lay, tokens = ctx.layout, ctx.tokens_per_microbatch
     saved = head_saved_bytes(ctx.model, tokens, lay.tp, lay.sequence_parallel, ctx.residual_bytes, ctx.compute_bytes)
-    terms: tuple[Term, ...] = (
+    return (
         Term("logits and loss (1 micro-batch)", ctx.logits, "loss"),
         # The forward's end, as the head's GEMM writes them: other programs' terms join this
         # phase (autocast's cached weight copies, a pipeline's previous logits).
@@ -63,19 +67,6 @@ def _head_terms(ctx: CostContext) -> tuple[Term, ...]:
         # From the head's forward to its backward; a block's backward comes after the head's.
         Term("final norm's and output head's saved inputs", saved, PHASES_JOINED.join(HEAD_SAVED_PHASES)),
     )
-    if ctx.residual_bytes != ctx.compute_bytes:  # autocast: the norm's fp32 output, beside its bf16 cast
-        terms += (
-            Term(
-                "final norm's fp32 output, as the head's GEMM runs",
-                ctx.residual_bytes * tokens * ctx.model.hidden,
-                "forward",
-            ),
-        )
-    return terms
-
-
-#: The phases that hold the final norm's and head's saved inputs of the micro-batch in flight.
-HEAD_SAVED_PHASES = ("forward", "loss", "head backward")
 
 
 def _block_backward(ctx: CostContext, st: StageParams) -> tuple[Term, ...]:

@@ -428,8 +428,9 @@ def head_saved_bytes(model: ModelSpec, tokens: int, tp: int, sequence_parallel: 
     head; under autocast a bf16 cast of the fp32 output). ``planc verify`` lists them apart from
     the blocks ("embedding, final norm, head": 261 KiB beside 1 MiB per block on the CPU matrix's
     last pipeline stage); ``planc verify --simulate`` of a 4-layer Llama 3 8B's last 1F1B stage
-    read 0.31 GiB above the model without them and the norm's fp32 output (-1.3%), GPipe's, with
-    four micro-batches' waiting, 0.9 GiB (-2.2%)."""
+    read 0.31 GiB above the model without them and the norm's fp32 output under autocast
+    (:mod:`planc.strategies.bf16.cost_pass`; -1.3%), GPipe's, with four micro-batches' waiting,
+    0.9 GiB (-2.2%)."""
     shards = tp if sequence_parallel else 1
     return tokens * model.hidden * (residual / shards + e)
 

@@ -73,6 +73,7 @@ def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
       backward ("backward" phase);
     - a block's backward starts by casting the fp32 residual stream's gradient to bf16 for the
       MLP's output projection ("backward" phase, beside :func:`~planc.cost.memory.block_backward_bytes`);
+    - the final norm's output stays in fp32 while the head's GEMM runs on its bf16 cast ("forward");
     - the output head keeps its copy until its backward, once per micro-batch whose loss waits
       (every micro-batch on the last stage of GPipe and zero-bubble) ("loss" phase); its GEMM's
       backward holds the logits' gradient, the copy and the weight's bf16 gradient at once ("head
@@ -121,6 +122,9 @@ def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
     # micro-batches' head copies stay too).
     name = "autocast's cached bf16 weight copies, at the head's forward"
     terms += (Term(name, cached + head * waiting, "forward"),)
+    # The final norm's output stays in fp32 beside the bf16 cast the head's GEMM reads (and saves).
+    norm_output = ctx.residual_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
+    terms += (Term("final norm's fp32 output, as the head's GEMM runs", norm_output, "forward"),)
     # The head's GEMM backward: the logits' gradient, the weight's copy it multiplies by and the
     # weight's bf16 gradient it writes, all alive at once; the (waiting - 1) other copies stay too.
     name = "output head's backward: the logits' gradient, the weight's bf16 copy and bf16 gradient"

@@ -73,7 +73,7 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
     if lay.schedule == "zero-bubble":
         chunks, split = _zero_bubble_terms(ctx, s)
         terms += split
-    turn = ctx.stage_style == "v" and s.rank == lay.pp - 1
+    turn = stages.holds_turn(s.rank, lay.pp, ctx.stage_style)
     sent = _outputs_held(v, chunks, st.head, turn) if ctx.profile.pp_outputs_kept else 0
     if sent:
         # torch's stage keeps each chunk-micro-batch's output (``fwd_cache``) from its forward to
@@ -179,8 +179,7 @@ def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[int, tuple[Ter
     # output gradient (``set_local_bwd_input``), a receive buffer already counted (simulated,
     # 2 ranks, 4 -> 16 micro-batches: both ranks grew by one boundary tensor per micro-batch
     # beyond their receive buffers).
-    turn = ctx.stage_style == "v" and s.rank == lay.pp - 1
-    receiving = m * (v - st.embedding - turn)
+    receiving = m * (v - st.embedding - stages.holds_turn(s.rank, lay.pp, ctx.stage_style))
     if receiving:
         name = f"input gradients kept on the received activations ({receiving} chunk-micro-batches)"
         terms += (Term(name, receiving * ctx.boundary_bytes),)
