@@ -129,6 +129,11 @@ class CostContext:
         """The rank whose micro-batch takes longest: it sets the pipeline's pace."""
         return max(self.times, key=lambda t: t.forward + t.backward)
 
+    def chunk_activations(self, stage: StageParams) -> float:
+        """Bytes one micro-batch's blocks save on one of ``stage``'s chunks (the whole stage
+        without virtual stages): what a micro-batch's backward of that chunk has freed by its end."""
+        return self.layer_act.under(self.layout.recompute) * stage.layers / self.layout.virtual_stages
+
     def stage(self, rank: int) -> StageParams:
         for s in self.stages:
             if s.rank == rank:

@@ -93,6 +93,15 @@ def stage_tensor_sizes(
     return matrices, vectors
 
 
+def whole_embedding_gradient_rows(model: ModelSpec, tp: int) -> int:
+    """Rows of the token embedding's gradient a TP rank holds beyond its own ``1/tp``: the
+    vocab-parallel embedding's gradient comes out of backward whole -- DTensor has no row-sharded
+    strategy for ``embedding_dense_backward`` (its weight gradient is Partial or column-sharded,
+    then redistributed to the rows). Measured by ``planc verify`` (torch 2.13, tp = 2) and
+    ``planc verify --simulate`` (tp = 2, 4, 8)."""
+    return model.padded_vocab - model.padded_vocab // tp if tp > 1 else 0
+
+
 def embedding_params_per_shard(model: ModelSpec, tp: int) -> int:
     """Vocab-parallel token embedding (rows / tp) plus the replicated learned positions."""
     positions = model.seq_len * model.hidden if model.position == "learned" else 0

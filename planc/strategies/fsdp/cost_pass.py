@@ -9,10 +9,12 @@ from planc.cost.context import CostContext
 from planc.cost.data_parallel import shard_states, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import fsdp_gather_bytes, model_state_bytes
-from planc.cost.params import StageParams, embedding_params_per_shard
+from planc.cost.params import StageParams, embedding_params_per_shard, whole_embedding_gradient_rows
 from planc.cost.wrappers import fsdp_seconds, with_dtensor_optimizer, with_wrapper_time
 from planc.hardware.topology import GroupLink
 from planc.spec.layout import Layout
+
+_ACCUMULATED = "unsharded fp32 gradients kept across micro-batches"
 
 
 def parameter_gathers(zero: int, micro_batches: int, pp: int) -> int:
@@ -44,22 +46,78 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
     e, g = ctx.compute_bytes, ctx.grad_reduce_bytes
     st = ctx.stage(s.rank)
     root = st.params - st.layers * st.layer_params
-    head = root - (embedding_params_per_shard(ctx.model, lay.tp) if st.embedding else 0)
+    embedding = embedding_params_per_shard(ctx.model, lay.tp) if st.embedding else 0
+    head = root - embedding
+    # Every forward the stage holds at once runs before its first backward (GPipe): no gradient is
+    # accumulated yet at that peak (the pipeline pass said so; FSDP's own terms take it from here).
+    held_at_peak = deferred and not s.first_backward_frees
+    # Under a pipeline's deferred reduction the embedding's own gradient in compute precision lives
+    # only in its backward, the backward's last (_pipelined_buffers).
+    own = e * embedding if lay.pp > 1 and deferred and e != g else 0.0
+    accumulated, embedding_terms = whole_embedding_gradient(ctx, st, held_at_peak, own)
     if lay.pp > 1 and deferred:
         sharded = model_state_bytes(st.params, lay.shard_degree, zero, ctx.state_bytes).grads
         largest = root if root else ctx.model.ffn * ctx.model.hidden / lay.tp
-        return _pipelined_buffers(st, root, largest, zero, e, g, sharded)
+        return _pipelined_buffers(st, head, largest, zero, e, g, sharded, accumulated) + embedding_terms
     held, per_block = fsdp_gather_bytes(st.layer_params, root, head, zero, e, g)
     terms = [Term(f"FSDP block backward: 2 gathered + gradients (ZeRO-{zero})", per_block, "backward")]
     if held:
         terms.append(Term("FSDP root unit and head gradient (all backward)", held))
     if deferred:
-        terms.append(Term("unsharded fp32 gradients kept across micro-batches", g * st.params))
-    return tuple(terms)
+        terms.append(Term(_ACCUMULATED, g * st.params + accumulated))
+    return (*terms, *embedding_terms)
+
+
+def whole_embedding_gradient(
+    ctx: CostContext, st: StageParams, held_at_peak: bool, own: float = 0.0
+) -> tuple[float, tuple[Term, ...]]:
+    """(bytes the accumulated gradients hold beyond ``st``'s own parameters, terms) for a
+    vocabulary-parallel embedding's gradient, which comes out of backward over the whole
+    vocabulary (:func:`~planc.cost.params.whole_embedding_gradient_rows`, r rows beyond this
+    rank's): FSDP takes it as it comes.
+
+    - Reduced every micro-batch: at the end of the embedding's backward the gradient is whole in
+      compute precision and in the fp32 of the reduction, (e + g) r h bytes, when that
+      micro-batch's activations on this chunk are gone: only what exceeds them counts (under a
+      pipeline the other micro-batches' stay), and only when no other phase holds more (phase
+      "embedding"). Simulated at t = 2 and 4, in bf16 and fp32 (docs/verify.md).
+    - Deferred to the step's end (under pipelining, or ``accumulate_unsharded``): FSDP2 accumulates
+      the whole gradient (``to_accumulated_grad_if_needed``), g r h bytes from the first
+      micro-batch's embedding backward to the step's end, and each later micro-batch's arrives
+      beside it in compute precision, e r h bytes beyond the finished activations. Where a
+      forward follows a backward (``held_at_peak``: 1F1B, interleaved, zero-bubble, gradient
+      accumulation without a pipeline) the stage's activations are back at their most with the
+      accumulated gradient held; where every forward comes first (GPipe) the gradient first exists
+      at the first embedding backward, priced there as when reduced every micro-batch.
+      ``planc verify --simulate`` of Llama 3 70B at TP 8 × PP 4 × DP 2, ZeRO-2, zero-bubble: the
+      first stage held the [128256, 8192] fp32 gradient (3.9 GiB) through the step; priced only at
+      the embedding's backward, and there less the finished activations, the peak read -4.7%.
+
+    ``own``: bytes of the embedding's gradient over its own rows that exist only in its backward
+    (:func:`_pipelined_buffers`), priced at the same moment.
+    """
+    rows = whole_embedding_gradient_rows(ctx.model, ctx.layout.tp) if st.embedding else 0
+    if not rows and not own:
+        return 0.0, ()
+    e, g, h = ctx.compute_bytes, ctx.grad_reduce_bytes, ctx.model.hidden
+    accumulated = g * rows * h if held_at_peak else 0.0
+    arriving = own + (e + (0 if held_at_peak else g)) * rows * h - ctx.chunk_activations(st)
+    if arriving <= 0:
+        return accumulated, ()
+    whole = " over the whole vocabulary" if rows else ""
+    name = f"embedding gradient{whole}, beyond the finished activations"
+    return accumulated, (Term(name, arriving, "embedding"),)
 
 
 def _pipelined_buffers(
-    st: StageParams, root: int, largest: float, zero: int, e: int, g: int, sharded_grads: float
+    st: StageParams,
+    root: int,
+    largest: float,
+    zero: int,
+    e: int,
+    g: int,
+    sharded_grads: float,
+    whole: float,
 ) -> tuple[Term, ...]:
     """FSDP's buffers on a pipeline stage with several micro-batches. torch's ``PipelineStage``
     keeps the parameters unsharded after each backward and defers the gradient reduction to the
@@ -75,10 +133,14 @@ def _pipelined_buffers(
       unsharded gradients less the sharded ones;
     - in mixed precision a unit's gradients exist in compute precision (e bytes) until its
       post-backward adds them to the fp32 ones: one block's while it runs backward, and the root
-      unit's (``root`` parameters: the head on the last stage, the embedding on the first) until
-      the end of the backward, where the root's post-backward comes;
+      unit's (``root`` parameters, the head on the last stage) from the backward's start until its
+      end, where the root's post-backward comes; the embedding's only in its own backward, the
+      backward's last (:func:`whole_embedding_gradient`; simulated: Llama 3 70B's first
+      zero-bubble stage peaked in a block's backward without them);
     - in fp32 autograd adds each new gradient into the accumulated one: the transient is one
-      parameter's gradient, at most the ``largest`` (the embedding or head, else a block's FFN matrix).
+      parameter's gradient, at most the ``largest`` (the embedding or head, else a block's FFN matrix);
+    - ``whole``: what a vocabulary-parallel embedding's accumulated gradient holds beyond its rows
+      (:func:`whole_embedding_gradient`).
 
     ``planc verify --simulate`` found the unpipelined terms kept these twice (tiny ZeRO-3 pipeline:
     predicted +31% and +26% over the simulated peak of the first and last stage) and no sharded
@@ -90,8 +152,8 @@ def _pipelined_buffers(
             terms.append(Term("FSDP root unit's gradients in compute precision (all backward)", e * root))
     else:
         terms.append(Term("a new gradient before it is added to the accumulated one", e * largest, "backward"))
-    unsharded = g * st.params - sharded_grads
-    terms.append(Term("unsharded fp32 gradients kept across micro-batches (less the sharded ones)", unsharded))
+    unsharded = g * st.params + whole - sharded_grads
+    terms.append(Term(f"{_ACCUMULATED} (less the sharded ones)", unsharded))
     if zero == 3:  # not resharded after backward (see parameter_gathers)
         terms.append(Term("parameters left unsharded between micro-batches", e * st.params))
     return tuple(terms)

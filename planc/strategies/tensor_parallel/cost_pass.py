@@ -5,6 +5,7 @@ from __future__ import annotations
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
+from planc.cost.params import whole_embedding_gradient_rows
 from planc.cost.wrappers import tp_seconds, with_dtensor_optimizer, with_wrapper_time
 from planc.strategies.bf16.cost_pass import block_copy_bytes
 
@@ -115,47 +116,33 @@ def _edge_collectives(ctx: CostContext) -> tuple[float, float]:
 
 
 def _replicated_embedding_grad(ctx: CostContext, s: StageMemory) -> StageMemory:
-    """The vocab-parallel embedding's gradient comes out of backward whole: DTensor has no
-    row-sharded strategy for ``embedding_dense_backward`` (its weight gradient is Partial or
-    column-sharded, then redistributed to the rows). Without data parallelism every TP rank holds
-    the whole [V, h] gradient until ``zero_grad``, not its 1/t rows (measured by ``planc verify``:
-    torch 2.13, tp = 2); under FSDP for a while at the end of the embedding's backward (found by
-    ``planc verify --simulate``, first pipeline stages); under DistributedDataParallel (fp32 DDP,
-    ZeRO-1) with its local rows beside it, until the reducer copies them into the bucket (simulated)."""
+    """The vocab-parallel embedding's gradient comes out of backward whole
+    (:func:`~planc.cost.params.whole_embedding_gradient_rows`). Without data parallelism every TP
+    rank holds the whole [V, h] gradient until ``zero_grad``, not its 1/t rows (measured by ``planc
+    verify``: torch 2.13, tp = 2); under DistributedDataParallel (fp32 DDP, ZeRO-1) with its local
+    rows beside it, until the reducer copies them into the bucket (simulated). Under FSDP (ZeRO-2/3)
+    the ``fsdp`` pass prices it, with the gradients FSDP accumulates
+    (:func:`planc.strategies.fsdp.cost_pass.whole_embedding_gradient`)."""
     lay = ctx.layout
     st = ctx.stage(s.rank)
     if not st.embedding:
         return s
-    rows = ctx.model.padded_vocab - ctx.model.padded_vocab // lay.tp
+    rows = whole_embedding_gradient_rows(ctx.model, lay.tp)
     if lay.dp == 1:
         return s.updated(grads=s.grads + ctx.state_bytes.grads * rows * ctx.model.hidden)
-    finished = ctx.layer_act.under(lay.recompute) * st.layers / lay.virtual_stages
-    if lay.zero < 2:
-        if ctx.state_bytes.master or not ctx.profile.torch_data_parallel:
-            return s  # bf16 DDP is FSDP2's replicate: simulated, its peak is elsewhere
-        # DistributedDataParallel (fp32 DDP, ZeRO-1) over local shards: at the end of backward the
-        # whole-vocabulary gradient and this rank's rows of it, before the reducer copies them into
-        # its bucket, in the fp32 of the parameters (autocast leaves the embedding in fp32).
-        # Simulated, tiny model at TP 2: 4 + 2 MiB for an [8192, 128] table (docs/verify.md).
-        vocab = ctx.model.padded_vocab
-        # Autocast's weight copies of this micro-batch's blocks went with them (none were kept
-        # under recomputation).
-        copies = block_copy_bytes(ctx) * st.layers / lay.virtual_stages if lay.recompute == "none" else 0.0
-        gone = finished + copies
-        held = ctx.state_bytes.grads * (vocab + vocab // lay.tp) * ctx.model.hidden - gone
-        if held <= 0:
-            return s
-        name = "embedding gradient over the whole vocabulary and its local rows (DDP), beyond what backward freed"
-        return s.updated(transient=(Term(name, held, "embedding"),))
-    # Under FSDP the gradient is still whole while the embedding's backward finishes: in compute
-    # precision and in the fp32 that FSDP accumulates, (e + 4) bytes for each of the other ranks'
-    # rows. It comes at the end of a micro-batch's backward, when that micro-batch's activations on
-    # this chunk are gone: only what exceeds them counts (under a pipeline the other micro-batches'
-    # stay), and only when no other phase of the step holds more (phase "embedding"). Simulated
-    # (docs/verify.md): (e + 4)(1 - 1/t) bytes per vocabulary x hidden element at t = 2 and 4, in
-    # bf16 and fp32.
-    excess = (ctx.compute_bytes + 4) * rows * ctx.model.hidden - finished
-    if excess <= 0:
+    if lay.zero >= 2 or ctx.state_bytes.master or not ctx.profile.torch_data_parallel:
+        return s  # FSDP's pass prices it; bf16 DDP is FSDP2's replicate: simulated, its peak is elsewhere
+    # DistributedDataParallel (fp32 DDP, ZeRO-1) over local shards: at the end of backward the
+    # whole-vocabulary gradient and this rank's rows of it, before the reducer copies them into
+    # its bucket, in the fp32 of the parameters (autocast leaves the embedding in fp32).
+    # Simulated, tiny model at TP 2: 4 + 2 MiB for an [8192, 128] table (docs/verify.md).
+    vocab = ctx.model.padded_vocab
+    # The finished micro-batch's activations on this chunk are gone by then, and autocast's weight
+    # copies of its blocks with them (none were kept under recomputation).
+    copies = block_copy_bytes(ctx) * st.layers / lay.virtual_stages if lay.recompute == "none" else 0.0
+    gone = ctx.chunk_activations(st) + copies
+    held = ctx.state_bytes.grads * (vocab + vocab // lay.tp) * ctx.model.hidden - gone
+    if held <= 0:
         return s
-    term = Term("embedding gradient over the whole vocabulary, beyond the finished activations", excess, "embedding")
-    return s.updated(transient=(term,))
+    name = "embedding gradient over the whole vocabulary and its local rows (DDP), beyond what backward freed"
+    return s.updated(transient=(Term(name, held, "embedding"),))
