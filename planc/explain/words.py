@@ -91,6 +91,11 @@ def _slower(r: Rejection) -> str:
     if r.behind_best is not None and r.tolerance is not None:
         margin = format_percent_fine(r.tolerance)
         behind = f", {format_percent_fine(r.behind_best)} behind the fastest layout (margin {margin})"
+    if r.alike and r.chosen_memory_bytes is not None:
+        behind = (
+            f", and ranks with the chosen layout (sequence parallelism adds no complexity to TP), which"
+            f" needs {format_bytes(r.chosen_memory_bytes)}"
+        )
     grown = f" ({r.grown[0]} {format_seconds(r.grown[1])})" if r.grown else ""
     return (
         f"fits ({format_bytes(r.memory_bytes or 0.0)}) but {amount}{behind}: step {format_seconds(r.step_s)} vs "

@@ -16,7 +16,7 @@ from planc.cost.estimate import Estimate
 from planc.legality import space
 from planc.legality.rules import AUTO
 from planc.planner.explore import Candidate, SearchResult
-from planc.planner.ladder import Rung, schedule_rung
+from planc.planner.ladder import Rung, schedule_rung, tier
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
 
@@ -77,6 +77,10 @@ class Rejection:
     behind_best: float | None = None
     """How far it trails the fastest layout, when that is not the chosen one (a fraction)."""
     tolerance: float | None = None
+    alike: bool = False
+    """SLOWER: it ranks as simple as the chosen layout (a TP rung below TP + SP: only sequence
+    parallelism differs, :func:`~planc.planner.ladder.tier`): speed and memory decided, not the margin."""
+    chosen_memory_bytes: float | None = None
     keys: tuple[str, ...] = ()
     """EXCLUDED: the plan's keys that exclude the rung, as written (``schedule = gpipe``)."""
     refusal: str | None = None
@@ -173,6 +177,7 @@ def _misfit(rung: Rung, limit: Limit, c: Candidate, capacity: float) -> Rejectio
 def _slower(rung: Rung, c: Candidate, chosen: Candidate, best: Candidate | None, tolerance: float) -> Rejection:
     est, ref = c.estimate, chosen.estimate
     ratio = est.step_s / ref.step_s
+    alike = tier(c.complexity) == tier(chosen.complexity)
     behind = None
     if best is not None and best is not chosen and 1.0 <= ratio < 1.0 / (1.0 - tolerance):
         behind = 1.0 - c.tokens_per_s / best.tokens_per_s
@@ -187,8 +192,10 @@ def _slower(rung: Rung, c: Candidate, chosen: Candidate, best: Candidate | None,
         ratio,
         chosen_step_s=ref.step_s,
         grown=grown_part(est, ref) if ratio >= 1.0 else None,
-        behind_best=behind,
+        behind_best=None if alike else behind,
         tolerance=tolerance,
+        alike=alike,
+        chosen_memory_bytes=ref.memory_bytes,
     )
 
 
