@@ -58,20 +58,25 @@ def bottleneck(est: Estimate, links: dict[str, GroupLink], *, cpu: bool = False,
     parts = est.step_parts()
     compute = parts.pop("compute") + parts.pop("recompute")
     step = est.step_s
-    if not parts or compute >= 0.5 * step:
-        text = f"compute ({compute / step:.0%} of the step)"
-    else:
-        key = max(parts, key=lambda k: parts[k])
+
+    def named(key: str) -> str:
         share = parts[key] / step
         if key.endswith("exposed"):
             group = key.split()[0].lower()
             link = links.get(group if group != "pp" else "pp_p2p")
             where = f" over {link_text(link, _medium(link.medium, cpu), inter_node_bw)}" if link else ""
-            text = f"{group.upper()} communication{where} ({share:.0%} of the step)"
-        elif key == "bubble":
-            text = f"pipeline bubble ({share:.0%} of the step)"
-        else:
-            text = f"{key} ({share:.0%} of the step)"
+            return f"{group.upper()} communication{where} ({share:.0%} of the step)"
+        if key == "bubble":
+            return f"pipeline bubble ({share:.0%} of the step)"
+        return f"{key} ({share:.0%} of the step)"
+
+    runner_up = max(parts, key=lambda k: parts[k]) if parts else None
+    if runner_up is None or compute >= parts[runner_up]:
+        text = f"compute ({compute / step:.0%} of the step)"
+        if compute < 0.5 * step and runner_up is not None:  # no part is most of the step: name the next
+            text += f", then {named(runner_up)}"
+    else:
+        text = named(runner_up)
     if est.memory_bytes > 0.95 * est.capacity:
         text += "; memory nearly full"
     return text

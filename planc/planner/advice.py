@@ -208,7 +208,9 @@ def nearby_batch(plan: Plan, choice: Choice, registry: Registry, profile: Runtim
 
 
 def too_many_devices(plan: Plan, choice: Choice, registry: Registry, profile: RuntimeProfile) -> Advice | None:
-    """MFU below :data:`LOW_MFU` on many GPUs: the fewest node count that keeps 90% of the speed."""
+    """MFU below :data:`LOW_MFU` on many GPUs: the fewest node count that keeps 90% of the speed,
+    or, when even half the nodes keep less, what half would keep -- the trade the user weighs
+    (GPT-2 on 1024 A100s: the warning named no device count at all)."""
     est, hw = choice.estimate, plan.hardware
     if hw.is_cpu or est.mfu >= LOW_MFU or plan.world_size <= hw.per_node or choice.margin is None:
         return None
@@ -219,7 +221,11 @@ def too_many_devices(plan: Plan, choice: Choice, registry: Registry, profile: Ru
     while nodes >= 1:
         smaller = plan.model_copy(update={"hardware": hw.model_copy(update={"nodes": nodes})})
         c = _best_chosen(smaller, registry, profile, choice.margin)
-        if c is None or c.tokens_per_s < 0.9 * est.tokens_per_s:
+        if c is None:
+            break
+        if c.tokens_per_s < 0.9 * est.tokens_per_s:
+            if fewer is None and nodes == hw.nodes // 2:
+                fewer = (nodes * hw.per_node, c)  # half keeps less than 90%: say how much
             break
         fewer = (nodes * hw.per_node, c)
         nodes //= 2
