@@ -103,6 +103,18 @@ def _measured(plan, layout) -> tuple[dict, str]:
     return body, text
 
 
+def _warn_if_runtime_cannot_run(name: str, profile, plan) -> None:
+    """A ``--runtime`` for NVIDIA GPUs on a CPU plan prices a program that cannot run there: the
+    numbers are the formulas', not a prediction for anything this plan can run."""
+    if profile.gpu_only and plan.hardware.is_cpu:
+        print(
+            f"warning: --runtime {name} describes {profile.name}, a program for NVIDIA GPUs; "
+            f'this plan runs on device = "cpu", so its numbers describe a program that cannot run there '
+            "(leave --runtime out to predict planc's own CPU program)",
+            file=sys.stderr,
+        )
+
+
 def run(args) -> int:
     from planc.explain.report import render_text, to_dict
     from planc.planner import NoLegalLayout, choose
@@ -134,6 +146,7 @@ def run(args) -> int:
     choice = replace(choice, advice=advise(plan, choice, registry, profile))
     for warning in registry.unused_uses(plan, choice.layout):
         print(f"warning: {warning}", file=sys.stderr)
+    _warn_if_runtime_cannot_run(args.runtime, profile, plan)
     misfit = _misfit(choice)
     if args.svg:  # before any output: a failure here must not follow a printed JSON object
         from planc.explain.svg import render_svg

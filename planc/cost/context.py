@@ -84,7 +84,8 @@ class CostContext:
     logits: float
     """Logits + loss bytes of one micro-batch on the last stage."""
     links: dict
-    """GroupLink per group: "tp", "dp", "pp" (collectives) and "pp_p2p" (neighbours)."""
+    """GroupLink per group: "tp", "dp", "pp" (collectives), "pp_hops" (each hop between pipeline
+    stages, in a micro-batch's order) and "pp_p2p" (the slowest of them)."""
     capacity: float
     """Memory per device, bytes."""
 
@@ -179,16 +180,18 @@ class ContextCache:
             self._stages[key] = found
         return found
 
-    def links(self, layout: Layout) -> dict:
-        key = (layout.tp, layout.dp, layout.pp, layout.shard_group)
+    def links(self, layout: Layout, style: StageStyle = "looped") -> dict:
+        """The layout's group links, its pipeline's placed by ``style`` (which hops it crosses)."""
+        key = (layout.tp, layout.dp, layout.pp, layout.shard_group, layout.virtual_stages, style)
         found = self._links.get(key)
         if found is None:
-            dims, topo = layout.dims, self.topology
+            dims, topo, v = layout.dims, self.topology, layout.virtual_stages
             found = {
                 "tp": topo.group("tp", dims),
                 "dp": topo.group("dp", dims),
                 "pp": topo.group("pp", dims),
-                "pp_p2p": topo.pipeline_p2p(dims),
+                "pp_p2p": topo.pipeline_p2p(dims, v, style),
+                "pp_hops": topo.pipeline_hops(dims, v, style),
             }
             if layout.shard_group:
                 # HSDP splits the dp group (ranks dp_rank * tp apart) into shard groups of adjacent
@@ -271,6 +274,6 @@ def build_context(
         layer=layer,
         layer_act=layer_act,
         logits=logits,
-        links=cache.links(lay),
+        links=cache.links(lay, stage_style),
         capacity=plan.hardware.capacity,
     )

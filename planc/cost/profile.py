@@ -48,6 +48,9 @@ class RuntimeProfile:
     """Implementation choices of the costed program that change memory or time."""
 
     name: str
+    gpu_only: bool = False
+    """The program runs on NVIDIA GPUs alone (Megatron, Transformer Engine): a prediction for a CPU
+    plan prices a program that cannot run there (``planc explain --runtime`` warns)."""
     attention: Literal["flash", "materialized"] = "flash"
     """flash: fused attention (SDPA) keeps Q, K, V, O and the row log-sum-exp, never s x s;
     materialized: scores, softmax and its dropout go through HBM (pre-FlashAttention)."""
@@ -176,6 +179,7 @@ def on_hardware(profile: RuntimeProfile, is_cpu: bool) -> RuntimeProfile:
 #: all-reduce after the backward pass.
 MEGATRON_LM_2021 = RuntimeProfile(
     name="Megatron-LM 2021 (Narayanan et al.)",
+    gpu_only=True,
     loss="megatron",
     attention="materialized",
     dropout=True,
@@ -200,6 +204,7 @@ MEGATRON_LM_2021 = RuntimeProfile(
 #: tensor-parallel communication with GEMMs (``--tp-comm-overlap``) is not modelled.
 MEGATRON_CORE_2024 = RuntimeProfile(
     name="Megatron-Core 2024 (Transformer Engine, H100)",
+    gpu_only=True,
     loss="megatron",
     attention="flash",
     flash_kernel="cudnn",

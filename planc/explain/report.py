@@ -22,36 +22,57 @@ from planc.planner.checked import sharded_regime, unchecked, widest_checked
 from planc.planner.choose import Choice
 from planc.planner.explore import Candidate
 from planc.planner.ladder import rung_name
+from planc.spec.hardware import HardwareSpec
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
+from planc.spec.presets.hardware import INTRA_NODE_LINK
+from planc.stages import StageStyle
 from planc.units import format_bandwidth, format_bytes, format_count, format_seconds, format_tflops
 
 GiB = 2**30
 
 
-def _medium(name: str, cpu: bool) -> str:
-    """How to call a link: CPU processes of one machine talk over gloo, not NVLink."""
-    return "intra-node" if cpu and name == "nvlink" else name
+def _medium(name: str, hw: HardwareSpec) -> str:
+    """How to call a link: the topology's in-node switch link by the device's own medium (NVLink,
+    Infinity Fabric; "intra-node" for CPU processes over gloo and devices planc has no name for)."""
+    return hw.intra_node_link.lower() if name == "nvlink" else name
 
 
-def shown_links(plan: Plan, layout: Layout) -> dict[str, GroupLink]:
-    """The links of the layout's groups as explain shows them: with HSDP the "dp" row's gathers and
-    reduce-scatters run over the shard group (its replica all-reduce is named in the row's detail)."""
-    links = ContextCache(plan).links(layout)
+def shown_links(plan: Plan, layout: Layout, style: StageStyle = "looped") -> dict[str, GroupLink]:
+    """The links of the layout's groups as explain shows them (the pipeline's placed by ``style``):
+    with HSDP the "dp" row's gathers and reduce-scatters run over the shard group (its replica
+    all-reduce is named in the row's detail)."""
+    links = ContextCache(plan).links(layout, style)
     return {**links, "dp": links["dp_shard"]} if "dp_shard" in links else links
 
 
-def link_text(link: GroupLink, medium: str, inter_node_bw: float) -> str:
+def link_text(link: GroupLink, hw: HardwareSpec) -> str:
     """Where a group's traffic runs, saying what the bandwidth is per: a group inside a node gets
-    its NVLink per device; a group across nodes crosses each node through the NICs of its members
-    there (:mod:`planc.hardware.topology`), an aggregate: "network 400 GB/s per node (8 × 50 GB/s)"."""
-    bandwidth = format_bandwidth(link.bandwidth)
+    its intra-node link per device; a group across nodes crosses each node through the NICs of its
+    members there (:mod:`planc.hardware.topology`), an aggregate: "network 400 GB/s per node (8 NICs
+    × 50 GB/s each)" -- unless that aggregate outruns the ring's hops inside the node, which then
+    bound it per device (``GroupLink.capped``)."""
+    medium, bandwidth = _medium(link.medium, hw), format_bandwidth(link.bandwidth)
     if link.crosses_nodes and link.per_node > 1:
-        return f"{medium} {bandwidth} per node ({link.per_node} NICs × {format_bandwidth(inter_node_bw)} each)"
+        nics = f"{link.per_node} NICs × {format_bandwidth(hw.inter_node_bw)}"
+        if link.capped:
+            aggregate = format_bandwidth(link.per_node * hw.inter_node_bw)
+            by = hw.intra_node_link if hw.intra_node_link in INTRA_NODE_LINK.values() else "the intra-node link"
+            return (
+                f"{medium} {bandwidth} per device (capped by {by}: the ring's hops inside "
+                f"a node run at {bandwidth}, less than the node's {nics} = {aggregate})"
+            )
+        return f"{medium} {bandwidth} per node ({nics} each)"
     return f"{medium} {bandwidth} per device"
 
 
-def bottleneck(est: Estimate, links: dict[str, GroupLink], *, cpu: bool = False, inter_node_bw: float = 0.0) -> str:
+def _row_link(group: str, links: dict[str, GroupLink]) -> GroupLink | None:
+    """The link a communication row's traffic runs over: the pipeline's is its point-to-point
+    hops' slowest (``pp_p2p``), not the pp group's ring."""
+    return links.get(group if group != "pp" else "pp_p2p")
+
+
+def bottleneck(est: Estimate, links: dict[str, GroupLink], hw: HardwareSpec) -> str:
     """What limits the step: memory (if it does not fit), else the largest part of the step."""
     if not est.fits:
         return "memory (the layout does not fit)"
@@ -63,8 +84,8 @@ def bottleneck(est: Estimate, links: dict[str, GroupLink], *, cpu: bool = False,
         share = parts[key] / step
         if key.endswith("exposed"):
             group = key.split()[0].lower()
-            link = links.get(group if group != "pp" else "pp_p2p")
-            where = f" over {link_text(link, _medium(link.medium, cpu), inter_node_bw)}" if link else ""
+            link = _row_link(group, links)
+            where = f" over {link_text(link, hw)}" if link else ""
             return f"{group.upper()} communication{where} ({share:.0%} of the step)"
         if key == "bubble":
             return f"pipeline bubble ({share:.0%} of the step)"
@@ -85,7 +106,7 @@ def bottleneck(est: Estimate, links: dict[str, GroupLink], *, cpu: bool = False,
 def to_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
     """The ``--json`` object."""
     est, lay = choice.estimate, choice.layout
-    links = shown_links(plan, lay)
+    links = shown_links(plan, lay, est.stage_style)
     return {
         "plan": plan.source,
         **_plan_dict(plan, est),
@@ -104,11 +125,11 @@ def to_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
             "exposed_comm_s": {c.group: c.exposed for c in est.comm},
             "other_s": {t.name: t.value for t in est.other},
         },
-        "comm": [_comm_dict(c, links) for c in est.comm],
+        "comm": [_comm_dict(c, links, plan.hardware) for c in est.comm],
         "throughput": _throughput_dict(est),
         "training": totals_dict(plan, est) if est.fits else None,
         "uncertainty": _uncertainty_dict(plan, choice),
-        "bottleneck": bottleneck(est, links, cpu=plan.hardware.is_cpu, inter_node_bw=plan.hardware.inter_node_bw),
+        "bottleneck": bottleneck(est, links, plan.hardware),
         "rejected": [rejection_dict(r) for r in choice.rejected],
         "alternatives": [_alternative_dict(a) for a in choice.alternatives],
         "search": {"scored": choice.scored, "seconds": choice.search_seconds, "tolerance": choice.tolerance},
@@ -202,20 +223,20 @@ def _memory_dict(est: Estimate) -> dict[str, Any]:
     }
 
 
-def _comm_dict(c: CommCost, links: dict[str, GroupLink]) -> dict[str, Any]:
+def _comm_dict(c: CommCost, links: dict[str, GroupLink], hw: HardwareSpec) -> dict[str, Any]:
+    link = _row_link(c.group, links)
     return {
         "group": c.group,
         "volume_bytes": c.volume,
         "total_s": c.total,
         "exposed_s": c.exposed,
-        "medium": c.medium,
+        "medium": _medium(c.medium, hw),
         "detail": c.detail,
-        "bandwidth": links[c.group].bandwidth if c.group in links else None,
-        # A group across nodes crosses each node through its members' NICs: an aggregate per node.
+        "bandwidth": link.bandwidth if link else None,
+        # A group across nodes crosses each node through its members' NICs: an aggregate per node,
+        # unless the ring's hops inside the node bound it (per device; link_text says so).
         "bandwidth_per": (
-            ("node" if links[c.group].crosses_nodes and links[c.group].per_node > 1 else "device")
-            if c.group in links
-            else None
+            ("node" if link.crosses_nodes and link.per_node > 1 and not link.capped else "device") if link else None
         ),
     }
 
@@ -235,15 +256,14 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
     """The human-readable explanation: the plan, the choice, memory, time, why not simpler,
     the alternatives, the pipeline timeline and the notes."""
     est, lay = choice.estimate, choice.layout
-    links = shown_links(plan, lay)
-    cpu = plan.hardware.is_cpu
+    links = shown_links(plan, lay, est.stage_style)
     sections = [
         _header(plan, choice),
         _memory_table(est, plan),
-        _time_lines(est, links, plan, cpu=cpu),
+        _time_lines(est, links, plan),
         [
             *_throughput_lines(plan, est),
-            f"  bottleneck {bottleneck(est, links, cpu=cpu, inter_node_bw=plan.hardware.inter_node_bw)}",
+            f"  bottleneck {bottleneck(est, links, plan.hardware)}",
         ],
         ["  why not simpler", *_rejection_lines(choice)] if choice.rejected else [],
         _alternatives(choice, top_k),
@@ -278,7 +298,7 @@ def _header(plan: Plan, choice: Choice) -> list[str]:
     m, hw, tr = plan.model, plan.hardware, plan.train
     est, lay = choice.estimate, choice.layout
     nodes = f"{hw.nodes} node{'s' if hw.nodes != 1 else ''}"
-    local_link = "between processes" if hw.is_cpu else "NVLink"
+    local_link = "between processes" if hw.is_cpu else hw.intra_node_link
     links = [f"{local_link} {format_bandwidth(hw.intra_node_bw)} per device"] if hw.per_node > 1 else []
     if hw.nodes > 1:
         links.append(f"network {format_bandwidth(hw.inter_node_bw)} per device")
@@ -408,8 +428,8 @@ def _memory_table(est: Estimate, plan: Plan) -> list[str]:
     return lines
 
 
-def _time_lines(est: Estimate, links: dict[str, GroupLink], plan: Plan, *, cpu: bool) -> list[str]:
-    inter_node_bw = plan.hardware.inter_node_bw
+def _time_lines(est: Estimate, links: dict[str, GroupLink], plan: Plan) -> list[str]:
+    hw = plan.hardware
     parts = est.step_parts()
     shown = " + ".join(f"{k} {format_seconds(v)}" for k, v in parts.items() if v > 0)
     band = step_time_uncertainty(plan.hardware)
@@ -419,8 +439,8 @@ def _time_lines(est: Estimate, links: dict[str, GroupLink], plan: Plan, *, cpu: 
     if est.comm:
         lines.append(f"    {'communication':<16}{'per step':>12}{'total':>11}{'exposed':>11}   link")
         for c in est.comm:
-            link = links.get(c.group if c.group != "pp" else "pp_p2p")
-            where = link_text(link, _medium(c.medium, cpu), inter_node_bw) if link else _medium(c.medium, cpu)
+            link = _row_link(c.group, links)
+            where = link_text(link, hw) if link else _medium(c.medium, hw)
             lines.append(
                 f"    {c.group.upper():<16}{format_bytes(c.volume):>12}{format_seconds(c.total):>11}"
                 f"{format_seconds(c.exposed):>11}   {where}"

@@ -31,6 +31,15 @@ The group's bandwidth is the minimum of the two; its per-message latency (alpha)
 network's when it crosses nodes, NVLink's otherwise. Concurrent groups of the same kind use
 disjoint devices and hence disjoint NICs, so they do not share this bandwidth.
 
+Pipeline neighbours
+-------------------
+Each boundary between pipeline stages is a link of its own: with tp x dp ranks per stage, stage
+boundaries fall inside a node or on a node's edge depending on the layout (2 nodes x 8, tp 2, dp 2,
+pp 4: stages 0-1 on node 0, 2-3 on node 1, so only the boundary 1 -> 2 crosses the network).
+:meth:`Topology.pipeline_hops` gives every hop a micro-batch crosses, the wrap from the last stage
+back to the first of a looped (interleaved) placement included, and
+:meth:`Topology.pipeline_p2p` the slowest of them.
+
 Speed: a topology is built once per hardware description (cached), and a group's link once per
 (kind, tp, dp, pp) — the planner never builds a graph per layout.
 """
@@ -45,6 +54,7 @@ import networkx as nx
 
 from planc.spec.hardware import HardwareSpec
 from planc.spec.parallel_dims import ParallelDims
+from planc.stages import StageStyle, rank_of_stage
 
 #: The network fabric vertex (all NICs connect to it).
 FABRIC = ("network",)
@@ -66,6 +76,9 @@ class GroupLink:
     """Number of nodes the group spans."""
     per_node: int
     """Members of the group in each node it spans."""
+    capped: bool = False
+    """Across nodes with several members per node: the ring's hops inside a node (their NVLink or
+    other intra-node link) bound it, not the members' NICs, whose sum per node would carry more."""
     kinds: tuple[tuple[str, float, float], ...] = ()
     """Per collective kind measured by ``planc calibrate`` on this medium, other than the one that
     set ``latency`` and ``bandwidth``: (kind, alpha, beta relative to that one's)."""
@@ -114,6 +127,7 @@ class Topology:
         self.hardware = hardware
         self.graph = _build_graph(hardware)
         self._links: dict[tuple, GroupLink] = {}
+        self._hops: dict[tuple, tuple[GroupLink, ...]] = {}
 
     @property
     def world_size(self) -> int:
@@ -140,9 +154,12 @@ class Topology:
                 )
             )
         crosses = len(by_node) > 1
+        capped = False
         if crosses:
             # Across nodes: one ring per NIC, so a node's cut carries the sum of its members' NICs.
-            limits.append(min(sum(g.edges[r, FABRIC]["bandwidth"] for r in members) for members in by_node.values()))
+            cut = min(sum(g.edges[r, FABRIC]["bandwidth"] for r in members) for members in by_node.values())
+            capped = bool(limits) and limits[0] < cut
+            limits.append(cut)
         latency = hw.inter_node_latency if crosses else hw.intra_node_latency
         per_node = min(len(m) for m in by_node.values())
         return GroupLink(
@@ -151,6 +168,7 @@ class Topology:
             latency=latency,
             nodes=len(by_node),
             per_node=per_node,
+            capped=capped,
             kinds=_measured_kinds(hw, "inter_node" if crosses else "intra_node"),
         )
 
@@ -174,17 +192,40 @@ class Topology:
         kinds = _measured_kinds(self.hardware, "inter_node")
         return GroupLink(2, bw, self.hardware.inter_node_latency, nodes=2, per_node=1, kinds=kinds)
 
-    def pipeline_p2p(self, dims: ParallelDims) -> GroupLink:
-        """The link between pipeline neighbours (rank 0 and the first rank of stage 1)."""
-        key = ("pp-p2p", dims.tp, dims.dp, dims.pp)
-        link = self._links.get(key)
-        if link is None:
-            if dims.pp == 1:
-                link = GroupLink(size=1, bandwidth=float("inf"), latency=0.0, nodes=1, per_node=1)
-            else:
-                link = self.p2p(0, dims.dp * dims.tp)
-            self._links[key] = link
-        return link
+    def pipeline_hops(self, dims: ParallelDims, v: int = 1, style: StageStyle = "looped") -> tuple[GroupLink, ...]:
+        """The link of each hop a micro-batch's activation crosses on its way through the pipeline,
+        stage j to stage j + 1 for j = 0 .. pp*v - 2 in order; its gradient comes back over the same
+        hops. The stages sit on pipeline ranks by :func:`planc.stages.rank_of_stage`: a looped
+        placement (interleaved, zero-bubble) wraps from the last rank back to the first between its
+        v rounds; ZB-V's turn (stages pp - 1 and pp) stays on its rank, a local hop."""
+        key = ("pp-hops", dims.tp, dims.dp, dims.pp, v, style)
+        hops = self._hops.get(key)
+        if hops is None:
+            ranks = [rank_of_stage(j, dims.pp, v, style) for j in range(dims.pp * v)]
+            hops = self._hops[key] = tuple(self._boundary(dims, a, b) for a, b in zip(ranks, ranks[1:]))
+        return hops
+
+    def pipeline_p2p(self, dims: ParallelDims, v: int = 1, style: StageStyle = "looped") -> GroupLink:
+        """The slowest link between pipeline neighbours (:meth:`pipeline_hops`): each boundary is a
+        link of its own, and the sends over the slowest one sit on the path of every micro-batch,
+        so it sets the pace once its transfers outlast a stage's compute."""
+        hops = self.pipeline_hops(dims, v, style)
+        if not hops:
+            return GroupLink(size=1, bandwidth=float("inf"), latency=0.0, nodes=1, per_node=1)
+        return min(hops, key=lambda link: (link.bandwidth, -link.latency))
+
+    def _boundary(self, dims: ParallelDims, a: int, b: int) -> GroupLink:
+        """The link between pipeline ranks ``a`` and ``b``: the slowest of the dp x tp pairs that
+        cross it at once (global ranks ``a * dp * tp + o`` and ``b * dp * tp + o``, mesh order), one
+        per pipeline group. Every device has the same NVLink and NIC edges, so a pair's link depends
+        only on whether it crosses nodes: one crossing pair puts the boundary on the network (with
+        2 nodes x 8, tp 2, dp 2, pp 4: stage 1 holds ranks 4-7, stage 2 ranks 8-11, node 1)."""
+        if a == b:
+            return GroupLink(size=1, bandwidth=float("inf"), latency=0.0, nodes=1, per_node=1)
+        group, node = dims.dp * dims.tp, self.graph.nodes
+        pairs = [(a * group + o, b * group + o) for o in range(group)]
+        crossing = next(((x, y) for x, y in pairs if node[x]["node"] != node[y]["node"]), pairs[0])
+        return self.p2p(*crossing)
 
 
 def _measured_kinds(hw: HardwareSpec, medium: str) -> tuple[tuple[str, float, float], ...]:

@@ -13,6 +13,7 @@ from planc.spec.presets.hardware import (
     DEFAULT_INTER_NODE_LATENCY,
     DEFAULT_INTRA_NODE_LATENCY,
     HARDWARE_PRESETS,
+    INTRA_NODE_LINK,
 )
 
 #: Keys a custom (non-preset) device must give itself.
@@ -37,7 +38,7 @@ class HardwareSpec(SpecModel):
     hbm_bw: Bandwidth
     """Device memory bandwidth (default: the preset's), e.g. 2039 GB/s."""
     intra_node_bw: Bandwidth
-    """Bandwidth per device, one direction, between devices of one node (NVLink)."""
+    """Bandwidth per device, one direction, between devices of one node (NVLink, Infinity Fabric, PCIe)."""
     inter_node_bw: Bandwidth
     """Network bandwidth per device, one direction, between nodes (200 Gb/s IB = 25 GB/s)."""
     inter_node_bw_per_node: Bandwidth | None = None
@@ -93,6 +94,12 @@ class HardwareSpec(SpecModel):
     @property
     def is_cpu(self) -> bool:
         return self.device == "cpu"
+
+    @property
+    def intra_node_link(self) -> str:
+        """What links the devices of a node: the preset's medium (NVLink, Infinity Fabric), else
+        "intra-node" (a custom device, or CPU processes over gloo)."""
+        return INTRA_NODE_LINK.get(self.device, "intra-node")
 
     @property
     def capacity(self) -> float:

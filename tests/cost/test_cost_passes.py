@@ -91,3 +91,26 @@ def test_tp_traffic_names_the_activations_dtype(precision, dtype, mib):
     registry = load_registry()
     est = evaluate(fp32_or_bf16, layout(), registry.passes(fp32_or_bf16, layout()))
     assert f"({2 * mib} MiB in {dtype})" in est.comm_of("tp").detail
+
+
+def test_pipeline_traffic_is_priced_on_its_slowest_boundary():
+    # Llama 3 8B on 2 nodes x 8 H100 with a 1 GB/s network, TP 2 x PP 4 x DP 2: stage s holds
+    # ranks 4s .. 4s + 3, so the boundary between stages 1 and 2 crosses nodes (not the first one).
+    from planc.units import Quantity
+
+    p = build_plan(
+        {
+            "model": {"preset": "llama3-8b", "seq_len": 8192},
+            "hardware": {"device": "H100-SXM", "nodes": 2, "inter_node_bw": Quantity.of(1, "GB/s")},
+            "train": {"global_batch": 64, "micro_batch": 1},
+        }
+    )
+    lay = Layout(tp=2, pp=4, dp=2, zero=2, schedule="1f1b", recompute="none", micro_batch=1)
+    pp = evaluate(p, lay, load_registry().passes(p, lay)).comm_of("pp")
+    # one boundary tensor: 8192 tokens x 4096 x 2 B = 64 MiB; over one 1 GB/s NIC after a 10 us start-up
+    crossing = 10e-6 + 8192 * 4096 * 2 / 1e9
+    # 64 / (dp 2 x micro-batch 1) = 32 micro-batches, each sent forward and its gradient back
+    assert pp.medium == "network"
+    assert pp.total == pytest.approx(2 * 32 * crossing)
+    # the first micro-batch's warm-up and the last one's cool-down cross the slow boundary at least
+    assert pp.exposed >= 2 * crossing

@@ -272,3 +272,58 @@ def test_a_cpu_plan_at_the_presets_placeholder_rates_has_no_band_and_says_how_to
     d = to_dict(calibrated, choose(calibrated, load_registry()))
     assert d["training"]["uncertainty"] == CPU_CALIBRATED_RELATIVE == d["uncertainty"]["step_time_relative"]
     assert f"±{CPU_CALIBRATED_RELATIVE:.0%}" in render_text(calibrated, choose(calibrated, load_registry()))
+
+
+def test_links_are_called_by_their_medium():
+    from planc.units import Quantity
+
+    mi = plan({"preset": "gpt2"}, device="MI300X", nodes=2, gb=64)
+    header = render_text(mi, choose(mi, load_registry())).splitlines()[2]
+    assert "Infinity Fabric 448 GB/s per device" in header and "NVLink" not in header
+    custom = build_plan(
+        {
+            "model": {"preset": "gpt2"},
+            "hardware": {
+                "device": "pcie-l40s",
+                "nodes": 2,
+                "per_node": 4,
+                "memory": Quantity.of(48, "GiB"),
+                "peak": Quantity.of(362, "TFLOPS"),
+                "intra_node_bw": Quantity.of(32, "GB/s"),
+                "inter_node_bw": Quantity.of(12.5, "GB/s"),
+            },
+            "train": {"global_batch": 64},
+            "layout": {"tp": 1, "pp": 1},
+        }
+    )
+    choice = choose(custom, load_registry())
+    text = render_text(custom, choice)
+    assert "intra-node 32 GB/s per device" in text.splitlines()[2] and "nvlink" not in text.lower()
+    # dp 8 over 2 nodes: 4 x 12.5 = 50 GB/s of NICs per node, but the ring's hops inside a node
+    # run at 32 GB/s: the group gets 32 GB/s per device, and says why
+    dp = next(line for line in text.splitlines() if line.strip().startswith("DP "))
+    assert dp.endswith(
+        "network 32 GB/s per device (capped by the intra-node link: the ring's hops inside a node run "
+        "at 32 GB/s, less than the node's 4 NICs × 12.5 GB/s = 50 GB/s)"
+    )
+    (comm,) = [c for c in to_dict(custom, choice)["comm"] if c["group"] == "dp"]
+    assert (comm["medium"], comm["bandwidth"], comm["bandwidth_per"]) == ("network", 32e9, "device")
+
+
+def test_a_pipeline_crossing_nodes_past_its_first_boundary_says_network():
+    from planc.units import Quantity
+
+    # TP 2 x PP 4 x DP 2 on 2 x 8: stages 0-1 on node 0, 2-3 on node 1 (tests/hardware/test_topology.py)
+    p = build_plan(
+        {
+            "model": {"preset": "llama3-8b", "seq_len": 8192},
+            "hardware": {"device": "H100-SXM", "nodes": 2, "inter_node_bw": Quantity.of(1, "GB/s")},
+            "train": {"global_batch": 64, "micro_batch": 1},
+            "layout": {"tp": 2, "pp": 4, "dp": 2, "zero": 2, "schedule": "1f1b", "recompute": "none"},
+        }
+    )
+    choice = choose(p, load_registry())
+    row = next(line for line in render_text(p, choice).splitlines() if line.strip().startswith("PP "))
+    assert row.endswith("network 1 GB/s per device")
+    (comm,) = [c for c in to_dict(p, choice)["comm"] if c["group"] == "pp"]
+    assert (comm["medium"], comm["bandwidth"]) == ("network", 1e9)

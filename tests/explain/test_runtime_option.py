@@ -50,3 +50,13 @@ def test_unknown_runtime_is_a_clear_error(tmp_path, capsys):
     path.write_text(plan_text(ROWS[0]))
     assert main(["explain", "--runtime", "megatron", str(path)]) == 1
     assert "did you mean 'megatron-lm-2021' or 'megatron-core-2024'?" in capsys.readouterr().err  # both start so
+
+
+def test_a_gpu_runtime_on_a_cpu_plan_is_warned_about(capsys):
+    cpu_plan = str(Path(__file__).resolve().parents[2] / "plans" / "tiny-cpu.plan")
+    assert main(["explain", "--runtime", "megatron-core-2024", cpu_plan]) == 0
+    err = capsys.readouterr().err
+    assert "warning: --runtime megatron-core-2024 describes Megatron-Core 2024" in err
+    assert 'device = "cpu"' in err
+    assert main(["explain", cpu_plan]) == 0
+    assert "warning" not in capsys.readouterr().err  # planc's own program runs on CPU

@@ -2,6 +2,7 @@
 
 from planc.hardware import FABRIC, group_ranks, topology_for
 from planc.spec import ParallelDims, build_plan
+from planc.units import Quantity
 
 
 def hardware(nodes=4, per_node=8):
@@ -65,3 +66,51 @@ def test_single_node_dp_uses_nvlink_and_pipeline_neighbours():
 
 def test_topology_is_cached_per_hardware():
     assert topology_for(hardware()) is topology_for(hardware())
+
+
+def test_each_pipeline_boundary_is_its_own_link():
+    # 2 nodes x 8, tp 2 x dp 2 = 4 ranks per stage: stage s holds ranks 4s .. 4s + 3, so stages 0-1
+    # sit on node 0 (ranks 0-7) and 2-3 on node 1 (8-15). Only the boundary 1 -> 2 crosses nodes.
+    topo = topology_for(hardware(nodes=2))
+    dims = ParallelDims(tp=2, pp=4, dp=2, world_size=16)
+    assert [hop.medium for hop in topo.pipeline_hops(dims)] == ["nvlink", "network", "nvlink"]
+    slowest = topo.pipeline_p2p(dims)
+    assert (slowest.medium, slowest.bandwidth) == ("network", 25e9)  # one A100 NIC each side
+
+
+def test_a_boundary_crosses_nodes_if_any_of_its_pairs_does():
+    # 2 nodes x 6, tp 1, dp 4, pp 3: stages hold ranks 0-3, 4-7, 8-11; node 0 is ranks 0-5.
+    # Boundary 0 -> 1 pairs (0,4) (1,5) inside node 0 but (2,6) (3,7) across; 1 -> 2 pairs (4,8) ...
+    # all across. The first pair alone (0 -> 4) would call the first boundary NVLink.
+    topo = topology_for(hardware(nodes=2, per_node=6))
+    dims = ParallelDims(tp=1, pp=3, dp=4, world_size=12)
+    assert [hop.medium for hop in topo.pipeline_hops(dims)] == ["network", "network"]
+
+
+def test_interleaved_stages_wrap_and_zbv_turns_on_its_rank():
+    # 2 nodes x 8, tp 4, pp 4: pipeline rank r holds ranks 4r .. 4r + 3, ranks 0-1 on node 0 and
+    # 2-3 on node 1. Interleaved (v = 2, looped) runs stages 0..7 on ranks 0 1 2 3 0 1 2 3: the hop
+    # 3 -> 0 between rounds crosses back. ZB-V runs them on 0 1 2 3 3 2 1 0: the turn 3 -> 3 is local.
+    topo = topology_for(hardware(nodes=2))
+    dims = ParallelDims(tp=4, pp=4, dp=1, world_size=16)
+    n, w, local = "nvlink", "network", "local"
+    assert [hop.medium for hop in topo.pipeline_hops(dims, 2)] == [n, w, n, w, n, w, n]
+    assert [hop.medium for hop in topo.pipeline_hops(dims, 2, "v")] == [n, w, n, local, n, w, n]
+    assert topo.pipeline_p2p(dims, 2, "v").medium == "network"
+
+
+def test_a_group_whose_nics_outrun_its_nvlink_is_capped():
+    topo = topology_for(hardware(nodes=2))
+    # dp 16 over 2 nodes: 8 x 25 = 200 GB/s of NICs per node, under NVLink's 300: NIC-bound
+    dp = topo.group("dp", ParallelDims(tp=1, pp=1, dp=16, world_size=16))
+    assert (dp.bandwidth, dp.capped) == (200e9, False)
+    fast = build_plan(
+        {
+            "model": {"preset": "gpt2"},
+            "hardware": {"device": "A100-80GB", "nodes": 2, "inter_node_bw": Quantity.of(100, "GB/s")},
+            "train": {"global_batch": 64},
+        }
+    ).hardware
+    # 8 x 100 = 800 GB/s of NICs per node, but each ring hop inside a node runs at NVLink's 300
+    dp = topology_for(fast).group("dp", ParallelDims(tp=1, pp=1, dp=16, world_size=16))
+    assert (dp.bandwidth, dp.capped) == (300e9, True)

@@ -251,7 +251,7 @@ def test_the_bottleneck_is_the_largest_part_of_the_step():
     parts = est.step_parts()
     compute = parts.pop("compute") + parts.pop("recompute")
     assert compute < 0.5 * est.step_s and compute > max(parts.values())
-    text = bottleneck(est, {})
+    text = bottleneck(est, {}, p.hardware)
     assert text.startswith("compute (") and ", then DP communication" in text
 
 

@@ -179,6 +179,19 @@ NOMINAL_MEMORY: dict[str, float] = {
     "MI300X": 192 * GB,
 }
 
+#: The link between the devices of one node, by preset: what explain calls ``intra_node_bw``'s
+#: medium. A custom device (and "cpu", gloo over loopback) is called "intra-node": planc does not
+#: know whether it is NVLink, PCIe or something else.
+INTRA_NODE_LINK: dict[str, str] = {
+    "V100-32GB": "NVLink",
+    "A100-40GB": "NVLink",
+    "A100-80GB": "NVLink",
+    "H100-SXM": "NVLink",
+    "H200": "NVLink",
+    "B200": "NVLink",
+    "MI300X": "Infinity Fabric",
+}
+
 #: NCCL-like message start-up costs (alpha), used when a preset does not set its own.
 DEFAULT_INTRA_NODE_LATENCY = 5e-6
 DEFAULT_INTER_NODE_LATENCY = 10e-6

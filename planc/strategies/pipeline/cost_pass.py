@@ -18,6 +18,7 @@ from planc.cost.memory import (
     split_backward_output_grads,
 )
 from planc.cost.wrappers import pp_seconds, with_wrapper_time
+from planc.hardware.topology import GroupLink
 
 
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
@@ -43,10 +44,12 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
       1F1B and interleaved (when m >= p); zero-bubble runs the weight-gradient passes in it,
       leaving (f + b - 2 w)/(f + b) of it (a third when the three passes take equal time).
     - **p2p**: each stage-micro-batch sends its boundary tensor forward and its gradient back:
-      2 m v transfers of ``ctx.boundary_bytes``. torch posts them asynchronously: only the
-      2 (p v - 1) hops of warm-up and cool-down, and any excess of a transfer over a stage's
-      compute, are exposed; Megatron 2021 waits on each. (Under ZBV one hop per direction stays
-      on its rank, the turn of the V; it is counted as a transfer.)
+      2 m v transfers of ``ctx.boundary_bytes``, priced on the slowest boundary between stages
+      (``ctx.links["pp_p2p"]``: one that crosses nodes, even when the first does not). torch
+      posts them asynchronously: only the p v - 1 hops of warm-up and the same of cool-down, each
+      at its own link, and any excess of a slowest-boundary transfer over a stage's compute, are
+      exposed; Megatron 2021 waits on each. (Under ZBV one hop per direction stays on its rank,
+      the turn of the V: free on the warm-up's path, counted among the 2 m v transfers.)
     """
     if ctx.layout.pp == 1:
         return est
@@ -211,19 +214,22 @@ def _bubble(ctx: CostContext) -> float:
 
 def _p2p(ctx: CostContext) -> CommCost:
     lay, prof, slow = ctx.layout, ctx.profile, ctx.slowest
-    p, v, m = lay.pp, lay.virtual_stages, ctx.micro_batches
+    v, m = lay.virtual_stages, ctx.micro_batches
     boundary = ctx.boundary_bytes
     link = ctx.links["pp_p2p"]
-    transfer = p2p_seconds(boundary, link)
-    if prof.p2p_scatter_gather and lay.tp > 1 and not lay.sequence_parallel:
-        transfer += all_gather_seconds(boundary * lay.tp, ctx.links["tp"])  # re-assemble in the node
+    transfer = _hop_seconds(ctx, link)
+    # The warm-up and cool-down run one micro-batch over every hop in turn, each at its own link.
+    path = sum(_hop_seconds(ctx, hop) for hop in ctx.links["pp_hops"])
     transfers = 2 * m * v
+    # The ranks beside the slowest boundary send each chunk-micro-batch's activation over it and
+    # receive its gradient back over it.
     total = transfers * transfer
     if prof.pp_p2p_blocking:
         exposed = total
     else:
+        # In the steady state the slowest boundary paces every micro-batch that crosses it.
         chunk_slot = min(slow.forward, slow.backward) / v
-        exposed = min(total, 2 * (p * v - 1) * transfer + transfers * max(0.0, transfer - chunk_slot))
+        exposed = min(total, 2 * path + transfers * max(0.0, transfer - chunk_slot))
     return CommCost(
         "pp",
         volume=transfers * boundary,
@@ -232,3 +238,14 @@ def _p2p(ctx: CostContext) -> CommCost:
         medium=link.medium,
         detail=f"{transfers} p2p transfers of {boundary / 2**20:.1f} MiB per step",
     )
+
+
+def _hop_seconds(ctx: CostContext, link: GroupLink) -> float:
+    """One boundary tensor over one hop between pipeline stages (none at ZB-V's turn, on its rank)."""
+    lay, boundary = ctx.layout, ctx.boundary_bytes
+    if link.size <= 1:
+        return 0.0
+    seconds = p2p_seconds(boundary, link)
+    if ctx.profile.p2p_scatter_gather and lay.tp > 1 and not lay.sequence_parallel:
+        seconds += all_gather_seconds(boundary * lay.tp, ctx.links["tp"])  # re-assemble in the node
+    return seconds
