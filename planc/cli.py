@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import traceback
+from typing import NoReturn
 
 from planc import __version__
 from planc.errors import PlanError, error_dict
@@ -40,8 +41,23 @@ COMMANDS: dict[str, str] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, keeping each usage error it reports in ``errors`` (shared by the
+    sub-commands' parsers) so that :func:`main` can also print it as JSON under ``--json``."""
+
+    def __init__(self, *args, errors: list[str] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.errors = [] if errors is None else errors
+
+    def error(self, message: str) -> NoReturn:
+        self.errors.append(message)
+        super().error(message)  # the usage line and the message on stderr, exit 2
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    errors: list[str] = []
+    parser = _Parser(
+        errors=errors,
         prog="planc",
         description="planc — compile a declarative .plan into a distributed LLM training program.",
         epilog=(
@@ -53,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
-        command = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP))
+        command = sub.add_parser(
+            name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP), errors=errors
+        )
         module.add_arguments(command)
         command.set_defaults(_run=module.run)
     return parser
@@ -61,7 +79,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:
+        errors, words = getattr(parser, "errors", []), sys.argv[1:] if argv is None else argv
+        if stop.code and errors and _asks_for_json(words):  # a usage error, not --help
+            command = next((a for a in words if a in COMMANDS), None)
+            help_text = f"planc {command} --help" if command else "planc --help"
+            _json_error(
+                argparse.Namespace(json=True),
+                {"message": errors[-1], "location": None, "hint": f"run `{help_text}` for the options"},
+            )
+        raise
     if not getattr(args, "_run", None):
         parser.print_help()
         return 0
@@ -86,6 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         _json_error(args, {"message": f"internal error: {type(exc).__name__}: {exc}", "location": None, "hint": None})
         return 2
+
+
+def _asks_for_json(argv: list[str]) -> bool:
+    """Whether the command line asks for ``--json`` (argparse also takes an unambiguous prefix,
+    e.g. ``--js``), before a ``--`` that ends the options."""
+    options = argv[: argv.index("--")] if "--" in argv else argv
+    return any(len(a) > 2 and "--json".startswith(a) for a in options)
 
 
 def _json_error(args: argparse.Namespace, error: dict[str, object]) -> None:

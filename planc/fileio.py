@@ -31,14 +31,17 @@ def write_text_atomically(path: Path, text: str) -> None:
         raise
 
 
-def write_output(path: Path, text: str, *, option: str, inputs: tuple[Path, ...] = ()) -> None:
+def write_output(
+    path: Path, text: str, *, option: str, inputs: tuple[Path, ...] = (), example: str = "train.py"
+) -> None:
     """Write a file named on the command line (``option`` says by which flag), or raise a
-    PlanError that says why it cannot be written; never overwrite one of ``inputs``."""
+    PlanError that says why it cannot be written; never overwrite one of ``inputs``. ``example``
+    is the file name the hint suggests when ``path`` is a directory (a program, a picture)."""
     from planc.errors import PlanError
 
     path = Path(path)
     if path.is_dir():
-        raise PlanError(f"{option} {path} is a directory", hint=f"give a file name, e.g. {path / 'train.py'}")
+        raise PlanError(f"{option} {path} is a directory", hint=f"give a file name, e.g. {path / example}")
     for source in inputs:
         if path.exists() and Path(source).exists() and path.samefile(source):
             raise PlanError(

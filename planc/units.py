@@ -83,6 +83,8 @@ def format_bytes(n: float, binary: bool = True) -> str:
     value = float(n)
     for unit in units:
         if abs(value) < step or unit == units[-1]:
+            if abs(value) >= 1e4:  # past the largest unit: digits nobody reads, so scientific
+                return f"{value:.3g} {unit}"
             return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
         value /= step
     raise AssertionError("unreachable")
@@ -97,7 +99,10 @@ def format_size_literal(value: float) -> str:
 
 
 def format_seconds(s: float) -> str:
-    """``0.0123 -> '12.3 ms'``: three significant digits, from µs to hundreds of seconds."""
+    """``0.0123 -> '12.3 ms'``: three significant digits, from µs to hundreds of seconds; from a
+    million seconds (11.6 days) on, scientific (``'2.26e+07 s'``), not a row of digits."""
+    if s >= 1e6:
+        return f"{s:.3g} s"
     if s >= 100:
         return f"{s:.0f} s"
     if s >= 1:

@@ -12,6 +12,10 @@ def tolerance(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number; e.g. --tolerance 0.05 for 5%") from None
-    if not (math.isfinite(value) and 0 <= value < 1):
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a finite number; give a fraction in [0, 1), e.g. --tolerance 0.05 for 5%"
+        )
+    if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"{text} is outside [0, 1); e.g. --tolerance 0.05 for 5%")
     return value

@@ -152,7 +152,9 @@ def run(args) -> int:
         from planc.explain.svg import render_svg
         from planc.fileio import write_output
 
-        write_output(Path(args.svg), render_svg(plan, choice), option="--svg", inputs=(Path(args.file),))
+        write_output(
+            Path(args.svg), render_svg(plan, choice), option="--svg", inputs=(Path(args.file),), example="plan.svg"
+        )
     measured_json, measured_text = _measured(plan, choice.layout)
     if args.json:
         # One object: the explanation, and with "error" when nothing fits (exit status 1).

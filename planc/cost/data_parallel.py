@@ -51,11 +51,15 @@ def bucket_terms(ctx: CostContext, rank: int) -> tuple[Term, ...]:
     )
 
 
+#: The step-time term of :func:`with_contention` (a pass that shrinks the traffic scales it).
+CONTENTION = "compute slowed by overlapped DP traffic"
+
+
 def with_contention(ctx: CostContext, est: Estimate, hidden: float) -> Estimate:
     """Charge the compute that overlapped data-parallel traffic takes away
     (:func:`planc.cost.compute.overlap_contention`)."""
     extra = hidden * overlap_contention(ctx.device)
-    return est.with_time("compute slowed by overlapped DP traffic", extra) if extra > 0 else est
+    return est.with_time(CONTENTION, extra) if extra > 0 else est
 
 
 def shard_states(

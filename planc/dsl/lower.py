@@ -124,6 +124,9 @@ def _entries(out: Lowered, prefix: KeyPath, entries: tuple[ast.Entry, ...]) -> d
 
 _ABOUT_THE_KEY = ("unknown key", "' is derived by planc", "unknown option")
 _MISSING_BLOCK = re.compile(r"the plan has no (\w+) block")
+#: Keys a plan may write in another form, which validation replaces: an issue about the key
+#: points at the form the plan wrote (inter_node_bw_per_node becomes inter_node_bw).
+_WRITTEN_AS = {("hardware", "inter_node_bw"): ("hardware", "inter_node_bw_per_node")}
 
 
 def locate(issue: SpecIssue, lowered: Lowered) -> PlanError:
@@ -133,6 +136,8 @@ def locate(issue: SpecIssue, lowered: Lowered) -> PlanError:
     for length in range(len(issue.path), 0, -1):
         prefix = tuple(issue.path[:length])
         location = table.get(prefix) or lowered.values.get(prefix)
+        if location is None and prefix in _WRITTEN_AS:
+            location = lowered.values.get(_WRITTEN_AS[prefix])
         if location is not None:
             break
     if location is None:  # about the plan as a whole (a block is missing): file:1:1, no line quoted

@@ -13,6 +13,7 @@ from planc.cost.estimate import CommCost, Estimate
 from planc.cost.flops import model_flops_per_token
 from planc.cost.uncertainty import step_time_uncertainty, uncertainty_basis
 from planc.explain.advice_words import advice_text
+from planc.explain.memory_table import memory_dict, memory_table
 from planc.explain.timeline import ascii_timeline
 from planc.explain.totals import band_text, mfu_text, totals_dict, totals_line
 from planc.explain.visible import visible
@@ -115,7 +116,7 @@ def to_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
         "fits": choice.fits,
         "fixed": choice.fixed,
         "suggestion": suggestion_text(choice.suggestion) if choice.suggestion else None,
-        "memory": _memory_dict(est),
+        "memory": memory_dict(est),
         "time": {
             "step_s": est.step_s,
             "compute_s": est.compute - est.recompute,
@@ -204,25 +205,6 @@ def _plan_dict(plan: Plan, est: Estimate) -> dict[str, Any]:
     }
 
 
-def _memory_dict(est: Estimate) -> dict[str, Any]:
-    worst = est.memory
-    return {
-        "stage": worst.rank,
-        "params_bytes": worst.params,
-        "master_bytes": worst.master,
-        "grads_bytes": worst.grads_at_peak,  # at the peak: none yet when it comes before the first backward
-        "grads_after_backward_bytes": worst.grads,
-        "optimizer_bytes": worst.optimizer,  # Adam m and v (or momentum) only: master_bytes is its own part
-        "activations_bytes": worst.activations,
-        "transient_bytes": worst.transient_bytes,
-        "total_bytes": worst.total,
-        "capacity_bytes": est.capacity,
-        "peak_phase": worst.peak_phase,
-        "activation_terms": {t.name: t.value for t in worst.act_extra},
-        "transient_terms": {t.name: t.value for t in worst.transient},
-    }
-
-
 def _comm_dict(c: CommCost, links: dict[str, GroupLink], hw: HardwareSpec) -> dict[str, Any]:
     link = _row_link(c.group, links)
     return {
@@ -259,7 +241,7 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
     links = shown_links(plan, lay, est.stage_style)
     sections = [
         _header(plan, choice),
-        _memory_table(est, plan),
+        memory_table(est, plan),
         _time_lines(est, links, plan),
         [
             *_throughput_lines(plan, est),
@@ -367,65 +349,6 @@ def _timeline(choice: Choice) -> list[str]:
 def _notes(plan: Plan, est: Estimate, choice: Choice) -> list[str]:
     notes = list(est.notes) + list(plan.notes) + [advice_text(a) for a in choice.advice]
     return ["  notes", *(f"    - {n}" for n in notes)] if notes else []
-
-
-def memory_rows(est: Estimate) -> list[tuple[str, float, list[tuple[str, float]]]]:
-    """The memory of the worst pipeline rank as (group, bytes, [(row, bytes)]): every group's bytes
-    are the sum of its rows, and the groups' sum is the total."""
-    s = est.memory
-    held = s.block_activations / s.act_per_layer if s.act_per_layer else s.act_layers
-    blocks = f"blocks ({held:g} block-micro-batches in flight)"
-    return [
-        (
-            "model states",
-            s.model_states_at_peak,
-            [
-                ("parameters (working copy)", s.params),
-                ("master weights (fp32)", s.master),
-                ("gradients", s.grads_at_peak),
-                ("optimizer states", s.optimizer),
-            ],
-        ),
-        ("activations", s.activations, [(blocks, s.block_activations), *_at_peak(s, s.act_extra)]),
-        ("buffers and overheads", s.transient_bytes, _at_peak(s, s.transient)),
-    ]
-
-
-def _at_peak(s, terms) -> list[tuple[str, float]]:
-    """(name, bytes) of the terms held at the stage's peak (a term of another phase is not)."""
-    return [(t.name, t.value) for t in terms if s.at_peak(t)]
-
-
-def _memory_table(est: Estimate, plan: Plan) -> list[str]:
-    groups = memory_rows(est)
-    hw = plan.hardware
-    names = [name for _, _, rows in groups for name, _ in rows]
-    width = max(44, *(len(n) + 4 for n in names))
-    s = est.memory
-    # MiB for a small model (a CPU run), where every row would read 0.00 GiB.
-    unit, size = ("GiB", GiB) if s.total >= GiB else ("MiB", 2**20)
-    title = f"  memory per device (worst: pipeline rank {s.rank})"
-    lines = [title + unit.rjust(4 + width + 8 - len(title))]
-    for group, total, rows in groups:
-        lines.append(f"    {group:<{width}}{total / size:>8.2f}")
-        lines += [f"      {name:<{width - 2}}{value / size:>8.2f}" for name, value in rows if value]
-    share = s.total / est.capacity
-    headroom = f" = {format_bytes(hw.memory)} less {hw.headroom:.0%} headroom" if hw.headroom else ""
-    lines.append(
-        f"    {'total':<{width}}{s.total / size:>8.2f}  of {format_bytes(est.capacity)}  ({share:.0%}){headroom}"
-    )
-    elsewhere = [
-        (f"{t.name} ({t.phase} phase{'s' if len(t.phases) > 1 else ''})", t.value)
-        for t in (*s.act_extra, *s.transient)
-        if not s.at_peak(t)
-    ]
-    if s.grads_at_peak < s.grads:
-        elsewhere.append(("gradients, from the step's first backward on (set to None between steps)", s.grads))
-    if elsewhere:  # held in another phase of the step than the peak: shown, not added
-        where = f"the {s.peak_phase} phase" if s.peak_phase else "the forward's end"
-        lines += ["", f"    not at the peak ({where} is larger):"]
-        lines += [f"      {name:<{width - 2}}{value / size:>8.2f}" for name, value in elsewhere]
-    return lines
 
 
 def _time_lines(est: Estimate, links: dict[str, GroupLink], plan: Plan) -> list[str]:

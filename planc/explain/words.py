@@ -86,7 +86,10 @@ def _model_states(r: Rejection) -> str:
 def _slower(r: Rejection) -> str:
     assert r.layout is not None and r.slowdown is not None and r.step_s is not None and r.chosen_step_s is not None
     ratio = r.slowdown
-    amount = f"{ratio:.1f}× slower" if ratio >= 1.5 else f"{format_percent(ratio - 1)} slower"
+    if ratio >= 1e4:  # a link or a device priced absurdly slow: digits nobody reads
+        amount = f"{ratio:.3g}× slower"
+    else:
+        amount = f"{ratio:.1f}× slower" if ratio >= 1.5 else f"{format_percent(ratio - 1)} slower"
     behind = ""
     if r.behind_best is not None and r.tolerance is not None:
         margin = format_percent_fine(r.tolerance)

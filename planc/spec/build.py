@@ -344,7 +344,7 @@ def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
 
 
 #: Keys whose default is computed from another key: missing only because that one is.
-_DEFAULT_FROM = {"ffn": ("hidden", "mlp"), "kv_heads": ("heads",)}
+_DEFAULT_FROM = {"ffn": ("hidden", "mlp"), "kv_heads": ("heads",), "peak_fp32": ("peak",)}
 
 
 def _follows_from(issue: SpecIssue, block: str, block_issues: list[SpecIssue], exc: ValidationError) -> bool:

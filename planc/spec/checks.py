@@ -16,6 +16,7 @@ from planc.legality.space import why_no_layout
 from planc.spec.issues import SpecIssue
 from planc.spec.model import ModelSpec
 from planc.spec.plan import Plan
+from planc.spec.plausible import check_hardware_ranges
 from planc.weights.plan_checks import check_pretrained_weights
 
 Check = Callable[[Plan], Iterable[SpecIssue]]
@@ -187,6 +188,7 @@ CHECKS: tuple[Check, ...] = (
     check_shard_group,
     check_learning_rate,
     check_precision_on_device,
+    check_hardware_ranges,
     check_checkpoint,
     check_pretrained_weights,
 )

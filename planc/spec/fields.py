@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from planc.units import KIND_DESCRIPTIONS, Quantity, QuantityKind
 
@@ -41,17 +41,11 @@ def _accept_quantity(kind: QuantityKind):
     return convert
 
 
-def _positive(value: float) -> float:
-    if value <= 0:
-        raise ValueError("must be greater than 0")
-    return value
-
-
-Bytes = Annotated[float, UnitKind("bytes"), BeforeValidator(_accept_quantity("bytes")), AfterValidator(_positive)]
-Bandwidth = Annotated[
-    float, UnitKind("bandwidth"), BeforeValidator(_accept_quantity("bandwidth")), AfterValidator(_positive)
-]
-Compute = Annotated[float, UnitKind("compute"), BeforeValidator(_accept_quantity("compute")), AfterValidator(_positive)]
+# Field(gt=0), not a validator of our own: its error carries the bound, so a plan is told
+# "memory must be greater than 0, got 0 GiB" like every other key.
+Bytes = Annotated[float, UnitKind("bytes"), BeforeValidator(_accept_quantity("bytes")), Field(gt=0)]
+Bandwidth = Annotated[float, UnitKind("bandwidth"), BeforeValidator(_accept_quantity("bandwidth")), Field(gt=0)]
+Compute = Annotated[float, UnitKind("compute"), BeforeValidator(_accept_quantity("compute")), Field(gt=0)]
 Seconds = Annotated[float, UnitKind("time"), BeforeValidator(_accept_quantity("time")), Field(ge=0)]
 
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import Field, computed_field, model_validator
@@ -71,13 +72,16 @@ class HardwareSpec(SpecModel):
         device = data.get("device")
         preset = HARDWARE_PRESETS.get(device, {}) if isinstance(device, str) else {}
         _per_node_network(data, preset)
-        if preset and "peak_fp32" not in data and "peak" in data:
+        # peak_fp32 follows a written peak only when that is a usable rate: from peak = 0 it would
+        # be 0 too, and its error would name a key the plan never wrote (peak's own says it all).
+        peak = _positive_number(data.get("peak"))
+        if preset and "peak_fp32" not in data and peak:
             # A plan that overrides the bf16 peak but not fp32 keeps the preset's ratio.
-            data["peak_fp32"] = preset["peak_fp32"] * _as_number(data["peak"]) / preset["peak"]
+            data["peak_fp32"] = preset["peak_fp32"] * peak / preset["peak"]
         for key, value in preset.items():
             data.setdefault(key, value)
-        if not preset and "peak" in data:
-            data.setdefault("peak_fp32", _as_number(data["peak"]) / 16)  # tensor-core vs fp32 ratio of A100
+        if not preset and peak:
+            data.setdefault("peak_fp32", peak / 16)  # tensor-core vs fp32 ratio of A100
         data.setdefault("per_node", 8)
         data.setdefault("intra_node_latency", DEFAULT_INTRA_NODE_LATENCY)
         data.setdefault("inter_node_latency", DEFAULT_INTER_NODE_LATENCY)
@@ -125,3 +129,13 @@ def _per_node_network(data: dict, preset: dict) -> None:
 
 def _as_number(value: Any) -> float:
     return float(getattr(value, "value", value))
+
+
+def _positive_number(value: Any) -> float | None:
+    """A quantity's or number's value when it is a positive finite number, else None (the key's
+    own validation reports what is wrong with it)."""
+    try:
+        number = _as_number(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) and number > 0 else None

@@ -179,8 +179,17 @@ def load_profile(path: Path) -> HardwareProfile:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ProfileError(f"hardware profile {str(path)!r} is not JSON (line {error.lineno}: {error.msg})") from None
-    version = raw.get("schema_version") if isinstance(raw, dict) else None
+        raise ProfileError(f"hardware profile {str(path)!r} is not valid JSON: {_json_syntax(error)}") from None
+    if not isinstance(raw, dict):
+        raise ProfileError(
+            f"hardware profile {str(path)!r} holds a JSON {_JSON_KINDS.get(type(raw), type(raw).__name__)}, "
+            "not an object: a profile is the JSON object `planc calibrate` writes"
+        )
+    if "schema_version" not in raw:
+        raise ProfileError(
+            f"hardware profile {str(path)!r} has no schema_version: it is not a file `planc calibrate` wrote"
+        )
+    version = raw["schema_version"]
     if version != SCHEMA_VERSION:
         raise ProfileError(
             f"hardware profile {str(path)!r} has schema_version {version!r}; this planc reads {SCHEMA_VERSION} "
@@ -192,6 +201,17 @@ def load_profile(path: Path) -> HardwareProfile:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise ProfileError(f"hardware profile {str(path)!r}: {where}: {first['msg']}") from None
+
+
+#: What a JSON value that is not an object is, in JSON's words.
+_JSON_KINDS = {list: "list", str: "string", int: "number", float: "number", bool: "true/false", type(None): "null"}
+
+
+def _json_syntax(error: json.JSONDecodeError) -> str:
+    """``'Invalid control character at line 1, column 5'``: the json module's reason, whose text
+    ("...character at", "...string starting at") expects the position after it."""
+    where = f"line {error.lineno}, column {error.colno}"
+    return f"{error.msg} {where}" if error.msg.endswith(" at") else f"{error.msg} at {where}"
 
 
 def hardware_values(profile: HardwareProfile) -> dict:

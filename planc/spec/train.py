@@ -12,6 +12,9 @@ from planc.spec.fields import Auto, NonNegativeInt, PositiveInt, Seconds, SpecMo
 #: and Llama 3 405B step on about 1,600-16,000 sequences); a larger number is a typo, and the
 #: planner enumerates its divisors.
 MAX_GLOBAL_BATCH = 2**24
+#: 10^9 optimizer steps: a thousand times the longest published runs (T5 and GPT-2 trained for
+#: 0.5-1 M steps); a larger number is a typo, and its training time would read 10^13 days.
+MAX_STEPS = 10**9
 
 
 def _one_or_many(value: object) -> object:
@@ -40,7 +43,7 @@ class TrainSpec(SpecModel):
     """Learning rate at the end of the cosine decay."""
     warmup_steps: NonNegativeInt = 0
     """Steps of linear warmup from 0 to lr."""
-    steps: PositiveInt = 1000
+    steps: Annotated[int, Field(gt=0, le=MAX_STEPS, strict=True)] = 1000
     """Optimizer steps to train (planc run --steps overrides)."""
     weight_decay: float = Field(default=0.1, ge=0)
     """Weight decay (decoupled for adamw; L2 for adam and sgd)."""

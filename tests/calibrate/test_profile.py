@@ -183,6 +183,8 @@ def test_each_collective_kind_prices_with_its_own_fit(tmp_path):
         (profile_dict(schema_version=99), "schema_version 99"),
         (profile_dict(device_kind="cuda"), "measured on cuda"),
         ({**profile_dict(), "world_size": 0}, "world_size"),
+        ([1, 2, 3], "cal.json' holds a JSON list, not an object: a profile is the JSON object `planc calibrate`"),
+        ({k: v for k, v in profile_dict().items() if k != "schema_version"}, "has no schema_version"),
     ],
 )
 def test_bad_profile_is_a_located_error(tmp_path, profile, message):
@@ -194,3 +196,19 @@ def test_bad_profile_is_a_located_error(tmp_path, profile, message):
     assert issue.path == ("hardware", "profile")
     assert message in issue.message
     assert "planc calibrate" in issue.hint
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        # A raw tab inside a string, the 12th character: the json module's message ends "...character
+        # at", expecting the place. Then a value missing at the 7th character of line 2.
+        ('{"host": "a\tb"}', "is not valid JSON: Invalid control character at line 1, column 12"),
+        ('{"host": "a",\n "x": }', "is not valid JSON: Expecting value at line 2, column 7"),
+    ],
+)
+def test_a_profile_that_is_not_json_says_where(tmp_path, text, reason):
+    (tmp_path / "cal.json").write_text(text)
+    with pytest.raises(SpecError) as caught:
+        plan_with(tmp_path, None, profile="cal.json")
+    assert reason in caught.value.issues[0].message

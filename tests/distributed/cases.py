@@ -270,4 +270,16 @@ if powersgd_installed():
             same_until=3,
             uses=(("powersgd", {"rank": 1, "start_iter": 2}),),
         ),
+        # ZeRO-1 wraps the model in DDP too: the hook compresses its gradients (the cost pass
+        # compresses ZeRO-1's gradient all-reduce, not its parameter broadcast).
+        case(
+            "powersgd-zero1-compressing",
+            2,
+            "gpt",
+            dp=2,
+            zero=1,
+            micro_batch=2,
+            same_until=3,
+            uses=(("powersgd", {"rank": 1, "start_iter": 2}),),
+        ),
     ]

@@ -38,6 +38,13 @@ def test_an_output_that_cannot_be_written_is_a_clear_error(command, plan_file, t
     assert plan_file.read_text() == PLAN  # never overwritten
 
 
+@pytest.mark.parametrize("command, example", [(["compile", "-o"], "train.py"), (["explain", "--svg"], "plan.svg")])
+def test_a_directory_as_output_gets_a_file_name_of_the_right_kind(command, example, plan_file, tmp_path, capsys):
+    """-o writes a program, --svg a picture: the hint names a file of that kind in the directory."""
+    assert main([command[0], str(plan_file), command[1], str(tmp_path)]) == 1
+    assert f"hint: give a file name, e.g. {tmp_path / example}\n" in capsys.readouterr().err
+
+
 def test_a_symlinked_plan_stays_a_link_after_fmt(plan_file, tmp_path):
     link = tmp_path / "link.plan"
     link.symlink_to(plan_file.name)

@@ -136,6 +136,36 @@ def test_bad_arguments_are_clear_errors(tmp_path, capsys):
             assert "argument --tolerance" in err and "e.g. --tolerance 0.05" in err, err
 
 
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        (["--tolerance", "abc"], "argument --tolerance: 'abc' is not a number"),
+        (["--tolerance", "nan"], "argument --tolerance: nan is not a finite number"),
+        (["--tolerance", "inf"], "argument --tolerance: inf is not a finite number"),
+        (["--top", "x"], "argument --top: invalid int value: 'x'"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_argument_errors_under_json_print_one_json_error(tmp_path, capsys, bad, says):
+    """docs/language.md: with --json, stdout holds exactly one JSON value, a failure's included;
+    argparse's own errors too (usage and reason still on stderr, exit 2)."""
+    plan = write(tmp_path, "fits", FITS)
+    with pytest.raises(SystemExit) as stopped:
+        main(["explain", "--json", plan, *bad])
+    assert stopped.value.code == 2
+    captured = capsys.readouterr()
+    error = json.loads(captured.out)["error"]
+    assert error["message"].startswith(says) and error["location"] is None
+    assert "planc explain --help" in error["hint"]
+    assert says in captured.err and "usage: planc" in captured.err
+
+
+def test_argument_errors_without_json_print_nothing_on_stdout(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["explain", write(tmp_path, "fits", FITS), "--top", "x"])
+    assert capsys.readouterr().out == ""
+
+
 @pytest.mark.dist
 def test_explain_never_imports_torch():
     code = (

@@ -138,3 +138,43 @@ def test_bf16_on_a_device_without_bf16_is_refused_with_what_to_do():
     assert plan_with(hardware={"device": "V100-32GB", "nodes": 1}, train={"precision": "fp32"}).hardware.bf16 is False
     assert plan_with(hardware={"device": "V100-32GB", "nodes": 1, "bf16": True}).train.precision == "bf16"
     assert plan_with().hardware.bf16 is True  # A100: bf16 tensor cores
+
+
+@pytest.mark.parametrize(
+    "key, written, side",
+    [
+        ("memory", Quantity.of(512, "KiB"), "below"),  # under 1 MiB
+        ("memory", Quantity.of(17, "TiB"), "above"),  # over 16 TiB
+        ("peak", Quantity.of(0.5, "GFLOPS"), "below"),  # under 1 GFLOPS
+        ("peak", Quantity.of(200, "PFLOPS"), "above"),  # over 100 PFLOPS
+        ("hbm_bw", Quantity.of(200, "TB/s"), "above"),  # over 100 TB/s
+        ("intra_node_bw", Quantity.of(500, "KB/s"), "below"),  # under 1 MB/s
+        ("inter_node_bw", Quantity.of(1e-300, "GB/s"), "below"),
+    ],
+)
+def test_hardware_numbers_outside_any_device_are_refused(key, written, side):
+    found = issues_of(hardware={key: written})
+    assert [p for p, _ in found] == [("hardware", key)], found
+    (((_, message), hint),) = found.items()
+    assert message.startswith(f"{key} is ") and f", {side} the plausible range " in message
+    assert hint.startswith("check the number and its unit")
+
+
+def test_an_absurd_peak_is_one_error_not_two():
+    """peak_fp32 follows a written peak at the preset's ratio: it is not reported again."""
+    found = issues_of(hardware={"peak": Quantity.of(0.001, "GFLOPS")})  # peak_fp32: 62.5 kFLOPS at the A100's 1/16
+    assert [p for p, _ in found] == [("hardware", "peak")], found
+
+
+def test_hardware_far_beyond_todays_is_accepted():
+    """The bounds leave room for decades: 8 TiB, 50 PFLOPS, 50 TB/s links, a slow 2 MB/s WAN."""
+    plan = plan_with(
+        hardware={
+            "memory": Quantity.of(8, "TiB"),
+            "peak": Quantity.of(50, "PFLOPS"),
+            "hbm_bw": Quantity.of(90, "TB/s"),
+            "intra_node_bw": Quantity.of(50, "TB/s"),
+            "inter_node_bw": Quantity.of(2, "MB/s"),
+        }
+    )
+    assert plan.hardware.memory == 8 * 2**40 and plan.hardware.inter_node_bw == 2e6

@@ -126,3 +126,50 @@ def test_the_last_buckets_p_and_q_all_reduces_are_on_the_critical_path():
     link = build_context(used_plan, lay).links["dp"]
     expected = 2 * all_reduce_seconds(gradient_bytes * ratio / 2, link)
     assert estimate.step_parts()["PowerSGD: the last bucket's P and Q all-reduces, chained"] == pytest.approx(expected)
+
+
+def test_under_zero1_the_gradient_all_reduce_is_compressed_not_the_broadcast():
+    """ZeRO-1 runs DDP for its gradients, so the hook compresses them (the equivalence case
+    powersgd-zero1-compressing leaves the reference after start_iter, as the DDP one does); the
+    parameter broadcast after ZeroRedundancyOptimizer's step is not DDP's and stays whole.
+
+    bf16 under ZeRO-1 is autocast over fp32 parameters: gradients and broadcast parameters are
+    4 bytes each. Plain: 7/8 x (2 x 4 Psi + 4 Psi) (zero1's pass); with PowerSGD the all-reduce's
+    2 x 4 Psi shrinks by the traffic ratio: 7/8 x (2 x 4 Psi x ratio + 4 Psi)."""
+    lay = layout(zero=1)
+    plain_plan, used_plan = plan(), plan(uses=[("powersgd", {"rank": 4})])
+    plain = evaluate(plain_plan, lay, load_registry().passes(plain_plan, lay)).comm_of("dp")
+    compressed = evaluate(used_plan, lay, load_registry().passes(used_plan, lay)).comm_of("dp")
+    psi, ratio = used_plan.model.params, traffic_ratio(used_plan.model, tp=1, rank=4)
+    assert plain.volume == pytest.approx(7 / 8 * (2 * 4 * psi + 4 * psi))
+    assert compressed.volume == pytest.approx(7 / 8 * (2 * 4 * psi * ratio + 4 * psi))
+    assert compressed.total < plain.total and compressed.exposed < plain.exposed
+    assert compressed.detail.startswith("PowerSGD rank 4: all-reduce of ")
+    assert f"for {4 * psi / 2**30:.2f} GiB fp32 gradients (x {ratio:.3f}) + broadcast of updated parameters" in (
+        compressed.detail
+    )
+
+
+def test_under_ddp_the_detail_names_the_compressed_traffic():
+    """The detail said "all-reduce of 1.32 GiB fp32 gradients" beside a volume of 17 MiB."""
+    lay = layout()
+    used_plan = plan(uses=[("ddp", {"bf16_weights": False}), ("powersgd", {"rank": 4})])
+    estimate = evaluate(used_plan, lay, load_registry().passes(used_plan, lay))
+    ratio = traffic_ratio(used_plan.model, tp=1, rank=4)
+    detail = estimate.comm_of("dp").detail
+    assert detail.startswith("PowerSGD rank 4: all-reduce of ") and f"fp32 gradients (x {ratio:.3f})" in detail
+
+
+def test_the_compute_that_overlapped_traffic_slows_shrinks_with_it():
+    """The contention term is proportional to the all-reduce time hidden behind backward, which
+    PowerSGD scales by its ratio (planc.cost.data_parallel.with_contention)."""
+    from planc.cost.data_parallel import CONTENTION
+
+    lay = layout(zero=1)
+    shape = {"layers": 24, "hidden": 1024, "heads": 16, "seq_len": 1024}  # a backward long enough to hide traffic
+    plain_plan, used_plan = plan(**shape), plan(uses=[("powersgd", {"rank": 4})], **shape)
+    plain = evaluate(plain_plan, lay, load_registry().passes(plain_plan, lay)).step_parts()
+    used = evaluate(used_plan, lay, load_registry().passes(used_plan, lay)).step_parts()
+    ratio = traffic_ratio(used_plan.model, tp=1, rank=4)
+    assert plain[CONTENTION] > 0
+    assert used[CONTENTION] == pytest.approx(plain[CONTENTION] * ratio)

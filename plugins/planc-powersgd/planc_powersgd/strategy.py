@@ -8,10 +8,16 @@ part, once ``ddp`` (or ``zero1``) has wrapped them.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from planc.cost.comm import all_reduce_seconds
+from planc.cost.data_parallel import CONTENTION, grad_all_reduce
+from planc.cost.estimate import CommCost, Term
+from planc.cost.memory import DDP_BUCKET_BYTES
 from planc.spec.fields import Flag
+from planc.units import format_bytes
 from planc_powersgd.compression import traffic_ratio
 
 NAME = "powersgd"
@@ -62,9 +68,13 @@ def cost(ctx, estimate, options: Options):
     """Scale the "dp" gradient traffic by PowerSGD's element ratio; add the all-reduce rounds the
     hook chains after backward; add the error-feedback buffer.
 
-    Only for ``zero = 0``, where the "dp" traffic is exactly the gradient all-reduce (ZeRO-1's
-    entry also holds the parameter all-gather, which PowerSGD does not touch; it is left as is).
-    The traffic after ``start_iter`` is what a long run pays, so that is what is charged.
+    Under ``zero = 0`` the "dp" traffic is exactly the gradient all-reduce, all of it scaled. Under
+    ZeRO-1 it is DistributedDataParallel's gradient all-reduce, which the hook replaces as under
+    ``zero = 0`` (``zero1`` wraps the model in DDP; ``ZeroRedundancyOptimizer`` is only the
+    optimizer), plus the optimizer's parameter broadcast after the step, which the hook never
+    sees: only the gradient part (:func:`planc.cost.data_parallel.grad_all_reduce`, with zero1's
+    bucket, as its own pass prices it) is scaled. The traffic after ``start_iter`` is what a long
+    run pays, so that is what is charged.
 
     Per bucket, torch's ``powerSGD_hook`` runs three all-reduces, each waiting for the one before
     (futures chained with ``then``): the uncompressed tensors, then P, then Q (computed from P).
@@ -85,8 +95,11 @@ def cost(ctx, estimate, options: Options):
     if dp is None or layout.dp < 2:
         return estimate
     ratio = traffic_ratio(ctx.plan.model, layout.tp, options.rank, options.min_compression_rate)
-    if layout.zero == 0:
-        estimate = estimate.with_comm(dp.scaled(ratio)).with_note(
+    if layout.zero in (0, 1):
+        # The gradient all-reduce is the DP traffic that overlaps backward (ZeRO-1's broadcast
+        # comes after the step, exposed): compressing it shrinks the compute it slows as much.
+        other = tuple(Term(t.name, t.value * ratio) if t.name == CONTENTION else t for t in estimate.other)
+        estimate = estimate.updated(comm=compressed(ctx, dp, ratio, options.rank), other=other).with_note(
             f"PowerSGD rank {options.rank}: data-parallel gradient traffic x {ratio:.3f}"
         )
     chained = chained_rounds(ctx, ratio)
@@ -94,6 +107,41 @@ def cost(ctx, estimate, options: Options):
     if options.error_feedback:
         estimate = estimate.map_stages(lambda s: s.with_transient("PowerSGD error feedback", s.grads))
     return estimate
+
+
+def compressed(ctx, dp: CommCost, ratio: float, rank: int) -> CommCost:
+    """The "dp" entry with its gradient all-reduce scaled by ``ratio`` and said so in its detail.
+
+    Under ``zero = 0`` the whole entry is that all-reduce. Under ZeRO-1 the entry is the
+    all-reduce and then the parameter broadcast (``zero1``'s pass: "all-reduce of gradients +
+    broadcast of ..."): the all-reduce's volume, seconds and exposed seconds, as
+    ``grad_all_reduce`` gives them for zero1's bucket, shrink; the broadcast stays."""
+    layout = ctx.layout
+    nbytes, seconds, exposed = grad_all_reduce(ctx, _bucket(ctx.plan, "zero1" if layout.zero else "ddp"))
+    sent = (
+        f"PowerSGD rank {rank}: all-reduce of {format_bytes(ratio * nbytes)} of low-rank factors "
+        f"for {nbytes / 2**30:.2f} GiB fp32 gradients (x {ratio:.3f})"
+    )
+    if layout.zero == 0:
+        return replace(dp.scaled(ratio), detail=sent)
+    saved = 1 - ratio
+    volume = 2 * (layout.dp - 1) / layout.dp * nbytes  # the all-reduce's share of the entry's volume
+    rest = dp.detail.partition(" + ")[2]
+    return replace(
+        dp,
+        volume=dp.volume - saved * volume,
+        total=dp.total - saved * seconds,
+        exposed=dp.exposed - saved * exposed,
+        detail=f"{sent} + {rest}" if rest else sent,
+    )
+
+
+def _bucket(plan, strategy: str) -> float:
+    """The gradient bucket of ``use ddp`` / ``use zero1`` (their ``bucket`` option, in bytes)."""
+    for use in plan.uses:
+        if use.name == strategy and use.options.get("bucket") is not None:
+            return float(use.options["bucket"])
+    return DDP_BUCKET_BYTES
 
 
 def chained_rounds(ctx, ratio: float) -> float:
