@@ -74,7 +74,7 @@ def check_pipeline(plan: Plan) -> Iterable[SpecIssue]:
     pp, v, schedule = lay.pp, lay.virtual_stages, lay.schedule
     found: list[Violation | None] = []
     if fixed(pp):
-        found.append(rules.pipeline_depth(layers, pp))
+        found.append(rules.pipeline_depth(layers, pp, _pipeline_devices(plan)))
         if fixed(v):
             found.append(rules.virtual_stage_depth(layers, pp, v))
         if fixed(schedule):
@@ -86,6 +86,16 @@ def check_pipeline(plan: Plan) -> Iterable[SpecIssue]:
     if fixed(schedule) and fixed(lay.recompute):
         found.append(rules.zero_bubble_with_recompute(schedule, lay.recompute))
     return _issues(*found)
+
+
+def _pipeline_devices(plan: Plan) -> int:
+    """The devices pp must divide: the device count over the fixed tp and dp (each that divides
+    it; one that does not is its own error)."""
+    devices = plan.world_size
+    for degree in (plan.layout.tp, plan.layout.dp):
+        if fixed(degree) and devices % degree == 0:
+            devices //= degree
+    return devices
 
 
 #: 2**18 devices: beyond the largest clusters built (about 100,000 GPUs in 2025); the cost model

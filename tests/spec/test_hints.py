@@ -132,3 +132,50 @@ def test_a_heads_hint_keeps_grouped_query_attention_legal():
     suggested = int(re.search(r"e\.g\. (\d+)", issue.hint).group(1))
     assert suggested == 8
     build_plan({**raw, "model": {**model, "heads": suggested}})  # no issue left
+
+
+def _pp_issues(pp, layers=32, nodes=1, per_node=8, tp="auto"):
+    raw = {
+        "model": {"layers": layers, "hidden": 512, "heads": 8, "vocab": 1024, "seq_len": 128},
+        "hardware": {"device": "A100-80GB", "nodes": nodes, "per_node": per_node},
+        "train": {"global_batch": 64},
+        "layout": {"pp": pp, "tp": tp},
+    }
+    try:
+        build_plan(raw)
+    except SpecError as error:
+        return [i for i in error.issues if i.path in (("layout", "pp"), ("layout",))]
+    return []
+
+
+@pytest.mark.parametrize(
+    "pp, layers, nodes, per_node, tp",
+    [
+        (64, 32, 1, 8, "auto"),  # the audit's case: pp <= 32 was suggested, but 32, 16 and 3 do not divide 8
+        (8, 4, 2, 8, "auto"),  # 16 devices, 4 layers: 2 or 4
+        (12, 6, 1, 8, 2),  # 8 devices over tp = 2 leave 4 for pp; 6 layers: 2 or 4
+        (5, 4, 1, 6, 3),  # 6 devices over tp = 3 leave 2: pp = 2
+    ],
+)
+def test_following_a_pp_hint_never_leads_to_another_pp_error(pp, layers, nodes, per_node, tp):
+    issues = _pp_issues(pp, layers, nodes, per_node, tp)
+    hint = " ".join(i.hint or "" for i in issues if i.path == ("layout", "pp"))
+    assert "use pp <=" not in hint, hint
+    suggested = re.search(r"use pp = (\d+)", hint)
+    assert suggested, hint
+    assert _pp_issues(int(suggested.group(1)), layers, nodes, per_node, tp) == []
+    others = re.search(r"\(so does? ([\d, ]+)\)", hint)
+    for also in others.group(1).split(", ") if others else []:
+        assert _pp_issues(int(also), layers, nodes, per_node, tp) == []
+
+
+def test_pp_hint_on_the_audit_case_names_the_divisors_of_8():
+    (issue,) = [i for i in _pp_issues(64) if i.path == ("layout", "pp")]
+    # Divisors of 8 above 1 and at most 32 layers: 2, 4, 8; the nearest to 64 is 8.
+    assert "use pp = 8" in issue.hint and "so do 2, 4" in issue.hint
+
+
+def test_no_pp_works_says_so():
+    # 6 devices over tp = 3 leave 2 for pp, but the model has one layer: only pp = 1.
+    (issue,) = [i for i in _pp_issues(2, layers=1, per_node=6, tp=3) if i.path == ("layout", "pp")]
+    assert "no pp > 1 divides the 2 devices" in issue.hint and "use pp =" not in issue.hint
