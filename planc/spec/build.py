@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from planc.errors import did_you_mean, one_of
+from planc.errors import close_names, did_you_mean, one_of
 from planc.spec.checkpoint import CheckpointSpec
 from planc.spec.checks import run_checks
 from planc.spec.data_paths import check_data_files, check_data_paths, weights_root
@@ -98,6 +98,7 @@ def build_plan(
             sections[block] = section
 
     uses = _build_uses(raw.get("uses", []), known_strategies, issues)
+    issues = _explained_elsewhere(raw, issues)
 
     if issues:
         raise SpecError(_apply_aliases(issues, aliases))
@@ -247,11 +248,7 @@ def _check_keys_and_units(block: str, values: dict, model_cls: type[BaseModel]) 
             continue
         if key not in fields:
             issues.append(
-                SpecIssue(
-                    (block, key),
-                    f"unknown key '{key}' in the {block} block",
-                    did_you_mean(key, block_keys(block)) or one_of(block_keys(block)),
-                )
+                SpecIssue((block, key), f"unknown key '{key}' in the {block} block", _unknown_key_hint(block, key))
             )
             continue
         written = (value.kind, value.text) if isinstance(value, Quantity) else (None, None)
@@ -259,6 +256,49 @@ def _check_keys_and_units(block: str, values: dict, model_cls: type[BaseModel]) 
         if problem:
             issues.append(SpecIssue((block, key), *problem))
     return issues
+
+
+def _unknown_key_hint(block: str, key: str) -> str:
+    """A misspelling of one of the block's keys; else the block the key belongs in (``micro_batch``
+    written in ``layout`` is a train key), with the key it misspells there; else the block's keys."""
+    here = did_you_mean(key, block_keys(block))
+    if here:
+        return here
+    meant = _meant_elsewhere(block, key)
+    if meant is None:
+        return one_of(block_keys(block))
+    other, name = meant
+    if name == key:
+        return f"'{key}' belongs in the {other} block: move it there"
+    return f"did you mean '{name}'? it belongs in the {other} block"
+
+
+def _meant_elsewhere(block: str, key: str) -> tuple[str, str] | None:
+    """(block, key) of another block that an unknown ``key`` of ``block`` means: the same name, or
+    the one it misspells (None: neither)."""
+    others = [b for b in BLOCKS if b != block]
+    for other in others:
+        if key in block_keys(other):
+            return other, key
+    for other in others:
+        close = close_names(key, block_keys(other), limit=1)
+        if close:
+            return other, close[0]
+    return None
+
+
+def _explained_elsewhere(raw: dict[str, Any], issues: list[SpecIssue]) -> list[SpecIssue]:
+    """Drop "the X block is missing 'k'" when k was written in (or misspelled into) another block,
+    whose unknown-key error already says it belongs in X: one mistake, one error."""
+    moved = set()
+    for block, values in raw.items():
+        if block in BLOCKS and isinstance(values, dict):
+            for key in values:
+                if key not in block_keys(block) and not did_you_mean(key, block_keys(block)):
+                    meant = _meant_elsewhere(block, key)
+                    if meant is not None:
+                        moved.add(f"the {meant[0]} block is missing '{meant[1]}'")
+    return [i for i in issues if i.message not in moved]
 
 
 def unit_mismatch(label: str, expected: str | None, written: str | None, text: str | None) -> tuple[str, str] | None:
@@ -343,8 +383,13 @@ def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
     return uses
 
 
-#: Keys whose default is computed from another key: missing only because that one is.
-_DEFAULT_FROM = {"ffn": ("hidden", "mlp"), "kv_heads": ("heads",)}
+#: Keys whose default is computed from another key: missing only because that one is. A device
+#: preset fills the hardware block's numbers: with no device, only the device is missing.
+_DEFAULT_FROM = {
+    ("model", "ffn"): ("hidden", "mlp"),
+    ("model", "kv_heads"): ("heads",),
+    **{("hardware", key): ("device",) for preset in HARDWARE_PRESETS.values() for key in preset},
+}
 
 
 def _follows_from(issue: SpecIssue, block: str, block_issues: list[SpecIssue], exc: ValidationError) -> bool:
@@ -356,7 +401,7 @@ def _follows_from(issue: SpecIssue, block: str, block_issues: list[SpecIssue], e
     key = issue.message.split("'")[1]
     if any(f"did you mean '{key}'?" in (other.hint or "") for other in block_issues):
         return True
-    sources = _DEFAULT_FROM.get(key, ())
+    sources = _DEFAULT_FROM.get((block, key), ())
     return any(err["loc"][:1] in [(source,) for source in sources] for err in exc.errors())
 
 
