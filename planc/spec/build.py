@@ -511,5 +511,12 @@ def _show(value: Any) -> str:
 
 
 def _apply_aliases(issues: list[SpecIssue], aliases: dict[tuple, tuple]) -> list[SpecIssue]:
-    """Point issues about preset-provided keys at the ``preset``/``from`` line that brought them."""
-    return [SpecIssue(aliases.get(i.path, i.path), i.message, i.hint) for i in issues]
+    """Point issues about preset-provided keys at a related key the plan writes, else at the
+    ``preset``/``from`` line that brought them."""
+    return [SpecIssue(_written_path(i, aliases), i.message, i.hint) for i in issues]
+
+
+def _written_path(issue: SpecIssue, aliases: dict[tuple, tuple]) -> tuple:
+    if issue.path not in aliases:
+        return issue.path
+    return next((r for r in issue.related if r not in aliases), aliases[issue.path])

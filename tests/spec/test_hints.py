@@ -179,3 +179,54 @@ def test_no_pp_works_says_so():
     # 6 devices over tp = 3 leave 2 for pp, but the model has one layer: only pp = 1.
     (issue,) = [i for i in _pp_issues(2, layers=1, per_node=6, tp=3) if i.path == ("layout", "pp")]
     assert "no pp > 1 divides the 2 devices" in issue.hint and "use pp =" not in issue.hint
+
+
+def _model_issues(model):
+    raw = {"model": {"vocab": 256, "seq_len": 64, "layers": 2, **model}, "hardware": {"device": "cpu"}}
+    try:
+        build_plan({**raw, "train": {"global_batch": 4}})
+    except SpecError as error:
+        return error.issues
+    return []
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"hidden": 4095, "heads": 32, "kv_heads": 8, "position": "rope"},  # the audit's case: 4095 is odd
+        {"hidden": 4000, "heads": 48, "kv_heads": 8, "position": "rope"},
+        {"hidden": 250, "heads": 6, "kv_heads": 6},
+        {"hidden": 256, "heads": 6},  # kv_heads left out: it follows heads
+        {"hidden": 1000, "heads": 12, "kv_heads": 4},
+        {"hidden": 999, "heads": 12, "position": "rope"},
+    ],
+)
+def test_following_a_heads_or_hidden_hint_leads_to_a_valid_model(model):
+    (issue,) = _model_issues(model)
+    if issue.path == ("model", "heads"):  # a heads value exists: it meets every attention rule
+        heads = int(re.search(r"e\.g\. (\d+)", issue.hint).group(1))
+        # Multi-head attention (kv_heads = heads): kv_heads follows, as its default does.
+        kv = {"kv_heads": heads} if "kv_heads" in model and f"kv_heads = {heads} too" in issue.hint else {}
+        assert _model_issues({**model, "heads": heads, **kv}) == []
+        return
+    # No heads value works: the hint says so and names hidden, with a hidden that keeps heads.
+    assert issue.path == ("model", "hidden") and "no value of heads works" in issue.hint
+    hidden = int(re.search(r"e\.g\. (\d+) \(", issue.hint).group(1))
+    assert _model_issues({**model, "hidden": hidden}) == []
+    from planc.legality.rules import divisors
+
+    rope = model.get("position") == "rope"
+    kv = model.get("kv_heads", 1) if model.get("kv_heads") != model["heads"] else 1
+    assert not [d for d in divisors(model["hidden"]) if d % kv == 0 and not (rope and model["hidden"] // d % 2)]
+
+
+def test_the_heads_error_points_at_the_written_hidden_not_the_preset():
+    from planc.dsl.load import load_plan_text
+    from planc.strategies.registry import load_registry
+
+    text = 'model { preset = "llama3-8b" hidden = 4095 }\nhardware { device = "cpu" }\ntrain { global_batch = 4 }\n'
+    with pytest.raises(PlanErrors) as caught:
+        load_plan_text(text, "x.plan", strategies=load_registry())
+    (error,) = caught.value.errors
+    assert (error.location.line, error.location.col) == (1, 39)  # hidden's value, not preset's
+    assert "e.g. 35" not in error.hint and "change hidden" in error.hint
