@@ -79,8 +79,10 @@ def _family_memory(r: Rejection) -> str:
 
 
 def _model_states(r: Rejection) -> str:
+    """The model states themselves (not the bound, which adds the CUDA context): what the words say."""
     assert r.layout is not None and r.memory_bytes is not None
-    return f"model states alone need {format_bytes(r.memory_bytes)} per device — best try: {_family(r.layout)}"
+    states = r.memory_part[1] if r.memory_part else r.memory_bytes
+    return f"model states alone need {format_bytes(states)} per device — best try: {_family(r.layout)}"
 
 
 def _slower(r: Rejection) -> str:

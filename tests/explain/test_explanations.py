@@ -272,3 +272,37 @@ def test_a_cpu_plan_at_the_presets_placeholder_rates_has_no_band_and_says_how_to
     d = to_dict(calibrated, choose(calibrated, load_registry()))
     assert d["training"]["uncertainty"] == CPU_CALIBRATED_RELATIVE == d["uncertainty"]["step_time_relative"]
     assert f"±{CPU_CALIBRATED_RELATIVE:.0%}" in render_text(calibrated, choose(calibrated, load_registry()))
+
+
+def test_model_states_alone_says_the_model_states_not_the_cuda_context():
+    """The course's topic 1: Llama 3 8B on one A100 under AdamW keeps 16 B per parameter (fp32
+    parameters 4 + gradients 4 + two moments 8): 8.03e9 x 16 B = 128.5e9 B = 119.66 GiB. The row
+    says that, not 120.7 GiB (the bound with the 1 GiB CUDA context)."""
+    p = plan({"preset": "llama3-8b", "seq_len": 4096}, device="A100-80GB", per_node=1, gb=64)
+    choice = choose(p, load_registry())
+    states = choice.estimate.memory.model_states_at_peak
+    assert states == pytest.approx(p.model.params * 16)
+    rows = [r for r in choice.rejected if r.limit is Limit.MODEL_STATES]
+    assert rows
+    for row in rows:
+        assert "model states alone need 119.7 GiB per device" in rejection_reason(row), rejection_reason(row)
+        assert row.memory_bytes == pytest.approx(states + GiB)  # the bound keeps the runtime's 1 GiB
+
+
+def test_the_closest_layout_shown_when_nothing_fits_is_the_least_memory_hungry():
+    """GPT-3 175B on 8 A100s, batch 127 (odd: dp = 1): every split's model states exceed 80 GiB.
+    The layout shown as the least memory-hungry needs no more than any split's leanest layout
+    (full recomputation, SP, micro-batch 1, 1F1B), each evaluated as a fixed plan."""
+    registry = load_registry()
+    p = plan({"preset": "gpt3-175b"}, device="A100-80GB", gb=127)
+    choice = choose(p, registry)
+    assert not choice.fits
+    shown = choice.estimate.memory_bytes
+    for tp, pp in [(8, 1), (4, 2), (2, 4), (1, 8)]:
+        layout = {"tp": tp, "pp": pp, "dp": 1, "recompute": "full", "sequence_parallel": tp > 1}
+        if pp > 1:
+            layout["schedule"] = "1f1b"
+        fixed = plan({"preset": "gpt3-175b"}, device="A100-80GB", gb=127, layout=layout, micro_batch=1)
+        need = choose(fixed, registry).estimate.memory_bytes
+        assert shown <= need, (tp, pp, need / GiB, shown / GiB)
+    assert choice.suggestion.short_by_bytes == pytest.approx(shown - choice.estimate.capacity)
