@@ -19,6 +19,7 @@ from planc.planner import Limit, choose, rung_of, search
 from planc.planner.suggest import Suggestion, _freed, fixed_keys, growth
 from planc.spec import build_plan
 from planc.strategies.registry import load_registry
+from planc.units import Quantity
 
 GiB = 2**30
 
@@ -306,3 +307,62 @@ def test_the_closest_layout_shown_when_nothing_fits_is_the_least_memory_hungry()
         need = choose(fixed, registry).estimate.memory_bytes
         assert shown <= need, (tp, pp, need / GiB, shown / GiB)
     assert choice.suggestion.short_by_bytes == pytest.approx(shown - choice.estimate.capacity)
+
+
+def _followed(raw, s):
+    """The plan ``raw`` with suggestion ``s`` applied: its cluster, and any keys it names."""
+    layout = {**raw.get("layout", {}), **dict(s.changed)}
+    hardware = {**raw["hardware"], "nodes": s.nodes, "per_node": s.per_node}
+    return build_plan({**raw, "hardware": hardware, "layout": layout})  # legal, or this raises
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # The audit's case (a): tp = 1 and pp = 1 fixed; freeing tp on 16 devices fits, keeping it does not.
+        {
+            "model": {"preset": "llama2-7b"},
+            "hardware": {"device": "A100-80GB", "per_node": 8, "memory": Quantity.of(12, "GiB")},
+            "train": {"global_batch": 64},
+            "layout": {"tp": 1, "pp": 1},
+        },
+        # Case (b): tp x pp x dp = 16 fixed pins the device count: no larger cluster keeps all three.
+        {
+            "model": {"preset": "llama3-70b", "seq_len": 4096},
+            "hardware": {"device": "H100-SXM", "nodes": 2, "per_node": 8},
+            "train": {"global_batch": 64},
+            "layout": {"tp": 4, "pp": 4, "dp": 1},
+        },
+    ],
+)
+def test_following_a_more_devices_suggestion_leads_to_a_plan_that_fits(raw):
+    registry = load_registry()
+    p = build_plan(raw)
+    choice = choose(p, registry)
+    s = choice.suggestion
+    assert not choice.fits and s.nodes is not None, suggestion_text(s)
+    followed = choose(_followed(raw, s), registry)
+    assert followed.fits, suggestion_text(s)
+    for key, value in raw["layout"].items():  # the keys it does not name stay as written
+        if key not in dict(s.changed):
+            assert getattr(followed.layout, key) == value, key
+    text = suggestion_text(s)
+    if s.changed:
+        assert "no cluster tried fits the fixed layout keys" in text and " (not " in text
+    else:
+        assert "the plan as written" in text
+
+
+def test_a_pinned_device_count_is_told_which_key_to_free():
+    # tp 4 x pp 4 x dp 1 = 16 devices: on 32 one of them must change, and the text names it.
+    p = build_plan(
+        {
+            "model": {"preset": "llama3-70b", "seq_len": 4096},
+            "hardware": {"device": "H100-SXM", "nodes": 2, "per_node": 8},
+            "train": {"global_batch": 64},
+            "layout": {"tp": 4, "pp": 4, "dp": 1},
+        }
+    )
+    s = choose(p, load_registry()).suggestion
+    assert s.changed and s.nodes * s.per_node > 16
+    assert len(s.changed) == 1  # one key suffices: dp = 2 or pp = 8 on 32 devices
