@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from planc.errors import close_names, did_you_mean, one_of
+from planc.errors import did_you_mean, one_of
 from planc.spec.checkpoint import CheckpointSpec
 from planc.spec.checks import run_checks
 from planc.spec.data_paths import check_data_files, check_data_paths, weights_root
@@ -35,6 +35,7 @@ from planc.spec.hardware_profile import profile_defaults
 from planc.spec.hf_config import HFConfigError, read_hf_config
 from planc.spec.issues import SpecError, SpecIssue
 from planc.spec.layout import LayoutSpec
+from planc.spec.misplaced import explained_elsewhere, unknown_key_hint
 from planc.spec.model import ModelSpec
 from planc.spec.plan import Plan, PluginUse
 from planc.spec.presets import HARDWARE_PRESETS, MODEL_PRESETS
@@ -58,6 +59,10 @@ DERIVED_KEYS = {
     "model": {"head_dim", "padded_vocab", "params", "params_per_layer", "params_embedding"},
     "hardware": {"world_size", "measured"},
 }
+
+
+def _all_keys() -> dict[str, list[str]]:
+    return {block: block_keys(block) for block in BLOCKS}
 
 
 def block_keys(block: str) -> list[str]:
@@ -98,7 +103,7 @@ def build_plan(
             sections[block] = section
 
     uses = _build_uses(raw.get("uses", []), known_strategies, issues)
-    issues = _explained_elsewhere(raw, issues)
+    issues = explained_elsewhere(raw, issues, _all_keys())
 
     if issues:
         raise SpecError(_apply_aliases(issues, aliases))
@@ -248,7 +253,9 @@ def _check_keys_and_units(block: str, values: dict, model_cls: type[BaseModel]) 
             continue
         if key not in fields:
             issues.append(
-                SpecIssue((block, key), f"unknown key '{key}' in the {block} block", _unknown_key_hint(block, key))
+                SpecIssue(
+                    (block, key), f"unknown key '{key}' in the {block} block", unknown_key_hint(block, key, _all_keys())
+                )
             )
             continue
         written = (value.kind, value.text) if isinstance(value, Quantity) else (None, None)
@@ -256,49 +263,6 @@ def _check_keys_and_units(block: str, values: dict, model_cls: type[BaseModel]) 
         if problem:
             issues.append(SpecIssue((block, key), *problem))
     return issues
-
-
-def _unknown_key_hint(block: str, key: str) -> str:
-    """A misspelling of one of the block's keys; else the block the key belongs in (``micro_batch``
-    written in ``layout`` is a train key), with the key it misspells there; else the block's keys."""
-    here = did_you_mean(key, block_keys(block))
-    if here:
-        return here
-    meant = _meant_elsewhere(block, key)
-    if meant is None:
-        return one_of(block_keys(block))
-    other, name = meant
-    if name == key:
-        return f"'{key}' belongs in the {other} block: move it there"
-    return f"did you mean '{name}'? it belongs in the {other} block"
-
-
-def _meant_elsewhere(block: str, key: str) -> tuple[str, str] | None:
-    """(block, key) of another block that an unknown ``key`` of ``block`` means: the same name, or
-    the one it misspells (None: neither)."""
-    others = [b for b in BLOCKS if b != block]
-    for other in others:
-        if key in block_keys(other):
-            return other, key
-    for other in others:
-        close = close_names(key, block_keys(other), limit=1)
-        if close:
-            return other, close[0]
-    return None
-
-
-def _explained_elsewhere(raw: dict[str, Any], issues: list[SpecIssue]) -> list[SpecIssue]:
-    """Drop "the X block is missing 'k'" when k was written in (or misspelled into) another block,
-    whose unknown-key error already says it belongs in X: one mistake, one error."""
-    moved = set()
-    for block, values in raw.items():
-        if block in BLOCKS and isinstance(values, dict):
-            for key in values:
-                if key not in block_keys(block) and not did_you_mean(key, block_keys(block)):
-                    meant = _meant_elsewhere(block, key)
-                    if meant is not None:
-                        moved.add(f"the {meant[0]} block is missing '{meant[1]}'")
-    return [i for i in issues if i.message not in moved]
 
 
 def unit_mismatch(label: str, expected: str | None, written: str | None, text: str | None) -> tuple[str, str] | None:
