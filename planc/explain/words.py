@@ -79,8 +79,10 @@ def _family_memory(r: Rejection) -> str:
 
 
 def _model_states(r: Rejection) -> str:
+    """The model states themselves (not the bound, which adds the CUDA context): what the words say."""
     assert r.layout is not None and r.memory_bytes is not None
-    return f"model states alone need {format_bytes(r.memory_bytes)} per device — best try: {_family(r.layout)}"
+    states = r.memory_part[1] if r.memory_part else r.memory_bytes
+    return f"model states alone need {format_bytes(states)} per device — best try: {_family(r.layout)}"
 
 
 def _slower(r: Rejection) -> str:
@@ -157,20 +159,29 @@ def plan_value(value: object) -> str:
     return "none" if value is None else str(value)
 
 
+def _changed_keys(s: Suggestion) -> str:
+    """``tp = 8 (not 1) and dp = 2 (not 8)``: the fixed keys a suggestion changes."""
+    was = dict(s.freed)
+    each = [f"{k} = {plan_value(v)} (not {plan_value(was[k])})" for k, v in s.changed]
+    return " and ".join([", ".join(each[:-1]), each[-1]] if len(each) > 2 else each)
+
+
 def suggestion_text(s: Suggestion) -> str:
     """What would fit, e.g. "short by 3.1 GiB per device; micro_batch = 2 (or smaller) would fit"."""
     short = f"short by {format_bytes(s.short_by_bytes)} per device"
     if s.micro_batch is not None:
         return f"{short}; micro_batch = {s.micro_batch} (or smaller) would fit"
     if s.layout is not None:
-        was = dict(s.freed)
-        each = [f"{k} = {plan_value(v)} (not {plan_value(was[k])})" for k, v in s.changed]
-        keys = " and ".join([", ".join(each[:-1]), each[-1]] if len(each) > 2 else each)
-        return f"{short}; set {keys} and it fits: {s.layout.describe()}"
+        return f"{short}; set {_changed_keys(s)} and it fits: {s.layout.describe()}"
     if s.nodes is not None:
         devices = s.nodes * (s.per_node or 1)
         where = f"{s.nodes} nodes × {s.per_node}" if s.nodes > 1 else f"one node of {s.per_node}"
-        return f"{short}; the smallest cluster found to fit has {devices} devices ({where})"
+        if s.changed:  # the plan's fixed keys fit no cluster tried: these must change too
+            return (
+                f"{short}; no cluster tried fits the fixed layout keys; the smallest found to fit has "
+                f"{devices} devices ({where}) with {_changed_keys(s)}"
+            )
+        return f"{short}; the smallest cluster found to fit the plan as written has {devices} devices ({where})"
     if s.tried_devices is None:
         return f"{short}; use a device with more memory, or fewer fixed layout keys"
     return f"{short}; no layout fits even on {s.tried_devices} devices — use a device with more memory"

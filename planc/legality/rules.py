@@ -163,15 +163,35 @@ def sequence_parallel(model: ModelSpec, tp: int, sp: bool) -> Violation | None:
 # -- pipeline parallelism ------------------------------------------------------------------------
 
 
-def pipeline_depth(layers: int, pp: int) -> Violation | None:
-    """Every pipeline stage holds at least one block: pp <= layers."""
+def pipeline_depth(layers: int, pp: int, devices: int | None = None) -> Violation | None:
+    """Every pipeline stage holds at least one block: pp <= layers. With ``devices`` (what the
+    pipeline's ranks must divide: the device count over the fixed tp and dp) the hint only
+    suggests a pp that also divides them."""
     if pp > layers:
         return Violation(
             ("layout", "pp"),
             f"pp = {pp} is more pipeline stages than layers = {layers}",
-            f"every stage needs at least one layer; use pp <= {layers}",
+            "every stage needs at least one layer; " + pipeline_hint(layers, pp, devices),
         )
     return None
+
+
+def pipeline_hint(layers: int, pp: int, devices: int | None) -> str:
+    """What pp to use instead of ``pp``: the nearest value that is at most ``layers`` and divides
+    ``devices`` (so following the hint never leads to another pp error), as the tp hint does; when
+    only pp = 1 does, say so."""
+    if devices is None:
+        return f"use pp <= {layers}"
+    legal = [d for d in divisors(devices) if 1 < d <= layers]
+    if not legal:
+        return (
+            f"no pp > 1 divides the {devices} devices and is at most layers = {layers}: "
+            "remove pp (or set pp = 1), or change the device count"
+        )
+    best = min(legal, key=lambda d: (abs(d - pp), d))
+    others = [str(d) for d in legal if d != best]
+    also = f" (so do{'es' if len(others) == 1 else ''} {', '.join(others)})" if others else ""
+    return f"use pp = {best}, which divides the {devices} devices and is at most layers = {layers}{also}"
 
 
 def virtual_stage_depth(layers: int, pp: int, v: int) -> Violation | None:
@@ -356,7 +376,7 @@ def pipeline_violations(plan: Plan, layout: Layout, style: StageStyle) -> list[V
     """Every pipeline rule a resolved layout breaks (the ``pipeline`` strategy's check)."""
     m = stages.micro_batches(plan.train.global_batch, layout.dp, layout.micro_batch)
     found = [
-        pipeline_depth(plan.model.layers, layout.pp),
+        pipeline_depth(plan.model.layers, layout.pp, plan.world_size // layout.tp),
         virtual_stage_depth(plan.model.layers, layout.pp, layout.virtual_stages),
         schedule_stages_per_rank(layout.schedule or "", layout.virtual_stages) if layout.schedule else None,
         micro_batch_count(layout.schedule, layout.pp, m, style),

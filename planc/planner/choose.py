@@ -30,7 +30,7 @@ from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.legality.rules import AUTO, MULTI_STAGE_SCHEDULES, fixed
 from planc.legality.space import why_no_layout
 from planc.planner.checked import unchecked
-from planc.planner.explore import Candidate, SearchResult, evaluate_layout, hunger, search
+from planc.planner.explore import Candidate, SearchResult, evaluate_layout, hunger, leanest_pruned, search
 from planc.planner.ladder import Rung, complexity, rung_of, tier
 from planc.planner.margin import MEMORY_WORTH, TIE_BAND, Margin, planner_margin
 from planc.planner.rejections import Rejection, why_not_simpler
@@ -135,7 +135,7 @@ def choose(
 
     result = search(plan, registry, profile, cache)
     if not result.fitting:
-        return replace(_nothing_fits(plan, registry, result, tol, profile), margin=margin)
+        return replace(_nothing_fits(plan, registry, result, tol, profile, cache), margin=margin)
 
     candidates, set_aside = prefer_checked(plan, result.fitting)
     best = max(candidates, key=lambda c: c.tokens_per_s)
@@ -190,17 +190,20 @@ def pick(fitting: list[Candidate], best: Candidate, margin: Margin) -> Candidate
 # -- nothing fits ------------------------------------------------------------------------------
 
 
-def _nothing_fits(plan: Plan, registry: Registry, result: SearchResult, tol: float, profile: RuntimeProfile) -> Choice:
+def _nothing_fits(
+    plan: Plan, registry: Registry, result: SearchResult, tol: float, profile: RuntimeProfile, cache: ContextCache
+) -> Choice:
+    """The layout that needs the least memory of all the search tried: the scored misfits and the
+    leanest member of every family its model states ruled out (scored now: the smallest model
+    states need not come with the least memory), so "shown: the least memory-hungry" is true."""
     misfits = list(result.tightest_misfit.values()) + list(result.family_bound.values())
-    if misfits:
-        least = min(misfits, key=lambda c: c.estimate.memory_bytes)
-        layout, est = least.layout, least.estimate
-    elif result.states_bound:  # every family was ruled out by its model states: score the least-hungry one
-        # Equal bounds (one family on several rungs): its least memory-hungry member.
-        _, layout = min(result.states_bound.values(), key=lambda bl: (bl[0], hunger(bl[1])))
-        est = evaluate_layout(plan, layout, registry, ContextCache(plan, profile))
-    else:
+    below = min((c.estimate.memory_bytes for c in misfits), default=float("inf"))
+    misfits += leanest_pruned(plan, registry, cache, result, below)
+    if not misfits:
         raise NoLegalLayout(plan, next(iter(result.refused.values()), None))
+    # Equal needs: the least memory-hungry member's settings first, then the simplest.
+    least = min(misfits, key=lambda c: (c.estimate.memory_bytes, hunger(c.layout), c.complexity))
+    layout, est = least.layout, least.estimate
     chosen = Candidate(layout, est, complexity(layout))
     return Choice(
         layout=layout,

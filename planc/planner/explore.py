@@ -90,8 +90,11 @@ class SearchResult:
     family_bound: dict[Rung, Candidate] = field(default_factory=dict)
     """Per rung, the least memory of a family ruled out by its least hungry member (a lower
     bound for every layout of the family on that rung)."""
-    states_bound: dict[Rung, tuple[float, Layout]] = field(default_factory=dict)
-    """Per rung, the smallest model-states lower bound of a pruned family, and that family."""
+    states_bound: dict[Rung, tuple[float, Layout, float]] = field(default_factory=dict)
+    """Per rung, the smallest model-states lower bound of a pruned family (the runtime's fixed
+    memory included), that family, and its model states alone."""
+    pruned: list[Family] = field(default_factory=list)
+    """The families whose model states alone exceed the device (none of their layouts is scored)."""
     refused: dict[Rung, str] = field(default_factory=dict)
     """Per rung, why a strategy named in a ``use`` block refused its layouts (they are not scored)."""
     dominated: set[Rung] = field(default_factory=set)
@@ -218,18 +221,22 @@ def evaluate_layout(plan: Plan, layout: Layout, registry: Registry, cache: Conte
     return evaluate(plan, layout, registry.passes(plan, layout), profile=cache.profile, cache=cache)
 
 
-def states_lower_bound(plan: Plan, cache: ContextCache, family: Family) -> float:
-    """Model states of the fullest pipeline rank (v = 1), plus the runtime's fixed memory."""
+def runtime_overhead(plan: Plan) -> float:
+    """The runtime's fixed memory per device (CUDA context and library workspaces; none on CPU)."""
+    return 0.0 if plan.hardware.is_cpu else DEVICE_RUNTIME_OVERHEAD
+
+
+def model_states_bound(plan: Plan, cache: ContextCache, family: Family) -> float:
+    """Model states of the family's fullest pipeline rank (v = 1)."""
     train = plan.train
     per_param = cache.profile.state_bytes or runtime_state_bytes(
         train.precision, train.optimizer, family.zero, family.dp, ddp_replicates(plan)
     )
     shards = family.shard_group or family.dp  # HSDP shards over its group only
-    worst = max(
+    return max(
         model_state_bytes(st.params, shards, family.zero, per_param).total
         for st in cache.stages(family.tp, family.pp, 1)
     )
-    return worst + (0.0 if plan.hardware.is_cpu else DEVICE_RUNTIME_OVERHEAD)
 
 
 def search(
@@ -241,9 +248,9 @@ def search(
     result = SearchResult()
     scorer = Scorer(plan, registry, cache, result)
     for family in families(plan):
-        bound = states_lower_bound(plan, cache, family)
-        if bound > plan.hardware.memory:
-            _note_states_bound(result, family, bound)
+        states = model_states_bound(plan, cache, family)
+        if states + runtime_overhead(plan) > plan.hardware.memory:
+            _note_states_bound(result, family, states, runtime_overhead(plan))
             continue
         if not _family_can_fit(scorer, family):
             continue
@@ -253,6 +260,31 @@ def search(
                     _scan(scorer, family, schedule, sp)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def leanest_pruned(
+    plan: Plan, registry: Registry, cache: ContextCache, result: SearchResult, below: float = float("inf")
+) -> list[Candidate]:
+    """The least memory-hungry member of each family pruned by its model states (rule 1), scored
+    -- those whose bound is under ``below`` (no other can need less). Only when nothing fits: the
+    family with the smallest model states need not be the one with the least memory (a deeper
+    pipeline holds more receive buffers and a wider stage more autocast copies)."""
+    scorer = Scorer(plan, registry, cache, SearchResult())
+    found = []
+    for family in result.pruned:
+        if states_bound(plan, cache, family) >= below:
+            continue
+        mbs = family.micro_batches
+        for mb in [mbs[0]] + ([mbs[-1]] if family.zero >= 2 and len(mbs) > 1 else []):
+            layout = family.leanest(mb)
+            if scorer.runs(layout):
+                found.append(scorer.score(layout))
+    return found
+
+
+def states_bound(plan: Plan, cache: ContextCache, family: Family) -> float:
+    """The model-states lower bound of a family's memory: its states and the runtime's fixed memory."""
+    return model_states_bound(plan, cache, family) + runtime_overhead(plan)
 
 
 def _scan(scorer: Scorer, family: Family, schedule: ScheduleChoice, sp: bool) -> None:
@@ -343,10 +375,12 @@ def _own_member(scorer: Scorer, family: Family, rung: Rung, witness: Candidate) 
     return scorer.score(layout)
 
 
-def _note_states_bound(result: SearchResult, family: Family, bound: float) -> None:
+def _note_states_bound(result: SearchResult, family: Family, states: float, overhead: float) -> None:
     """Keep the family's least memory-hungry member as its representative on each of its rungs."""
+    result.pruned.append(family)
+    bound = states + overhead
     for rung in family.rungs():
         best = result.states_bound.get(rung)
         layout = family.leanest_on(rung, family.micro_batches[0])
         if layout is not None and (best is None or bound < best[0]):
-            result.states_bound[rung] = (bound, layout)
+            result.states_bound[rung] = (bound, layout, states)

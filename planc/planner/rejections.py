@@ -29,7 +29,8 @@ class Limit(Enum):
     FAMILY_MEMORY = "family_memory"
     """Even the least memory-hungry member of its best family does not fit (a lower bound)."""
     MODEL_STATES = "model_states"
-    """The model states alone exceed the device (no layout of the rung was scored)."""
+    """The model states alone exceed the device (no layout of the rung was scored): ``memory_bytes``
+    is the lower bound (the runtime's fixed memory included), ``memory_part`` the model states."""
     SLOWER = "slower"
     """It fits, but its fastest layout is slower than the chosen one."""
     WITHIN_TOLERANCE = "within_tolerance"
@@ -160,8 +161,8 @@ def _closest_miss(result: SearchResult, rung: Rung, capacity: float) -> Rejectio
         # would name the bound as the blocker when the activations are (an 8B model at 128 k).
         return min(options, key=lambda r: r.memory_bytes or 0.0)
     if rung in result.states_bound:
-        bound, layout = result.states_bound[rung]
-        return Rejection(rung, Limit.MODEL_STATES, False, layout, bound, capacity)
+        bound, layout, states = result.states_bound[rung]
+        return Rejection(rung, Limit.MODEL_STATES, False, layout, bound, capacity, memory_part=("model states", states))
     return None
 
 

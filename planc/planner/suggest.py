@@ -10,7 +10,10 @@ Tried in this order, the first that finds a fitting layout wins:
    so a user changes what must change and keeps the rest of their layout;
 3. more devices of the same kind: first more devices in the node up to the device preset's
    server size (a 1-GPU box grows to a 2-, 4-, 8-GPU box, not to "4 nodes × 1"), then more
-   such nodes.
+   such nodes. The plan as written, its fixed keys kept, must be legal and fit there, so that
+   following the suggestion does not lead to another refusal; when no cluster tried keeps them
+   (tp x pp x dp fixed pin the device count), the smallest one where freeing fixed keys fits,
+   with the fewest keys changed, named as in 2.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from planc.cost.estimate import Estimate
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.legality.rules import AUTO, fixed
 from planc.planner.explore import Candidate, search
-from planc.spec.checks import MAX_DEVICES
+from planc.spec.checks import MAX_DEVICES, run_checks
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
 from planc.spec.presets.hardware import HARDWARE_PRESETS
@@ -52,7 +55,7 @@ class Suggestion:
     """The same keys with the values ``layout`` gives them."""
     layout: Layout | None = None
     nodes: int | None = None
-    """The fewest nodes (of ``per_node`` devices) found to fit."""
+    """The fewest nodes (of ``per_node`` devices) found to fit (with ``changed``, when set)."""
     per_node: int | None = None
     tried_devices: int | None = None
     """The most devices tried without a fit (None: no larger cluster was tried)."""
@@ -132,20 +135,39 @@ def _written(plan: Plan, key: str) -> object:
 
 
 def _more_devices(plan: Plan, registry: Registry, profile: RuntimeProfile, short: float) -> Suggestion:
-    """The smallest cluster of the plan's devices (up to 128x) on which some layout fits: more
-    devices per node up to the preset's server size first, then more nodes."""
-    tried = None
+    """The smallest cluster of the plan's devices (up to 128x) on which the plan as written fits:
+    more devices per node up to the preset's server size first, then more nodes. When none keeps
+    its fixed keys, the smallest on which some layout fits, naming the fixed keys that change."""
+    clusters = []
     for nodes, per_node in growth(plan):
         hw = plan.hardware.model_copy(update={"nodes": nodes, "per_node": per_node})
         if hw.world_size > min(plan.train.global_batch * 64, MAX_DEVICES):
             break
-        tried = hw.world_size
-        bigger = plan.model_copy(
-            update={"hardware": hw, "layout": plan.layout.model_copy(update=dict.fromkeys(("tp", "pp", "dp"), AUTO))}
-        )
-        if search(bigger, registry, profile).fitting:
-            return Suggestion(short, nodes=nodes, per_node=per_node)
-    return Suggestion(short, tried_devices=tried)
+        clusters.append(plan.model_copy(update={"hardware": hw}))
+    if not clusters:
+        return Suggestion(short)
+    for bigger in clusters:
+        if not run_checks(bigger) and search(bigger, registry, profile).fitting:
+            return Suggestion(short, nodes=bigger.hardware.nodes, per_node=bigger.hardware.per_node)
+    keys = fixed_keys(plan)
+    freed = [*keys, "dp"] if "dp" not in keys and fixed(plan.layout.dp) else keys
+    for bigger in clusters:
+        fitting = search(_freed(bigger, tuple(keys)), registry, profile).fitting
+        if fitting:
+
+            def changes(c: Candidate) -> list[str]:
+                return [k for k in freed if getattr(c.layout, k) != _written(plan, k)]
+
+            least = min(fitting, key=lambda c: (len(changes(c)), c.complexity, -c.tokens_per_s))
+            named = changes(least)
+            return Suggestion(
+                short,
+                freed=tuple((k, _written(plan, k)) for k in named),
+                changed=tuple((k, getattr(least.layout, k)) for k in named),
+                nodes=bigger.hardware.nodes,
+                per_node=bigger.hardware.per_node,
+            )
+    return Suggestion(short, tried_devices=clusters[-1].hardware.world_size)
 
 
 def growth(plan: Plan) -> list[tuple[int, int]]:

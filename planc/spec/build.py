@@ -35,6 +35,7 @@ from planc.spec.hardware_profile import profile_defaults
 from planc.spec.hf_config import HFConfigError, read_hf_config
 from planc.spec.issues import SpecError, SpecIssue
 from planc.spec.layout import LayoutSpec
+from planc.spec.misplaced import explained_elsewhere, unknown_key_hint
 from planc.spec.model import ModelSpec
 from planc.spec.plan import Plan, PluginUse
 from planc.spec.presets import HARDWARE_PRESETS, MODEL_PRESETS
@@ -58,6 +59,10 @@ DERIVED_KEYS = {
     "model": {"head_dim", "padded_vocab", "params", "params_per_layer", "params_embedding"},
     "hardware": {"world_size", "measured"},
 }
+
+
+def _all_keys() -> dict[str, list[str]]:
+    return {block: block_keys(block) for block in BLOCKS}
 
 
 def block_keys(block: str) -> list[str]:
@@ -98,6 +103,7 @@ def build_plan(
             sections[block] = section
 
     uses = _build_uses(raw.get("uses", []), known_strategies, issues)
+    issues = explained_elsewhere(raw, issues, _all_keys())
 
     if issues:
         raise SpecError(_apply_aliases(issues, aliases))
@@ -248,9 +254,7 @@ def _check_keys_and_units(block: str, values: dict, model_cls: type[BaseModel]) 
         if key not in fields:
             issues.append(
                 SpecIssue(
-                    (block, key),
-                    f"unknown key '{key}' in the {block} block",
-                    did_you_mean(key, block_keys(block)) or one_of(block_keys(block)),
+                    (block, key), f"unknown key '{key}' in the {block} block", unknown_key_hint(block, key, _all_keys())
                 )
             )
             continue
@@ -343,8 +347,15 @@ def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
     return uses
 
 
-#: Keys whose default is computed from another key: missing only because that one is.
-_DEFAULT_FROM = {"ffn": ("hidden", "mlp"), "kv_heads": ("heads",), "peak_fp32": ("peak",)}
+#: Keys whose default is computed from another key: missing only because that one is. A device
+#: preset fills the hardware block's numbers: with no device, only the device is missing; a custom
+#: device's peak_fp32 follows from its peak.
+_DEFAULT_FROM = {
+    ("model", "ffn"): ("hidden", "mlp"),
+    ("model", "kv_heads"): ("heads",),
+    **{("hardware", key): ("device",) for preset in HARDWARE_PRESETS.values() for key in preset},
+    ("hardware", "peak_fp32"): ("device", "peak"),
+}
 
 
 def _follows_from(issue: SpecIssue, block: str, block_issues: list[SpecIssue], exc: ValidationError) -> bool:
@@ -356,7 +367,7 @@ def _follows_from(issue: SpecIssue, block: str, block_issues: list[SpecIssue], e
     key = issue.message.split("'")[1]
     if any(f"did you mean '{key}'?" in (other.hint or "") for other in block_issues):
         return True
-    sources = _DEFAULT_FROM.get(key, ())
+    sources = _DEFAULT_FROM.get((block, key), ())
     return any(err["loc"][:1] in [(source,) for source in sources] for err in exc.errors())
 
 
@@ -466,5 +477,12 @@ def _show(value: Any) -> str:
 
 
 def _apply_aliases(issues: list[SpecIssue], aliases: dict[tuple, tuple]) -> list[SpecIssue]:
-    """Point issues about preset-provided keys at the ``preset``/``from`` line that brought them."""
-    return [SpecIssue(aliases.get(i.path, i.path), i.message, i.hint) for i in issues]
+    """Point issues about preset-provided keys at a related key the plan writes, else at the
+    ``preset``/``from`` line that brought them."""
+    return [SpecIssue(_written_path(i, aliases), i.message, i.hint) for i in issues]
+
+
+def _written_path(issue: SpecIssue, aliases: dict[tuple, tuple]) -> tuple:
+    if issue.path not in aliases:
+        return issue.path
+    return next((r for r in issue.related if r not in aliases), aliases[issue.path])

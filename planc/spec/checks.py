@@ -29,31 +29,56 @@ def _issues(*violations: Violation | None) -> list[SpecIssue]:
 def check_attention_shape(plan: Plan) -> Iterable[SpecIssue]:
     m = plan.model
     if m.hidden % m.heads:
-        yield SpecIssue(
-            ("model", "heads"),
-            f"heads = {m.heads} does not divide hidden = {m.hidden}",
-            f"pick heads so hidden / heads is a whole head size (e.g. {_heads_suggestion(m)})",
-        )
+        yield _heads_issue(m)
     if m.heads % m.kv_heads:
         yield SpecIssue(
             ("model", "kv_heads"),
             f"kv_heads = {m.kv_heads} does not divide heads = {m.heads}",
             f"grouped-query attention shares each KV head among heads / kv_heads query heads; "
             f"use a divisor of {m.heads}, e.g. {near_divisor(m.heads, m.kv_heads)}",
+            related=(("model", "heads"),),
         )
     if m.position == "rope" and m.hidden % m.heads == 0 and m.head_dim % 2:
         yield SpecIssue(
             ("model", "position"),
             f"rope needs an even head size, but hidden / heads = {m.head_dim}",
             "change hidden or heads, or use position = learned",
+            related=(("model", "hidden"), ("model", "heads")),
         )
 
 
-def _heads_suggestion(m: ModelSpec) -> int:
-    """The heads nearest the written value that divide hidden and that kv_heads divides (with an
-    even head size under rope), so following the hint does not trip the next rule."""
-    fits = [d for d in divisors(m.hidden) if d % m.kv_heads == 0 and not (m.position == "rope" and (m.hidden // d) % 2)]
-    return min(fits, key=lambda d: (abs(d - m.heads), d)) if fits else near_divisor(m.hidden, m.heads)
+def _heads_issue(m: ModelSpec) -> SpecIssue:
+    """heads does not divide hidden: the nearest heads that meets every attention rule at once, or,
+    when none does, that hidden is the key to change (and a hidden that keeps the plan's heads)."""
+    message = f"heads = {m.heads} does not divide hidden = {m.hidden}"
+    legal = legal_heads(m)
+    if legal:
+        best = min(legal, key=lambda d: (abs(d - m.heads), d))
+        mha = f"; kv_heads = {best} too if the plan sets it" if m.kv_heads == m.heads and best % m.kv_heads else ""
+        hint = f"pick heads so hidden / heads is a whole head size (e.g. {best}{mha})"
+        return SpecIssue(("model", "heads"), message, hint, related=(("model", "hidden"),))
+    rope = m.position == "rope"
+    # hidden = heads x head size, the head size even under rope: a multiple of heads (x 2).
+    step = m.heads * (2 if rope else 1)
+    hidden = max(step, round(m.hidden / step) * step)
+    needs = (
+        [f"divide hidden = {m.hidden}"]
+        + ([] if m.kv_heads == m.heads else [f"be a multiple of kv_heads = {m.kv_heads}"])
+        + (["leave rope an even head size"] if rope else [])
+    )
+    hint = (
+        f"no value of heads works: it must {', '.join(needs[:-1])} and {needs[-1]}; change hidden instead, "
+        f"e.g. {hidden} (heads = {m.heads} × head size {hidden // m.heads})"
+    )
+    return SpecIssue(("model", "hidden"), message, hint, related=(("model", "heads"),))
+
+
+def legal_heads(m: ModelSpec) -> list[int]:
+    """Every heads that divides hidden, that kv_heads divides, and that leaves an even head size
+    under rope (so following a heads hint does not trip the next rule), ascending. With kv_heads =
+    heads (multi-head attention, kv_heads's default) kv_heads changes with heads."""
+    rope, kv_heads = m.position == "rope", 1 if m.kv_heads == m.heads else m.kv_heads
+    return [d for d in divisors(m.hidden) if d % kv_heads == 0 and not (rope and (m.hidden // d) % 2)]
 
 
 def check_tensor_parallel(plan: Plan) -> Iterable[SpecIssue]:
@@ -75,7 +100,7 @@ def check_pipeline(plan: Plan) -> Iterable[SpecIssue]:
     pp, v, schedule = lay.pp, lay.virtual_stages, lay.schedule
     found: list[Violation | None] = []
     if fixed(pp):
-        found.append(rules.pipeline_depth(layers, pp))
+        found.append(rules.pipeline_depth(layers, pp, _pipeline_devices(plan)))
         if fixed(v):
             found.append(rules.virtual_stage_depth(layers, pp, v))
         if fixed(schedule):
@@ -87,6 +112,16 @@ def check_pipeline(plan: Plan) -> Iterable[SpecIssue]:
     if fixed(schedule) and fixed(lay.recompute):
         found.append(rules.zero_bubble_with_recompute(schedule, lay.recompute))
     return _issues(*found)
+
+
+def _pipeline_devices(plan: Plan) -> int:
+    """The devices pp must divide: the device count over the fixed tp and dp (each that divides
+    it; one that does not is its own error)."""
+    devices = plan.world_size
+    for degree in (plan.layout.tp, plan.layout.dp):
+        if fixed(degree) and devices % degree == 0:
+            devices //= degree
+    return devices
 
 
 #: 2**18 devices: beyond the largest clusters built (about 100,000 GPUs in 2025); the cost model

@@ -18,6 +18,10 @@ class SpecIssue:
     path: Path
     message: str
     hint: str | None = None
+    related: tuple[Path, ...] = ()
+    """Other keys the problem is about: when ``path`` was filled by a preset the user did not
+    write, the issue points at the first of these the user did write (``hidden = 4095`` beside
+    a preset's heads), not at the preset."""
 
 
 class SpecError(Exception):

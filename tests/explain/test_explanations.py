@@ -19,6 +19,7 @@ from planc.planner import Limit, choose, rung_of, search
 from planc.planner.suggest import Suggestion, _freed, fixed_keys, growth
 from planc.spec import build_plan
 from planc.strategies.registry import load_registry
+from planc.units import Quantity
 
 GiB = 2**30
 
@@ -327,3 +328,96 @@ def test_a_pipeline_crossing_nodes_past_its_first_boundary_says_network():
     assert row.endswith("network 1 GB/s per device")
     (comm,) = [c for c in to_dict(p, choice)["comm"] if c["group"] == "pp"]
     assert (comm["medium"], comm["bandwidth"]) == ("network", 1e9)
+
+
+def test_model_states_alone_says_the_model_states_not_the_cuda_context():
+    """The course's topic 1: Llama 3 8B on one A100 under AdamW keeps 16 B per parameter (fp32
+    parameters 4 + gradients 4 + two moments 8): 8.03e9 x 16 B = 128.5e9 B = 119.66 GiB. The row
+    says that, not 120.7 GiB (the bound with the 1 GiB CUDA context)."""
+    p = plan({"preset": "llama3-8b", "seq_len": 4096}, device="A100-80GB", per_node=1, gb=64)
+    choice = choose(p, load_registry())
+    states = choice.estimate.memory.model_states_at_peak
+    assert states == pytest.approx(p.model.params * 16)
+    rows = [r for r in choice.rejected if r.limit is Limit.MODEL_STATES]
+    assert rows
+    for row in rows:
+        assert "model states alone need 119.7 GiB per device" in rejection_reason(row), rejection_reason(row)
+        assert row.memory_bytes == pytest.approx(states + GiB)  # the bound keeps the runtime's 1 GiB
+
+
+def test_the_closest_layout_shown_when_nothing_fits_is_the_least_memory_hungry():
+    """GPT-3 175B on 8 A100s, batch 127 (odd: dp = 1): every split's model states exceed 80 GiB.
+    The layout shown as the least memory-hungry needs no more than any split's leanest layout
+    (full recomputation, SP, micro-batch 1, 1F1B), each evaluated as a fixed plan."""
+    registry = load_registry()
+    p = plan({"preset": "gpt3-175b"}, device="A100-80GB", gb=127)
+    choice = choose(p, registry)
+    assert not choice.fits
+    shown = choice.estimate.memory_bytes
+    for tp, pp in [(8, 1), (4, 2), (2, 4), (1, 8)]:
+        layout = {"tp": tp, "pp": pp, "dp": 1, "recompute": "full", "sequence_parallel": tp > 1}
+        if pp > 1:
+            layout["schedule"] = "1f1b"
+        fixed = plan({"preset": "gpt3-175b"}, device="A100-80GB", gb=127, layout=layout, micro_batch=1)
+        need = choose(fixed, registry).estimate.memory_bytes
+        assert shown <= need, (tp, pp, need / GiB, shown / GiB)
+    assert choice.suggestion.short_by_bytes == pytest.approx(shown - choice.estimate.capacity)
+
+
+def _followed(raw, s):
+    """The plan ``raw`` with suggestion ``s`` applied: its cluster, and any keys it names."""
+    layout = {**raw.get("layout", {}), **dict(s.changed)}
+    hardware = {**raw["hardware"], "nodes": s.nodes, "per_node": s.per_node}
+    return build_plan({**raw, "hardware": hardware, "layout": layout})  # legal, or this raises
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # The audit's case (a): tp = 1 and pp = 1 fixed; freeing tp on 16 devices fits, keeping it does not.
+        {
+            "model": {"preset": "llama2-7b"},
+            "hardware": {"device": "A100-80GB", "per_node": 8, "memory": Quantity.of(12, "GiB")},
+            "train": {"global_batch": 64},
+            "layout": {"tp": 1, "pp": 1},
+        },
+        # Case (b): tp x pp x dp = 16 fixed pins the device count: no larger cluster keeps all three.
+        {
+            "model": {"preset": "llama3-70b", "seq_len": 4096},
+            "hardware": {"device": "H100-SXM", "nodes": 2, "per_node": 8},
+            "train": {"global_batch": 64},
+            "layout": {"tp": 4, "pp": 4, "dp": 1},
+        },
+    ],
+)
+def test_following_a_more_devices_suggestion_leads_to_a_plan_that_fits(raw):
+    registry = load_registry()
+    p = build_plan(raw)
+    choice = choose(p, registry)
+    s = choice.suggestion
+    assert not choice.fits and s.nodes is not None, suggestion_text(s)
+    followed = choose(_followed(raw, s), registry)
+    assert followed.fits, suggestion_text(s)
+    for key, value in raw["layout"].items():  # the keys it does not name stay as written
+        if key not in dict(s.changed):
+            assert getattr(followed.layout, key) == value, key
+    text = suggestion_text(s)
+    if s.changed:
+        assert "no cluster tried fits the fixed layout keys" in text and " (not " in text
+    else:
+        assert "the plan as written" in text
+
+
+def test_a_pinned_device_count_is_told_which_key_to_free():
+    # tp 4 x pp 4 x dp 1 = 16 devices: on 32 one of them must change, and the text names it.
+    p = build_plan(
+        {
+            "model": {"preset": "llama3-70b", "seq_len": 4096},
+            "hardware": {"device": "H100-SXM", "nodes": 2, "per_node": 8},
+            "train": {"global_batch": 64},
+            "layout": {"tp": 4, "pp": 4, "dp": 1},
+        }
+    )
+    s = choose(p, load_registry()).suggestion
+    assert s.changed and s.nodes * s.per_node > 16
+    assert len(s.changed) == 1  # one key suffices: dp = 2 or pp = 8 on 32 devices

@@ -132,3 +132,101 @@ def test_a_heads_hint_keeps_grouped_query_attention_legal():
     suggested = int(re.search(r"e\.g\. (\d+)", issue.hint).group(1))
     assert suggested == 8
     build_plan({**raw, "model": {**model, "heads": suggested}})  # no issue left
+
+
+def _pp_issues(pp, layers=32, nodes=1, per_node=8, tp="auto"):
+    raw = {
+        "model": {"layers": layers, "hidden": 512, "heads": 8, "vocab": 1024, "seq_len": 128},
+        "hardware": {"device": "A100-80GB", "nodes": nodes, "per_node": per_node},
+        "train": {"global_batch": 64},
+        "layout": {"pp": pp, "tp": tp},
+    }
+    try:
+        build_plan(raw)
+    except SpecError as error:
+        return [i for i in error.issues if i.path in (("layout", "pp"), ("layout",))]
+    return []
+
+
+@pytest.mark.parametrize(
+    "pp, layers, nodes, per_node, tp",
+    [
+        (64, 32, 1, 8, "auto"),  # the audit's case: pp <= 32 was suggested, but 32, 16 and 3 do not divide 8
+        (8, 4, 2, 8, "auto"),  # 16 devices, 4 layers: 2 or 4
+        (12, 6, 1, 8, 2),  # 8 devices over tp = 2 leave 4 for pp; 6 layers: 2 or 4
+        (5, 4, 1, 6, 3),  # 6 devices over tp = 3 leave 2: pp = 2
+    ],
+)
+def test_following_a_pp_hint_never_leads_to_another_pp_error(pp, layers, nodes, per_node, tp):
+    issues = _pp_issues(pp, layers, nodes, per_node, tp)
+    hint = " ".join(i.hint or "" for i in issues if i.path == ("layout", "pp"))
+    assert "use pp <=" not in hint, hint
+    suggested = re.search(r"use pp = (\d+)", hint)
+    assert suggested, hint
+    assert _pp_issues(int(suggested.group(1)), layers, nodes, per_node, tp) == []
+    others = re.search(r"\(so does? ([\d, ]+)\)", hint)
+    for also in others.group(1).split(", ") if others else []:
+        assert _pp_issues(int(also), layers, nodes, per_node, tp) == []
+
+
+def test_pp_hint_on_the_audit_case_names_the_divisors_of_8():
+    (issue,) = [i for i in _pp_issues(64) if i.path == ("layout", "pp")]
+    # Divisors of 8 above 1 and at most 32 layers: 2, 4, 8; the nearest to 64 is 8.
+    assert "use pp = 8" in issue.hint and "so do 2, 4" in issue.hint
+
+
+def test_no_pp_works_says_so():
+    # 6 devices over tp = 3 leave 2 for pp, but the model has one layer: only pp = 1.
+    (issue,) = [i for i in _pp_issues(2, layers=1, per_node=6, tp=3) if i.path == ("layout", "pp")]
+    assert "no pp > 1 divides the 2 devices" in issue.hint and "use pp =" not in issue.hint
+
+
+def _model_issues(model):
+    raw = {"model": {"vocab": 256, "seq_len": 64, "layers": 2, **model}, "hardware": {"device": "cpu"}}
+    try:
+        build_plan({**raw, "train": {"global_batch": 4}})
+    except SpecError as error:
+        return error.issues
+    return []
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"hidden": 4095, "heads": 32, "kv_heads": 8, "position": "rope"},  # the audit's case: 4095 is odd
+        {"hidden": 4000, "heads": 48, "kv_heads": 8, "position": "rope"},
+        {"hidden": 250, "heads": 6, "kv_heads": 6},
+        {"hidden": 256, "heads": 6},  # kv_heads left out: it follows heads
+        {"hidden": 1000, "heads": 12, "kv_heads": 4},
+        {"hidden": 999, "heads": 12, "position": "rope"},
+    ],
+)
+def test_following_a_heads_or_hidden_hint_leads_to_a_valid_model(model):
+    (issue,) = _model_issues(model)
+    if issue.path == ("model", "heads"):  # a heads value exists: it meets every attention rule
+        heads = int(re.search(r"e\.g\. (\d+)", issue.hint).group(1))
+        # Multi-head attention (kv_heads = heads): kv_heads follows, as its default does.
+        kv = {"kv_heads": heads} if "kv_heads" in model and f"kv_heads = {heads} too" in issue.hint else {}
+        assert _model_issues({**model, "heads": heads, **kv}) == []
+        return
+    # No heads value works: the hint says so and names hidden, with a hidden that keeps heads.
+    assert issue.path == ("model", "hidden") and "no value of heads works" in issue.hint
+    hidden = int(re.search(r"e\.g\. (\d+) \(", issue.hint).group(1))
+    assert _model_issues({**model, "hidden": hidden}) == []
+    from planc.legality.rules import divisors
+
+    rope = model.get("position") == "rope"
+    kv = model.get("kv_heads", 1) if model.get("kv_heads") != model["heads"] else 1
+    assert not [d for d in divisors(model["hidden"]) if d % kv == 0 and not (rope and model["hidden"] // d % 2)]
+
+
+def test_the_heads_error_points_at_the_written_hidden_not_the_preset():
+    from planc.dsl.load import load_plan_text
+    from planc.strategies.registry import load_registry
+
+    text = 'model { preset = "llama3-8b" hidden = 4095 }\nhardware { device = "cpu" }\ntrain { global_batch = 4 }\n'
+    with pytest.raises(PlanErrors) as caught:
+        load_plan_text(text, "x.plan", strategies=load_registry())
+    (error,) = caught.value.errors
+    assert (error.location.line, error.location.col) == (1, 39)  # hidden's value, not preset's
+    assert "e.g. 35" not in error.hint and "change hidden" in error.hint
