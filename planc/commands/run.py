@@ -163,7 +163,7 @@ def _prepare_run_dir(args, compiled, run_dir: Path) -> str | None:
         return None  # write_run_dir explains
     state = inspect_run(run_dir)
     if args.fresh:
-        discard(state, plan_json(compiled))
+        discard(state, plan_json(compiled), dry_run=args.print_only)
         return None
     return check_existing_run(state, plan_json(compiled), fresh=False, **_target(args, compiled))
 

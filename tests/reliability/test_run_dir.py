@@ -10,9 +10,11 @@ import time
 import pytest
 
 from planc.cli import main
+from planc.commands.run_checks import discard
 from planc.rundir.carry_over import compare_plans
 from planc.rundir.events import record_event
 from planc.rundir.metrics_file import DISCARDED_FILE, read_metrics, rewind_metrics
+from planc.rundir.state import inspect_run
 from planc.supervise import descendants, kill_tree
 
 from .conftest import write_plan
@@ -42,8 +44,57 @@ def test_a_rerun_never_mixes_two_runs_and_a_finished_run_is_not_relaunched(tmp_p
     assert "has already finished: 2 step(s) trained (asked: 2)" in capsys.readouterr().err
 
     assert main(["run", str(plan), "--out", str(out), "--fresh", "--print"]) == 0
+    assert "would discard (not with --print) 2 logged step(s)" in capsys.readouterr().err
+    assert (out / "metrics.jsonl").exists() and (out / "events.jsonl").exists()  # --print deletes nothing
+    discard(inspect_run(out), json.loads((out / "plan.json").read_text())["plan"])
     assert "discarded 2 logged step(s)" in capsys.readouterr().err
     assert not (out / "metrics.jsonl").exists() and not (out / "events.jsonl").exists()
+
+
+@pytest.mark.parametrize("directory", ["/tmp/elsewhere", "../ck", "a/../../ck", "./.."])
+def test_a_checkpoint_dir_outside_the_run_directory_is_refused(tmp_path, capsys, directory):
+    plan = _plan(tmp_path, checkpoint=f'every = 2  dir = "{directory}"')
+    assert main(["check", str(plan)]) == 1
+    err = capsys.readouterr().err
+    assert f'checkpoint dir "{directory}" is outside the run directory' in err
+    assert f"{plan}:" in err  # located at the key
+
+
+@pytest.mark.parametrize("directory", ["ck", "a/../ck", "./ck/deeper", "."])
+def test_a_checkpoint_dir_inside_the_run_directory_is_accepted(tmp_path, directory):
+    assert main(["check", str(_plan(tmp_path, checkpoint=f'every = 2  dir = "{directory}"'))]) == 0
+
+
+def test_fresh_removes_only_the_checkpoints_planc_wrote(tmp_path, capsys):
+    """A run directory whose plan.json names a shared folder (written before `planc check` refused one):
+    --fresh removes its step-N entries, never the folder's other files, and --print removes nothing."""
+    plan, out, shared = _plan(tmp_path), tmp_path / "run", tmp_path / "scratch"
+    assert main(["run", str(plan), "--out", str(out), "--print"]) == 0
+    record = json.loads((out / "plan.json").read_text())
+    record["plan"]["checkpoint"]["dir"] = str(shared)
+    (out / "plan.json").write_text(json.dumps(record))
+    shared.mkdir()
+    (shared / "other_project.txt").write_text("not planc's")
+    for name in ("step-00000002", "step-00000004.tmp", "step-00000001.corrupt"):
+        (shared / name).mkdir()
+        (shared / name / "planc.json").write_text(json.dumps({"format": 1, "step": 2}))
+    _metrics(out, [1, 2, 3])
+    capsys.readouterr()
+
+    assert main(["run", str(plan), "--out", str(out), "--fresh", "--print"]) == 0
+    assert "would discard (not with --print) 3 logged step(s) and 3 checkpoint(s)" in capsys.readouterr().err
+    assert sorted(p.name for p in shared.iterdir()) == [
+        "other_project.txt",
+        "step-00000001.corrupt",
+        "step-00000002",
+        "step-00000004.tmp",
+    ]
+    assert (out / "metrics.jsonl").exists()
+
+    discard(inspect_run(out), record["plan"])
+    assert "discarded 3 logged step(s) and 3 checkpoint(s)" in capsys.readouterr().err
+    assert [p.name for p in shared.iterdir()] == ["other_project.txt"]
+    assert (out / "plan.json").exists() and not (out / "metrics.jsonl").exists()
 
 
 def test_printed_commands_carry_restarts_and_the_stop_deadline(tmp_path, capsys):
