@@ -13,12 +13,7 @@ def write_text_atomically(path: Path, text: str) -> None:
     path = Path(path)
     if path.is_symlink():
         path = path.resolve()
-    if path.exists():
-        mode = path.stat().st_mode & 0o7777
-    else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
+    mode = path.stat().st_mode & 0o7777 if path.exists() else default_mode()
     directory = path.parent if str(path.parent) else Path(".")
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
@@ -29,6 +24,25 @@ def write_text_atomically(path: Path, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def default_mode(*, directory: bool = False) -> int:
+    """The mode ``open()`` or ``mkdir()`` would give a new file or directory under the process's umask.
+
+    ``tempfile.mkstemp``/``mkdtemp`` create 0600 files and 0700 directories whatever the umask, so what
+    is written through them and then renamed into place must be given this mode, or it stays private.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if directory else 0o666) & ~umask
+
+
+def publish_modes(root: Path) -> None:
+    """Give ``root`` (a directory made by ``mkdtemp``) and everything in it the umask's default modes."""
+    for folder, _, files in os.walk(root):
+        os.chmod(folder, default_mode(directory=True))
+        for name in files:
+            os.chmod(os.path.join(folder, name), default_mode())
 
 
 def write_output(

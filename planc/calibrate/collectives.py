@@ -10,21 +10,30 @@ ring). The fit is the cost model's own alpha-beta form (:mod:`planc.cost.comm`, 
 - send/recv (each rank sends n bytes to its ring neighbour and receives n): steps 1, volume n,
 
 solved by least squares on relative error (sizes span decades; an absolute fit would ignore the
-small ones), alpha clamped at 0. Groups: the ranks of one node (``intra_node``) and, under torchrun
-on several nodes (``WORLD_SIZE > LOCAL_WORLD_SIZE``), the ranks with the same local rank across
-nodes (``inter_node``), as data parallelism across nodes uses them.
+small ones), alpha clamped at 0. Timings that identify no such pair (:func:`fit_problem`: times
+that do not grow with the size, as the small messages of ``--quick`` or a tiny plan give on gloo)
+are timed again at larger sizes; a fit still without one is kept with its ``problem``, and the
+cost model prices that kind with the data sheet instead
+(:func:`planc.spec.hardware_profile.hardware_values`).
+
+Groups: the ranks of one node (``intra_node``) and, under torchrun on several nodes
+(``WORLD_SIZE > LOCAL_WORLD_SIZE``), the ranks with the same local rank across nodes
+(``inter_node``), as data parallelism across nodes uses them.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
 
+from planc.calibrate.shapes import geometric_sizes
 from planc.calibrate.timing import synchronize
 from planc.spec.hardware_profile import CollectiveFit
+from planc.units import format_bytes, format_seconds
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
 
@@ -40,21 +49,82 @@ def model_terms(kind: str, p: int, nbytes: float) -> tuple[float, float]:
 
 def fit_alpha_beta(kind: str, p: int, points: list[tuple[float, float]]) -> tuple[float, float]:
     """(alpha seconds, beta bytes/s) minimising the relative error of t = steps alpha + volume / beta."""
+    alpha, inv_beta = _fit(_relative_rows(kind, p, points))
+    return alpha, 1.0 / max(inv_beta, 1e-15)
+
+
+def _fit(a: list[tuple[float, float]]) -> tuple[float, float]:
+    """(alpha, 1 / beta) over the relative rows, alpha clamped at 0; 1 / beta may come out <= 0 (no fit)."""
+    alpha, inv_beta = _solve(a)
+    if alpha < 0 or inv_beta <= 0:
+        # A negative start-up cost is noise on the small sizes: clamp it and refit the bandwidth.
+        alpha = max(alpha, 0.0)
+        inv_beta = _refit_beta(a, alpha)
+    return alpha, inv_beta
+
+
+def _relative_rows(kind: str, p: int, points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Each equation ``steps alpha + volume / beta = t`` divided by its measured t (relative error)."""
     rows = [(model_terms(kind, p, n), t) for n, t in points]
-    # Relative error: divide each equation by its measured time.
-    a = [(steps / t, volume / t) for (steps, volume), t in rows]
+    return [(steps / t, volume / t) for (steps, volume), t in rows]
+
+
+def _solve(a: list[tuple[float, float]]) -> tuple[float, float]:
+    """Unconstrained least squares of ``alpha x + inv_beta y = 1`` over the rows (x, y); (0, 0) when singular."""
     s11 = sum(x * x for x, _ in a)
     s12 = sum(x * y for x, y in a)
     s22 = sum(y * y for _, y in a)
     r1 = sum(x for x, _ in a)
     r2 = sum(y for _, y in a)
     det = s11 * s22 - s12 * s12
-    alpha, inv_beta = ((s22 * r1 - s12 * r2) / det, (s11 * r2 - s12 * r1) / det) if det > 0 else (0.0, 0.0)
-    if alpha < 0 or inv_beta <= 0:
-        # A negative start-up cost is noise on the small sizes: clamp it and refit the bandwidth.
-        alpha = max(alpha, 0.0)
-        inv_beta = _refit_beta(a, alpha)
-    return alpha, 1.0 / max(inv_beta, 1e-15)
+    return ((s22 * r1 - s12 * r2) / det, (s11 * r2 - s12 * r1) / det) if det > 0 else (0.0, 0.0)
+
+
+#: The largest message must take this many times the smallest's time, or the bandwidth term is lost
+#: in the start-up cost and the noise (gloo's small messages vary by 10x between runs on a busy CPU).
+MIN_TIME_GROWTH = 2.0
+#: A fit that misses the timings by more than this (RMS of the relative errors) does not describe them.
+MAX_RELATIVE_RMS = 0.5
+#: The largest message must be this many times the smallest: a narrower range cannot tell the start-up
+#: cost from the bandwidth (--quick on a tiny plan spans 4 to 33 KB, all start-up cost on gloo).
+MIN_SIZE_SPAN = 64
+
+
+def fit_problem(kind: str, p: int, points: list[tuple[float, float]]) -> str | None:
+    """Why ``points`` identify no alpha-beta pair (None when they do), in words for the profile's notes.
+
+    The sizes must span a wide range and the timings must grow with the message size (else any
+    bandwidth fits, and least squares returns an absurd one: clamped to 1e15 B/s, or a tiny one through
+    the noise); the fit (alpha clamped at 0, as published) must have a positive bandwidth and must
+    describe the points.
+    """
+    if len(points) < 2:
+        return "fewer than two message sizes were timed"
+    ordered = sorted(points)
+    t0, t1 = ordered[0][1], ordered[-1][1]
+    shown = ", ".join(f"{format_bytes(n)} in {format_seconds(t)}" for n, t in ordered)
+    if ordered[-1][0] < MIN_SIZE_SPAN * ordered[0][0]:
+        return f"the sizes span less than {MIN_SIZE_SPAN}x, too little to tell start-up cost from bandwidth ({shown})"
+    if t1 < MIN_TIME_GROWTH * t0:
+        return f"the time does not grow with the message size ({shown})"
+    a = _relative_rows(kind, p, points)
+    alpha, inv_beta = _fit(a)
+    if inv_beta <= 0:
+        return f"no positive bandwidth fits the timings ({shown})"
+    rms = math.sqrt(sum((alpha * x + inv_beta * y - 1) ** 2 for x, y in a) / len(a))
+    if rms > MAX_RELATIVE_RMS:
+        return f"the best fit misses the timings by {rms:.0%} RMS ({shown})"
+    return None
+
+
+#: Largest buffer timed again when the first sizes give no fit (the re-measurement's cost and memory).
+RETRY_LARGEST = 256 * 2**20
+
+
+def retry_sizes(largest: int) -> tuple[int, ...]:
+    """Larger sizes to time when the planned ones give no fit: 4x to 256x the largest, up to RETRY_LARGEST."""
+    top = min(largest * 256, RETRY_LARGEST)
+    return geometric_sizes(largest * 4, top) if top >= largest * 4 else ()
 
 
 def _refit_beta(a: list[tuple[float, float]], alpha: float) -> float:
@@ -110,12 +180,21 @@ def measure_group(group, medium: str, sizes, device: torch.device, repeats: int)
     p = dist.get_world_size(group)
     fits = []
     for kind in KINDS:
-        points = [
-            (float(n), time_collective(run_collective(kind, n, group, device), group, device, repeats)) for n in sizes
-        ]
+        # Every rank holds the same points (the slowest rank's times), so every rank decides the same.
+        points = _timed(kind, sizes, group, device, repeats)
+        problem = fit_problem(kind, p, points)
+        larger = retry_sizes(max(sizes)) if problem else ()
+        if larger:  # too small to see the bandwidth (--quick, a tiny plan): time larger messages
+            points += _timed(kind, larger, group, device, repeats)
+            problem = fit_problem(kind, p, points)
         alpha, beta = fit_alpha_beta(kind, p, points)
-        fits.append(CollectiveFit(kind=kind, group_size=p, medium=medium, latency=alpha, bandwidth=beta, points=points))
+        fit = CollectiveFit(kind=kind, group_size=p, medium=medium, latency=alpha, bandwidth=beta, points=points)
+        fits.append(fit.model_copy(update={"problem": problem}) if problem else fit)
     return fits
+
+
+def _timed(kind: str, sizes, group, device: torch.device, repeats: int) -> list[tuple[float, float]]:
+    return [(float(n), time_collective(run_collective(kind, n, group, device), group, device, repeats)) for n in sizes]
 
 
 def node_groups(world: int, per_node: int):

@@ -28,7 +28,7 @@ from planc.calibrate.gemm import measure_gemms
 from planc.calibrate.memory_bw import measure_memory_bandwidth
 from planc.calibrate.recompute_block import measure_bf16_factors, measure_recompute
 from planc.calibrate.wrappers import measure_wrappers
-from planc.spec.hardware_profile import SCHEMA_VERSION, HardwareProfile, MeasuredRates
+from planc.spec.hardware_profile import SCHEMA_VERSION, HardwareProfile, MeasuredRates, fit_notes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,6 +128,7 @@ def describe(device: torch.device, world: int, per_node: int, measured, collecti
         threads=torch.get_num_threads(),
         measured=measured,
         collectives=tuple(collectives),
+        notes=tuple(fit_notes(collectives)),
     )
 
 

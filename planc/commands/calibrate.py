@@ -132,5 +132,9 @@ def _summarise(out: Path) -> None:
     )
     for c in profile.collectives:
         speed = f"{format_bandwidth(c.bandwidth)}, latency {format_seconds(c.latency)}"
+        if c.problem:
+            speed = "not fitted, priced with the data sheet (see the note below)"
         print(f"  {c.kind} x{c.group_size} ({c.medium}): {speed}")
+    for note in profile.notes:
+        print(f"  note: {note}")
     print(f'use it: hardware {{ profile = "{out.name}" }} (a path relative to the .plan file)')

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 HELP = "write a run's checkpoint as Hugging Face safetensors + config.json (or one torch state dict)"
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     )
     from planc.units import format_bytes
 
+    if args.step is None:
+        _warn_if_behind(Path(args.run_dir), done.step)
     print(
         f"exported step {done.step} of {args.run_dir} to {done.directory} "
         f"({format_bytes(done.total_bytes)}: {', '.join(done.files)})"
@@ -60,6 +63,21 @@ def run(args: argparse.Namespace) -> int:
             f"{str(done.directory)!r}); add your tokenizer's files to the directory for AutoTokenizer"
         )
     return 0
+
+
+def _warn_if_behind(run_dir: Path, step: int) -> None:
+    """The newest checkpoint can be older than the training logged (the last saves failed, or the run
+    stopped between two saves): the export then holds older weights than metrics.jsonl suggests."""
+    from planc.rundir.metrics_file import read_metrics
+
+    logged = max((r["step"] for r in read_metrics(run_dir)), default=0)
+    if logged > step:
+        print(
+            f"warning: the newest checkpoint of {run_dir} is step {step}, but training logged step {logged}: "
+            f"this export lacks the last {logged - step} step(s) (their checkpoint was not saved; "
+            f"`planc doctor {run_dir}` says why)",
+            file=sys.stderr,
+        )
 
 
 def parse_size(text: str) -> int:

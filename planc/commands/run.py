@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 HELP = "compile a plan into a run directory and train it under torchrun"
 DESCRIPTION = (
@@ -163,7 +164,7 @@ def _prepare_run_dir(args, compiled, run_dir: Path) -> str | None:
         return None  # write_run_dir explains
     state = inspect_run(run_dir)
     if args.fresh:
-        discard(state, plan_json(compiled))
+        discard(state, plan_json(compiled), dry_run=args.print_only)
         return None
     return check_existing_run(state, plan_json(compiled), fresh=False, **_target(args, compiled))
 
@@ -199,6 +200,8 @@ def _report(args, compiled, run_dir: Path, outcome) -> int:
             f"`planc doctor {run_dir}` says what happened",
             hint=f"the failing rank's message is above; {hint}",
         )
+    elif plan.checkpoint is not None and last is not None and not last.get("checkpoint"):
+        _report_unsaved_finish(run_dir, last, again, restarts)
     else:
         status = 0
         records = launch_records(run_dir)
@@ -212,6 +215,29 @@ def _report(args, compiled, run_dir: Path, outcome) -> int:
             )
     record_event(run_dir, "end", status="stopped" if stopped or outcome.stop_signal else "done", exit=status)
     return status
+
+
+def _report_unsaved_finish(run_dir: Path, finished: dict, again: str, restarts: int) -> NoReturn:
+    """Every step trained, but the last checkpoint could not be written (a full disk): not a success.
+
+    The weights since the newest complete checkpoint exist nowhere, so the run ends non-zero and a run
+    again resumes from that checkpoint and retrains them (see ``RunState.finished_at``).
+    """
+    from planc.errors import PlanError
+    from planc.rundir.events import record_event
+    from planc.rundir.state import inspect_run
+
+    step = finished["step"]
+    newest = inspect_run(run_dir).newest_checkpoint
+    since = f"step {newest.step}" if newest else "step 0 (no complete checkpoint)"
+    record_event(run_dir, "end", status="failed", exit=1, restarts=restarts, reason="final checkpoint not saved")
+    raise PlanError(
+        f"trained to step {step}, but the checkpoint of step {step} could not be saved (the reason is above); "
+        f"the weights of steps {newest.step + 1 if newest else 1}-{step} are not saved anywhere: the newest complete "
+        f"checkpoint is {newest.path.name if newest else 'none'}",
+        hint=f"free space on the checkpoint's file system, then `{again}` resumes from {since} and trains the "
+        "remaining steps again",
+    )
 
 
 def _report_stop(outcome, stopped: dict | None, again: str) -> int:

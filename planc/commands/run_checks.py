@@ -17,7 +17,7 @@ from pathlib import Path
 
 from planc.errors import PlanError
 from planc.rundir.carry_over import RESUME_FILE, compare_plans, write_resume_source
-from planc.rundir.checkpoints import integrity_problems, read_metadata
+from planc.rundir.checkpoints import integrity_problems, list_checkpoints, read_metadata
 from planc.rundir.events import EVENTS_FILE
 from planc.rundir.heartbeats import HEARTBEAT_DIR
 from planc.rundir.metrics_file import DISCARDED_FILE, METRICS_FILE
@@ -59,19 +59,39 @@ def check_existing_run(state: RunState, plan: dict, *, target: int, plan_file: s
     return None
 
 
-def discard(state: RunState, plan: dict) -> None:
-    """``--fresh``: remove the run's metrics, events, heartbeats, checkpoints and resume source."""
+def discard(state: RunState, plan: dict, *, dry_run: bool = False) -> None:
+    """``--fresh``: remove the run's metrics, events, heartbeats, checkpoints and resume source.
+
+    Only what planc wrote is removed: the ``step-N`` (``.tmp``, ``.corrupt``) entries of the checkpoint
+    folder, never the folder's other files, so a ``dir`` that points at a folder shared with something
+    else (an old plan; ``planc check`` now refuses one outside the run directory) loses nothing else.
+    ``dry_run`` (``--print``) says what would go and deletes nothing.
+    """
     folders = {state.checkpoint_dir, state.run_dir / (plan.get("checkpoint") or {}).get("dir", "checkpoints")}
-    for folder in [f for f in folders if f is not None] + [state.run_dir / HEARTBEAT_DIR]:
-        shutil.rmtree(folder, ignore_errors=True)
-    for name in (METRICS_FILE, DISCARDED_FILE, EVENTS_FILE, RESUME_FILE):
-        (state.run_dir / name).unlink(missing_ok=True)
-    if state.metrics or state.checkpoints:
+    entries = {e.path for folder in folders if folder is not None for e in list_checkpoints(folder)}
+    if not dry_run:
+        for entry in sorted(entries):
+            shutil.rmtree(entry, ignore_errors=True)
+        for folder in folders:
+            _remove_if_empty(folder)
+        shutil.rmtree(state.run_dir / HEARTBEAT_DIR, ignore_errors=True)
+        for name in (METRICS_FILE, DISCARDED_FILE, EVENTS_FILE, RESUME_FILE):
+            (state.run_dir / name).unlink(missing_ok=True)
+    if state.metrics or entries:
+        what = "would discard (not with --print)" if dry_run else "discarded"
         print(
-            f"planc: --fresh: discarded {len(state.metrics)} logged step(s) and {len(state.checkpoints)} "
+            f"planc: --fresh: {what} {len(state.metrics)} logged step(s) and {len(entries)} "
             f"checkpoint(s) in {state.run_dir}",
             file=sys.stderr,
         )
+
+
+def _remove_if_empty(folder: Path | None) -> None:
+    if folder is not None:
+        try:
+            folder.rmdir()
+        except OSError:  # not there, or holds something planc did not write
+            pass
 
 
 def resume_from(source: Path, run_dir: Path, plan: dict, *, target: int, plan_file: str):

@@ -71,9 +71,10 @@ def _run_program(args) -> int:
             hint="verify measures one thing per step after a warm-up step: time, traffic and activations, peak memory",
         )
     plan_path, registry, plan = load_for_verify(args.file, "planc verify", "launches its own processes")
-    compiled = compile_plan(plan, registry)
+    measured = _schedule_over(plan, args.steps)
+    compiled = compile_plan(measured, registry)
     try:
-        chosen = stand_in(plan, compiled.layout, _cuda_devices())
+        chosen = stand_in(measured, compiled.layout, _cuda_devices())
     except CannotStandIn as exc:
         raise PlanError(
             f"cannot run this plan here: {exc}", hint="check its memory at full size with planc verify --simulate"
@@ -103,6 +104,24 @@ def _run_program(args) -> int:
     )
     print_result(args, result, render, run_dir, results.save(result, run_dir), "verify.json")
     return 0
+
+
+def _schedule_over(plan, steps: int):
+    """The plan with its learning-rate schedule laid over at least ``steps`` steps.
+
+    verify measures time, traffic and memory, which the learning rate does not change; but the program
+    refuses to train past ``train.steps`` when the schedule has decayed to ``min_lr = 0`` there (see
+    :func:`planc.spec.train.steps_beyond_schedule`), so a plan shorter than verify's own ``--steps`` would
+    fail in every rank. The result is still filed under the plan as written (``results.plan_key``).
+    """
+    if steps <= plan.train.steps:
+        return plan
+    print(
+        f"planc verify: train.steps = {plan.train.steps} is below verify's {steps} measured steps (--steps); "
+        f"the learning-rate schedule is laid over {steps} steps for the measurement",
+        file=sys.stderr,
+    )
+    return plan.model_copy(update={"train": plan.train.model_copy(update={"steps": steps})})
 
 
 @contextlib.contextmanager

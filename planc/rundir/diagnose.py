@@ -83,6 +83,13 @@ def _status(state: RunState, now: float) -> tuple[str, str]:
         )
     finished, stopped = last_event(events, "finished"), last_event(events, "stopped")
     ended = last_event(events, "end")
+    unsaved = state.unsaved_finish()
+    if unsaved is not None and finished is not None and unsaved is finished:
+        newest = state.newest_checkpoint
+        return "failed", (
+            f"failed: all {finished['step']} step(s) trained, but the checkpoint of step {finished['step']} could "
+            f"not be saved; the newest complete checkpoint is {f'step {newest.step}' if newest else 'none'}"
+        )
     if finished is not None and (ended is None or ended.get("status") != "failed"):
         return "finished", f"finished: all {finished['step']} step(s) trained"
     if stopped is not None and (ended is None or ended.get("status") != "failed"):

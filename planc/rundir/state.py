@@ -52,11 +52,26 @@ class RunState:
         return max([r["step"] for r in self.metrics] + ([newest.step] if newest else []), default=0)
 
     def finished_at(self, target: int) -> int | None:
-        """The step the run finished at, if it trained ``target`` steps or more (else None)."""
-        done = [e.get("step", 0) for e in self.events if e["event"] == "finished"]
+        """The step the run finished at, if it trained ``target`` steps or more (else None).
+
+        With a checkpoint block, only a checkpoint counts: a run whose last save failed (a full disk)
+        logged and announced its last steps, but their weights are lost, and running it again must
+        retrain them from the newest complete checkpoint. Without one, the ``finished`` event counts.
+        """
         newest = self.newest_checkpoint
-        reached = max(done + ([newest.step] if newest else []), default=0)
+        if self.checkpoint_dir is not None:
+            reached = newest.step if newest else 0
+        else:
+            reached = max((e.get("step", 0) for e in self.events if e["event"] == "finished"), default=0)
         return reached if reached >= target and reached > 0 else None
+
+    def unsaved_finish(self) -> dict[str, Any] | None:
+        """The last ``finished`` event when the run trained to its end but the checkpoint there is missing."""
+        finished = [e for e in self.events if e["event"] == "finished"]
+        if not finished or self.checkpoint_dir is None:
+            return None
+        newest = self.newest_checkpoint
+        return finished[-1] if newest is None or newest.step < finished[-1].get("step", 0) else None
 
 
 def inspect_run(run_dir: str | Path, *, hashes: bool = False) -> RunState:

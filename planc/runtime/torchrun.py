@@ -4,7 +4,9 @@
 
 * a worker that dies is reported in one planc line (``local rank 1 (pid 4242) was killed by
   SIGKILL``) instead of torchrun's log records, and recorded as a ``worker_failed`` event in the run
-  directory (``$PLANC_RUN_DIR``) for `planc doctor`; torchrun then restarts the group if it may;
+  directory (``$PLANC_RUN_DIR``) for `planc doctor`; the ranks that went down after it get a line
+  each (``..., after local rank 1``), the ranks torchrun itself SIGTERMed none; torchrun then
+  restarts the group if it may;
 * when no restart is left, the job ends with one line naming the rank that failed first and how
   (exit code or signal; for a hang, the rank that timed out waiting for it), and exit status 1 --
   not torchrun's traceback and table of every rank;
@@ -26,22 +28,70 @@ _QUIET = ("Sending process %s closing signal %s", "Received %s death signal, shu
 
 
 class _WorkerReports(logging.Filter):
-    """Turns torchrun's "failed (exitcode ...)" records into a planc line and an event; hides shutdown chatter."""
+    """Hides torchrun's "failed (exitcode ...)" record (:func:`_watch_worker_failures` reports every failed
+    worker instead: the record names the failure with the smallest timestamp, a race) and its shutdown chatter."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
         if message.startswith(_FAILED) and isinstance(record.args, tuple) and len(record.args) >= 3:
-            exitcode, local_rank, pid = (int(str(value)) for value in record.args[:3])
-            _report_worker(exitcode, local_rank, pid)
+            if not _WATCHING:  # a torchrun whose agent could not be watched: its choice, as it logged it
+                exitcode, local_rank, pid = (int(str(value)) for value in record.args[:3])
+                _report_worker(exitcode, local_rank, pid)
             return False
         return not message.startswith(_QUIET)
+
+
+#: Whether :func:`_watch_worker_failures` is in place.
+_WATCHING = False
+#: A signal-killed rank stamped this many seconds after the earliest failure is not the cause: torchrun
+#: escalates its shutdown SIGTERM to SIGKILL after a timeout. Within it, the kill is the cause (see _ranked).
+_SAME_FAILURE_S = 2
+
+
+def _watch_worker_failures() -> None:
+    """Report a failed worker group from torchrun's own result (every rank's exit code and time), once per
+    failure, by wrapping its agent's monitor: the cause first, then the ranks that went down after it."""
+    global _WATCHING
+    try:
+        from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+        monitor = LocalElasticAgent._monitor_workers
+    except (ImportError, AttributeError):
+        return
+
+    def _monitor_workers(self, worker_group):
+        result = monitor(self, worker_group)
+        failures = getattr(result, "failures", None)
+        if failures and result.is_failed():
+            _report_failures(failures)
+        return result
+
+    LocalElasticAgent._monitor_workers = _monitor_workers  # type: ignore[method-assign]
+    _WATCHING = True
+
+
+def _report_failures(failures: dict[int, Any]) -> None:
+    """One line per failed rank, the cause first; the cause alone is the ``worker_failed`` event."""
+    ranked = _ranked(failures)
+    (_, cause), rest = ranked[0], ranked[1:]
+    _report_worker(cause.exitcode, cause.local_rank, cause.pid)
+    for _, failure in rest:
+        how = _how(failure.exitcode)
+        print(
+            f"planc: local rank {failure.local_rank} (pid {failure.pid}) {how}, after local rank {cause.local_rank}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _how(exitcode: int) -> str:
+    return f"was killed by {signal.Signals(-exitcode).name}" if exitcode < 0 else f"exited with code {exitcode}"
 
 
 def _report_worker(exitcode: int, local_rank: int, pid: int) -> None:
     from planc.rundir.events import record_event
 
-    how = f"was killed by {signal.Signals(-exitcode).name}" if exitcode < 0 else f"exited with code {exitcode}"
-    print(f"planc: local rank {local_rank} (pid {pid}) {how}", file=sys.stderr, flush=True)
+    print(f"planc: local rank {local_rank} (pid {pid}) {_how(exitcode)}", file=sys.stderr, flush=True)
     record_event(
         os.environ.get("PLANC_RUN_DIR"),
         "worker_failed",
@@ -52,16 +102,33 @@ def _report_worker(exitcode: int, local_rank: int, pid: int) -> None:
     )
 
 
+def _ranked(failures: dict[int, Any]) -> list[tuple[int, Any]]:
+    """The failed ranks, the one that failed first first; the ranks torchrun itself ended are left out.
+
+    * A rank killed by SIGTERM is torchrun's doing when another rank failed: it SIGTERMs the survivors
+      when one fails (planc's workers handle a SIGTERM from outside: they stop and save, and exit 0).
+    * A rank killed by another signal (SIGKILL, the OOM killer's) is the cause over one that exited
+      with an error near the same time: the ranks that lost contact with it exit with an error of their
+      own, and a rank that exits writes its time itself, while torchrun stamps a killed rank only when
+      it notices the death (whole seconds), so the earliest timestamp alone can blame a bystander.
+      A kill stamped :data:`_SAME_FAILURE_S` or more after the first failure is torchrun's escalation.
+    * Otherwise the earliest timestamp, then the lowest rank.
+    """
+    shutdown = -int(signal.SIGTERM)
+    own = {rank: f for rank, f in failures.items() if f.exitcode != shutdown} or dict(failures)
+    first = min(f.timestamp for f in own.values())
+
+    def order(item: tuple[int, Any]) -> tuple[bool, int, int]:
+        rank, failure = item
+        killed = failure.exitcode < 0 and failure.timestamp < first + _SAME_FAILURE_S
+        return (not killed, failure.timestamp, rank)
+
+    return sorted(own.items(), key=order)
+
+
 def _cause(failed: Any) -> tuple[int, Any]:
-    """The failure that ended the job. A rank killed by a signal is the cause when there is one: the
-    ranks that lost contact with it exit with an error of their own, and the one whose error file
-    bears the earliest time can be one of them (torchrun stamps a killed rank, which writes no error
-    file, only when it notices the death), so the earliest timestamp alone would blame a bystander."""
-    killed = {rank: f for rank, f in failed.failures.items() if f.exitcode < 0}
-    if killed:
-        rank = min(killed, key=lambda r: killed[r].timestamp)
-        return rank, killed[rank]
-    return failed.get_first_failure()
+    """The failure that ended the job (see :func:`_ranked`)."""
+    return _ranked(failed.failures)[0]
 
 
 def _ending(failed: Any) -> str:
@@ -77,8 +144,7 @@ def _ending(failed: Any) -> str:
             "names the rank(s) that did not arrive)"
         )
     rank, failure = _cause(failed)
-    how = f"was killed by {failure.signal_name()}" if failure.exitcode < 0 else f"exited with code {failure.exitcode}"
-    return f"rank {rank} {how} (the first failure)"
+    return f"rank {rank} {_how(failure.exitcode)} (the first failure)"
 
 
 def _timed_out_beat(run_dir: str | None) -> dict[str, Any] | None:
@@ -97,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for name in ("torch.distributed.elastic.multiprocessing.api", "torch.distributed.elastic.agent.server.api"):
         logging.getLogger(name).addFilter(_WorkerReports())
+    _watch_worker_failures()
     try:
         torchrun_main(argv)
     except ChildFailedError as failed:

@@ -97,7 +97,7 @@ def build_plan(
             values = _resolve_model_source(dict(raw[block]), base_dir, issues, notes, aliases)
         elif block == "train":
             data_root = check_data_paths(dict(raw[block]), base_dir, issues)
-        defaults = profile_defaults(values, base_dir, issues) if block == "hardware" and values else {}
+        defaults = profile_defaults(values, base_dir, issues, notes) if block == "hardware" and values else {}
         section = _build_section(block, model_cls, values, issues, defaults) if values is not None else None
         if section is not None:
             sections[block] = section

@@ -18,7 +18,7 @@ class CheckpointSpec(SpecModel):
     every: PositiveInt
     """Save every this many optimizer steps."""
     dir: str = "checkpoints"
-    """Directory of the checkpoints, relative to the run directory."""
+    """Directory of the checkpoints, relative to the run directory and inside it (`planc check` refuses one outside)."""
     keep: PositiveInt = 3
     """How many of the newest checkpoints to keep; older ones are deleted after a save succeeds."""
     resume: Flag = True

@@ -9,6 +9,7 @@ plan fixes (the planner applies the same rules to the keys it chooses).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import PurePosixPath, PureWindowsPath
 
 from planc.legality import rules
 from planc.legality.rules import AUTO, Violation, divisors, fixed, near_divisor
@@ -196,6 +197,29 @@ def check_checkpoint(plan: Plan) -> Iterable[SpecIssue]:
     ck = plan.checkpoint
     if ck is not None and not ck.dir.strip():
         yield SpecIssue(("checkpoint", "dir"), "checkpoint dir is empty", 'give a directory, e.g. dir = "checkpoints"')
+    elif ck is not None and escapes_run_dir(ck.dir):
+        # The run directory owns its checkpoints: `planc run --fresh` clears them, and a run resumes from
+        # whatever step-N it finds there. A folder outside it would be shared with other runs, or be a
+        # folder `--fresh` was never meant to touch.
+        yield SpecIssue(
+            ("checkpoint", "dir"),
+            f'checkpoint dir "{ck.dir}" is outside the run directory (dir is relative to the run directory)',
+            'give a path inside it, e.g. dir = "checkpoints"; to keep checkpoints on another file system, '
+            "make `--out` a directory there (or link the checkpoints folder to it)",
+        )
+
+
+def escapes_run_dir(directory: str) -> bool:
+    """Whether ``directory``, taken relative to a run directory, leaves it (absolute, or ``..`` past its top)."""
+    path = PurePosixPath(directory.replace("\\", "/"))
+    if path.is_absolute() or PureWindowsPath(directory).drive:
+        return True
+    depth = 0
+    for part in path.parts:
+        depth += -1 if part == ".." else 0 if part == "." else 1
+        if depth < 0:
+            return True
+    return False
 
 
 #: The passes, in order. A new rule is a new function appended here.

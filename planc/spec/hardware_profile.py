@@ -64,6 +64,9 @@ class CollectiveFit(BaseModel):
     """beta, bytes/s per rank, one direction (the ring formulas of planc.cost.comm)."""
     points: list[tuple[float, float]]
     """(buffer bytes, median seconds) measured."""
+    problem: str | None = None
+    """Why the points identify no latency and bandwidth (planc.calibrate.collectives.fit_problem); such
+    a fit is kept for inspection, but the cost model prices its kind with the data sheet."""
 
 
 class CollectiveRate(BaseModel):
@@ -162,6 +165,8 @@ class HardwareProfile(BaseModel):
     measured: MeasuredRates
     collectives: tuple[CollectiveFit, ...] = ()
     notes: tuple[str, ...] = ()
+    """What a reader of the numbers should know (a collective priced with the data sheet, and why);
+    `planc check` and `planc explain` show them for a plan that names the profile."""
 
 
 class ProfileError(ValueError):
@@ -221,8 +226,10 @@ def hardware_values(profile: HardwareProfile) -> dict:
     (the collective data parallelism, the most common, runs) or else the first kind measured;
     the other kinds' fits ride along in ``measured.collectives`` and price their own kind.
     Compute and memory rates go in ``measured`` and replace the data-sheet rates in the cost
-    model (:func:`planc.cost.compute.device_for`).
+    model (:func:`planc.cost.compute.device_for`). A fit with a ``problem`` is left out: its kind
+    keeps the data sheet's (or another kind's measured) link.
     """
+    usable = [f for f in profile.collectives if f.problem is None]
     where = (
         f"{profile.device_name}, {profile.world_size} process(es) over {profile.backend}, "
         f"{profile.created}, torch {profile.torch_version}"
@@ -233,13 +240,13 @@ def hardware_values(profile: HardwareProfile) -> dict:
                 "measured_on": where,
                 "collectives": tuple(
                     CollectiveRate(kind=f.kind, medium=f.medium, latency=f.latency, bandwidth=f.bandwidth)
-                    for f in profile.collectives
+                    for f in usable
                 ),
             }
         )
     }
     for medium in ("intra_node", "inter_node"):
-        fits = [f for f in profile.collectives if f.medium == medium]
+        fits = [f for f in usable if f.medium == medium]
         if not fits:
             continue
         fit = next((f for f in fits if f.kind == "all_reduce"), fits[0])
@@ -275,11 +282,11 @@ def nearest_attention_rates(
     return best.forward_flops, best.backward_flops
 
 
-def profile_defaults(values: dict, base_dir: Path, issues: list) -> dict:
+def profile_defaults(values: dict, base_dir: Path, issues: list, notes: list | None = None) -> dict:
     """The keys the hardware block's ``profile`` (relative to the .plan file) supplies.
 
     They fill what the block leaves out, before the device preset does; problems go to ``issues``
-    addressed at ``hardware.profile``.
+    addressed at ``hardware.profile``, and the profile's own notes to ``notes`` (the plan's notes).
     """
     from planc.spec.issues import SpecIssue
 
@@ -308,7 +315,20 @@ def profile_defaults(values: dict, base_dir: Path, issues: list) -> dict:
             )
         )
         return {}
+    if notes is not None:
+        notes.extend(f"profile {written}: {note}" for note in profile.notes)
     return {k: v for k, v in hardware_values(profile).items() if k not in values}
+
+
+def fit_notes(fits) -> list[str]:
+    """One note per collective fit that has a problem: what was wrong, and what prices that kind instead."""
+    return [
+        f"{f.kind} over {f.group_size} ranks ({f.medium}) was not fitted: {f.problem}; its collectives are priced "
+        f"with the data sheet's {f.medium}_bw and {f.medium}_latency (or another kind's fit) instead. Run "
+        "`planc calibrate` without --quick, or on a quieter machine, to measure it"
+        for f in fits
+        if f.problem
+    ]
 
 
 _PROFILE_HINT = (

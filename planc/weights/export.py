@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from planc.errors import PlanError
+from planc.fileio import publish_modes
 from planc.runtime.transformer import canonical_name
 from planc.spec import ModelSpec, Plan, strict_json
 from planc.weights.hf_configs import config_for
@@ -77,6 +78,7 @@ def export_run(
             _write_json(staging / "config.json", config_for(plan.model, family, dtype))
         else:
             files, total = _write_torch(checkpoint, stored, plan, staging, DTYPES[dtype])
+        publish_modes(staging)  # mkdtemp's 0700, which safetensors' 0600 files would keep: readable as the umask says
         if to.exists():
             shutil.rmtree(to)
         staging.rename(to)

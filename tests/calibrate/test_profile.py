@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from planc.calibrate.collectives import fit_alpha_beta, model_terms
+from planc.calibrate.collectives import fit_alpha_beta, fit_problem, model_terms, retry_sizes
 from planc.cost.compute import block_times, device_for, gemm_seconds
 from planc.cost.dispatch import BLOCK_OPS
 from planc.cost.profile import PLANC_RUNTIME_CPU
 from planc.spec import Plan, build_plan
-from planc.spec.hardware_profile import SCHEMA_VERSION
+from planc.spec.hardware_profile import SCHEMA_VERSION, CollectiveFit, fit_notes
 from planc.spec.issues import SpecError
 
 GEMM_RATE = 40e9
@@ -212,3 +212,76 @@ def test_a_profile_that_is_not_json_says_where(tmp_path, text, reason):
     with pytest.raises(SpecError) as caught:
         plan_with(tmp_path, None, profile="cal.json")
     assert reason in caught.value.issues[0].message
+
+
+def _alpha_beta_points(kind, p, alpha, beta, sizes, factors=None):
+    factors = factors or [1.0] * len(sizes)
+    return [
+        (n, (model_terms(kind, p, n)[0] * alpha + model_terms(kind, p, n)[1] / beta) * f)
+        for n, f in zip(sizes, factors)
+    ]
+
+
+def test_timings_that_identify_a_bandwidth_pass_the_fit_check():
+    sizes = (4096, 65536, 2**20, 2**24)
+    assert fit_problem("all_reduce", 2, _alpha_beta_points("all_reduce", 2, 100e-6, 1e9, sizes)) is None
+    # +-20% noise, as a busy machine gives: still a fit (its relative RMS is about 0.2)
+    noisy = _alpha_beta_points("all_reduce", 2, 100e-6, 1e9, sizes, [1.2, 0.8, 1.2, 0.8])
+    assert fit_problem("all_reduce", 2, noisy) is None
+    # pure bandwidth whose start-up cost fits below 0: clamped, and the clamped fit describes the points
+    clamped = [(n, n / 1e9 * f) for n, f in ((4096, 0.5), (2**20, 1.0), (2**24, 1.0))]
+    assert fit_problem("send_recv", 2, clamped) is None
+
+
+def test_timings_that_do_not_grow_with_the_size_are_no_fit():
+    # The audit's --quick all-reduce on 2 gloo processes: 4 KB in 2.1 ms, 12 KB in 0.35 ms, 33 KB in 3.3 ms,
+    # published as 0.029 GB/s with latency 0. Its sizes span 33 / 4 = 8x, under MIN_SIZE_SPAN = 64.
+    quick = [(4096, 2.1e-3), (12288, 0.35e-3), (33792, 3.3e-3)]
+    assert fit_problem("all_reduce", 2, quick).startswith(
+        "the sizes span less than 64x, too little to tell start-up cost from bandwidth (4.0 KiB in 2.1 ms, "
+        "12.0 KiB in 350 µs, 33.0 KiB in 3.3 ms)"
+    )
+    # The same at 8 MiB: the largest takes 3.3 / 2.1 = 1.6x the smallest's time, under MIN_TIME_GROWTH = 2.
+    wider = [(4096, 2.1e-3), (12288, 0.35e-3), (8 * 2**20, 3.3e-3)]
+    assert fit_problem("all_reduce", 2, wider).startswith("the time does not grow with the message size")
+    # Flat (start-up cost only, 1 ms whatever the size): least squares clamps the bandwidth to 1e15 B/s.
+    flat = [(n, 1e-3) for n in (4096, 65536, 2**20)]
+    assert fit_problem("all_reduce", 2, flat).startswith("the time does not grow")
+    assert fit_alpha_beta("all_reduce", 2, flat)[1] == pytest.approx(1e15)
+
+
+def test_timings_the_alpha_beta_form_misses_are_no_fit():
+    # Growing 100x overall, but the 64 KiB point is 30x the 1 MiB one: the best fit's relative RMS is ~0.68 > 0.5
+    scattered = [(4096, 1e-4), (65536, 3e-3), (2**20, 1e-4), (2**24, 1e-2)]
+    assert fit_problem("all_reduce", 2, scattered).startswith("the best fit misses the timings by 68% RMS")
+
+
+def test_larger_sizes_are_timed_again_up_to_a_cap():
+    # 4x to 256x the largest: 128 KiB .. 8 MiB, one size every other doubling
+    assert retry_sizes(32 * 1024) == (131072, 524288, 2097152, 8388608)
+    assert retry_sizes(1024 * 2**20) == ()  # already beyond RETRY_LARGEST (256 MiB)
+
+
+def test_a_fit_with_a_problem_is_priced_with_the_data_sheet_and_noted(tmp_path, capsys):
+    fit = {"kind": "all_reduce", "group_size": 2, "medium": "intra_node", "latency": 0.0, "bandwidth": 1e15}
+    problem = "the time does not grow with the message size (4 KiB in 2.1 ms, 33 KiB in 2.2 ms)"
+    fits = [{**fit, "points": [[4096, 2.1e-3], [33792, 2.2e-3]], "problem": problem}]
+    notes = list(fit_notes([CollectiveFit.model_validate(f) for f in fits]))
+    plan = plan_with(tmp_path, profile_dict(collectives=fits, notes=notes))
+    preset = plan_with(tmp_path, None)
+    assert plan.hardware.intra_node_bw == preset.hardware.intra_node_bw  # the cpu data sheet's 2 GB/s
+    assert plan.hardware.measured.collectives == ()
+    assert plan.notes == (
+        "profile cal.json: all_reduce over 2 ranks (intra_node) was not fitted: " + problem + "; its collectives are "
+        "priced with the data sheet's intra_node_bw and intra_node_latency (or another kind's fit) instead. Run "
+        "`planc calibrate` without --quick, or on a quieter machine, to measure it",
+    )
+    plan_file = tmp_path / "p.plan"
+    plan_file.write_text(
+        "model { layers = 2  hidden = 32  heads = 4  vocab = 96  seq_len = 16 }\n"
+        'hardware { device = "cpu"  per_node = 2  profile = "cal.json" }\ntrain { global_batch = 8 }\n'
+    )
+    from planc.cli import main
+
+    assert main(["explain", str(plan_file)]) == 0
+    assert "all_reduce over 2 ranks (intra_node) was not fitted: the time does not grow" in capsys.readouterr().out

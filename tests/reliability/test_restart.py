@@ -59,8 +59,8 @@ def test_three_kills_then_two_damaged_checkpoints(tmp_path, capsys):
     # 0 from scratch; 1 from step 2 (the half-written step-4 checkpoint is never loaded); 2 from step 5,
     # saved when the dying agent's SIGTERM stopped the workers; 3 from step 5 again.
     assert [e["start_step"] for e in attempts] == [0, 2, 5, 5]
-    # torchrun reports the first failure of attempts 0 and 2 (which of the two ranks it names is a race: the
-    # survivor exits right after its peer); the heartbeats name the rank that went silent, and where.
+    # One worker_failed event for each of attempts 0 and 2: the killed rank, not the survivor that exits right
+    # after it (planc.runtime.torchrun._ranked); the heartbeats name the rank that went silent, and where.
     assert len([e for e in events if e["event"] == "worker_failed"]) == 2
     assert [e["signal"] for e in events if e["event"] == "agent_lost"] == ["SIGKILL"]
     assert attempts[1]["causes"][0].startswith("rank 1 stopped without a word while saving the checkpoint of step 4")

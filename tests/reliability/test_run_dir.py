@@ -10,9 +10,12 @@ import time
 import pytest
 
 from planc.cli import main
+from planc.commands.run_checks import discard
+from planc.errors import PlanError
 from planc.rundir.carry_over import compare_plans
 from planc.rundir.events import record_event
 from planc.rundir.metrics_file import DISCARDED_FILE, read_metrics, rewind_metrics
+from planc.rundir.state import inspect_run
 from planc.supervise import descendants, kill_tree
 
 from .conftest import write_plan
@@ -42,8 +45,57 @@ def test_a_rerun_never_mixes_two_runs_and_a_finished_run_is_not_relaunched(tmp_p
     assert "has already finished: 2 step(s) trained (asked: 2)" in capsys.readouterr().err
 
     assert main(["run", str(plan), "--out", str(out), "--fresh", "--print"]) == 0
+    assert "would discard (not with --print) 2 logged step(s)" in capsys.readouterr().err
+    assert (out / "metrics.jsonl").exists() and (out / "events.jsonl").exists()  # --print deletes nothing
+    discard(inspect_run(out), json.loads((out / "plan.json").read_text())["plan"])
     assert "discarded 2 logged step(s)" in capsys.readouterr().err
     assert not (out / "metrics.jsonl").exists() and not (out / "events.jsonl").exists()
+
+
+@pytest.mark.parametrize("directory", ["/tmp/elsewhere", "../ck", "a/../../ck", "./.."])
+def test_a_checkpoint_dir_outside_the_run_directory_is_refused(tmp_path, capsys, directory):
+    plan = _plan(tmp_path, checkpoint=f'every = 2  dir = "{directory}"')
+    assert main(["check", str(plan)]) == 1
+    err = capsys.readouterr().err
+    assert f'checkpoint dir "{directory}" is outside the run directory' in err
+    assert f"{plan}:" in err  # located at the key
+
+
+@pytest.mark.parametrize("directory", ["ck", "a/../ck", "./ck/deeper", "."])
+def test_a_checkpoint_dir_inside_the_run_directory_is_accepted(tmp_path, directory):
+    assert main(["check", str(_plan(tmp_path, checkpoint=f'every = 2  dir = "{directory}"'))]) == 0
+
+
+def test_fresh_removes_only_the_checkpoints_planc_wrote(tmp_path, capsys):
+    """A run directory whose plan.json names a shared folder (written before `planc check` refused one):
+    --fresh removes its step-N entries, never the folder's other files, and --print removes nothing."""
+    plan, out, shared = _plan(tmp_path), tmp_path / "run", tmp_path / "scratch"
+    assert main(["run", str(plan), "--out", str(out), "--print"]) == 0
+    record = json.loads((out / "plan.json").read_text())
+    record["plan"]["checkpoint"]["dir"] = str(shared)
+    (out / "plan.json").write_text(json.dumps(record))
+    shared.mkdir()
+    (shared / "other_project.txt").write_text("not planc's")
+    for name in ("step-00000002", "step-00000004.tmp", "step-00000001.corrupt"):
+        (shared / name).mkdir()
+        (shared / name / "planc.json").write_text(json.dumps({"format": 1, "step": 2}))
+    _metrics(out, [1, 2, 3])
+    capsys.readouterr()
+
+    assert main(["run", str(plan), "--out", str(out), "--fresh", "--print"]) == 0
+    assert "would discard (not with --print) 3 logged step(s) and 3 checkpoint(s)" in capsys.readouterr().err
+    assert sorted(p.name for p in shared.iterdir()) == [
+        "other_project.txt",
+        "step-00000001.corrupt",
+        "step-00000002",
+        "step-00000004.tmp",
+    ]
+    assert (out / "metrics.jsonl").exists()
+
+    discard(inspect_run(out), record["plan"])
+    assert "discarded 3 logged step(s) and 3 checkpoint(s)" in capsys.readouterr().err
+    assert [p.name for p in shared.iterdir()] == ["other_project.txt"]
+    assert (out / "plan.json").exists() and not (out / "metrics.jsonl").exists()
 
 
 def test_printed_commands_carry_restarts_and_the_stop_deadline(tmp_path, capsys):
@@ -184,3 +236,54 @@ def _alive(pid: int) -> bool:
         return True
     except OSError:
         return False
+
+
+def test_a_run_whose_last_save_failed_is_not_finished(tmp_path, capsys):
+    """Every step trained, but the checkpoint of the last one hit a full disk: the newest checkpoint is step 2
+    of 4. That is a failure (exit 1), doctor says so, and running again retrains steps 3-4 from step 2."""
+    from types import SimpleNamespace
+
+    from planc.commands.run import _report
+    from planc.commands.run_checks import check_existing_run
+    from planc.dsl.load import load_plan
+    from planc.strategies.registry import load_registry
+
+    plan, out = _plan(tmp_path), tmp_path / "run"
+    assert main(["run", str(plan), "--out", str(out), "--print"]) == 0
+    _metrics(out, [1, 2, 3, 4])
+    (out / "checkpoints" / "step-00000002").mkdir(parents=True)
+    (out / "checkpoints" / "step-00000002" / "planc.json").write_text(json.dumps({"format": 1, "step": 2}))
+    record_event(out, "launch", steps=4, layout="TP 1 × PP 1 × DP 2 · DDP", world_size=2)
+    record_event(out, "attempt", attempt=0, start_step=0)
+    record_event(out, "checkpoint_failed", step=4, errors={"0": "[Errno 28] No space left on device"}, previous=2)
+    record_event(out, "finished", step=4, checkpoint=None)
+    capsys.readouterr()
+
+    args = SimpleNamespace(file=str(plan))
+    compiled = SimpleNamespace(plan=load_plan(plan, strategies=load_registry()))
+    with pytest.raises(PlanError) as failed:
+        _report(args, compiled, out, SimpleNamespace(stop_signal=None, status=0))
+    assert failed.value.message == (
+        "trained to step 4, but the checkpoint of step 4 could not be saved (the reason is above); the weights of "
+        "steps 3-4 are not saved anywhere: the newest complete checkpoint is step-00000002"
+    )
+    assert failed.value.hint.endswith(
+        f"`planc run {plan} --out {out}` resumes from step 2 and trains the remaining steps again"
+    )
+
+    state = inspect_run(out)
+    assert state.finished_at(4) is None
+    saved = json.loads((out / "plan.json").read_text())["plan"]
+    assert check_existing_run(state, saved, target=4, plan_file=str(plan), fresh=False) is None  # launches again
+
+    assert main(["doctor", str(out)]) == 1
+    report = capsys.readouterr().out
+    assert (
+        "failed: all 4 step(s) trained, but the checkpoint of step 4 could not be saved; "
+        "the newest complete checkpoint is step 2"
+    ) in report
+    assert f"then resume with `planc run {plan} --out {out}` (from step 2)" in report
+
+    (out / "checkpoints" / "step-00000004").mkdir()  # once the step-4 checkpoint exists, the run is finished
+    (out / "checkpoints" / "step-00000004" / "planc.json").write_text(json.dumps({"format": 1, "step": 4}))
+    assert inspect_run(out).finished_at(4) == 4

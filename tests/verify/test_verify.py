@@ -4,6 +4,7 @@ explain's measured table. (The measurements themselves: test_verify_dist.py.)"""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,25 @@ def test_a_step_time_from_a_data_sheet_says_how_to_measure_this_machine(tmp_path
     measured = sheet.hardware.model_copy(update={"profile": "cal.json"})
     assert step_time_basis(measured) is None
     assert "note:" not in render({**result, "step_time_basis": None})
+
+
+def test_a_plan_shorter_than_the_measured_steps_gets_its_schedule_stretched(tmp_path, capsys, monkeypatch):
+    """train.steps = 3 with min_lr = 0: the program refuses to train past step 3 (the schedule has decayed
+    to 0 there), so verify's 5 steps must be launched under a schedule laid over 5 steps."""
+    from planc import launch
+
+    source = (PLANS / "tiny-cpu.plan").read_text()
+    path = tmp_path / "short.plan"
+    for key, value in (("steps", "3"), ("min_lr", "0"), ("warmup_steps", "1")):
+        source = re.sub(rf"(?m)^(\s*{key}\s*=\s*)\S+", rf"\g<1>{value}", source, count=1)
+    path.write_text(source)
+    written = load_plan(path, strategies=REGISTRY)
+    assert (written.train.steps, written.train.min_lr) == (3, 0.0)  # the plan as the test means it
+    launched = []
+    monkeypatch.setattr(
+        launch, "launch_local", lambda compiled, run_dir, steps: launched.append((compiled, steps)) or 1
+    )
+    assert main(["verify", str(path), "--out", str(tmp_path / "v")]) == 1  # the stub "fails" after the launch
+    ((compiled, steps),) = launched
+    assert steps == 5 and compiled.plan.train.steps == 5
+    assert "train.steps = 3 is below verify's 5 measured steps (--steps)" in capsys.readouterr().err

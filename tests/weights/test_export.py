@@ -143,3 +143,38 @@ def test_a_run_without_checkpoints(tmp_path, capsys):
     (run / "plan.json").write_text(json.dumps(record))
     assert main(["export", str(run), "--to", str(tmp_path / "hf")]) == 1
     assert "checkpoint { every = 100 }" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "umask, directory_mode, file_mode", [(0o022, 0o755, 0o644), (0o027, 0o750, 0o640)], ids=["022", "027"]
+)
+def test_an_export_is_as_readable_as_the_umask_says(tmp_path, umask, directory_mode, file_mode):
+    """mkdtemp's staging directory is 0700 and safetensors writes 0600: after the rename, the export must
+    have the modes mkdir and open give under the umask (0o777 & ~umask, 0o666 & ~umask), as config.json has."""
+    import os
+    import stat
+
+    run, _, _ = _run_dir(tmp_path)
+    old = os.umask(umask)
+    try:
+        assert main(["export", str(run), "--to", str(tmp_path / "hf"), "--max-shard-size", "20KB"]) == 0
+        assert main(["export", str(run), "--to", str(tmp_path / "pt"), "--format", "torch"]) == 0
+    finally:
+        os.umask(old)
+    for out in (tmp_path / "hf", tmp_path / "pt"):
+        assert stat.S_IMODE(out.stat().st_mode) == directory_mode
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+        assert len(modes) >= 2 and set(modes.values()) == {file_mode}, modes
+
+
+def test_exporting_a_checkpoint_older_than_the_logged_steps_warns(tmp_path, capsys):
+    """The last saves failed (a full disk): the newest checkpoint is step 2 but metrics.jsonl reached step 5."""
+    run, _, _ = _run_dir(tmp_path, steps=(2,))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(1, 6)))
+    assert main(["export", str(run), "--to", str(tmp_path / "hf")]) == 0
+    out = capsys.readouterr()
+    assert "exported step 2 of" in out.out
+    assert f"warning: the newest checkpoint of {run} is step 2, but training logged step 5" in out.err
+    assert "lacks the last 3 step(s)" in out.err
+    assert main(["export", str(run), "--to", str(tmp_path / "hf2"), "--step", "2"]) == 0  # asked for: no warning
+    assert "warning" not in capsys.readouterr().err
