@@ -301,7 +301,9 @@ def _check_device(values: dict) -> list[SpecIssue]:
         ]
     if not isinstance(device, str) or device in HARDWARE_PRESETS:
         return []
-    missing = [k for k in CUSTOM_DEVICE_REQUIRED if k not in values]
+    # The network may be given per node instead (docs/language.md: "give one of the two").
+    given = set(values) | ({"inter_node_bw"} if "inter_node_bw_per_node" in values else set())
+    missing = [k for k in CUSTOM_DEVICE_REQUIRED if k not in given]
     if not missing:
         return []  # a custom device that states its own numbers
     hint = did_you_mean(device, HARDWARE_PRESETS)

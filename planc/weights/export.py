@@ -245,8 +245,14 @@ def _check_destination(to: Path, overwrite: bool) -> None:
         raise PlanError(f"--to {to} is a file", hint="give a directory to write the export into")
     if to.is_dir() and any(to.iterdir()) and not overwrite:
         raise PlanError(f"--to {to} exists and is not empty", hint="choose a new directory, or pass --overwrite")
-    if not to.parent.is_dir():
-        raise PlanError(f"cannot write {to}: the directory {to.parent} does not exist", hint=f"mkdir -p {to.parent}")
+    if not to.parent.is_dir():  # --to is "created", parents too (as `mkdir -p`; the walkthrough writes exported/tiny)
+        try:
+            to.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PlanError(
+                f"cannot write {to}: cannot create the directory {to.parent} ({exc.strerror})",
+                hint="give a --to under a directory you can write",
+            ) from exc
 
 
 def _write_json(path: Path, data: dict) -> None:

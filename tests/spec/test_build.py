@@ -128,6 +128,22 @@ def test_custom_device_needs_its_numbers():
     assert plan.hardware.memory == 96 * 2**30
 
 
+def test_a_custom_device_may_give_its_network_per_node():
+    # docs/language.md: inter_node_bw or inter_node_bw_per_node, "give one of the two" -- for a
+    # custom device too (it was told its device was unknown and asked for inter_node_bw)
+    plan = plan_with(
+        hardware={
+            "device": "TPU-v9",
+            "per_node": 4,
+            "memory": Quantity.of(96, "GiB"),
+            "peak": Quantity.of(900, "TFLOPS"),
+            "intra_node_bw": Quantity.of(400, "GB/s"),
+            "inter_node_bw_per_node": Quantity.of(100, "GB/s"),
+        }
+    )
+    assert plan.hardware.inter_node_bw == 25e9  # 100 GB/s over the node's 4 devices
+
+
 def test_bf16_on_a_device_without_bf16_is_refused_with_what_to_do():
     """V100 (Volta) tensor cores take fp16 only (NVIDIA V100 data sheet; bf16 arrived with Ampere),
     so a bf16 plan there would be costed at a rate the device cannot reach."""

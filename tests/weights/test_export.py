@@ -109,6 +109,14 @@ def test_torch_format_is_the_state_dict_and_loads_weights_only(tmp_path):
     assert json.loads((tmp_path / "pt" / "plan.json").read_text())["model"]["tie_embeddings"] is True
 
 
+def test_the_export_directory_is_created_with_its_parents(tmp_path):
+    # docs/getting-started.md writes `--to exported/tiny` before exported/ exists, as `mkdir -p`
+    run, _, _ = _run_dir(tmp_path)
+    to = tmp_path / "exported" / "tiny"
+    assert main(["export", str(run), "--to", str(to), "--format", "torch"]) == 0
+    assert (to / "model.pt").is_file()
+
+
 def test_export_errors_say_what_to_do(tmp_path, capsys):
     run, _, _ = _run_dir(tmp_path, steps=(1, 2))
 
