@@ -392,8 +392,12 @@ def _translate(block: str, values: dict, model_cls: type[BaseModel], exc: Valida
         by_key.setdefault(key, []).append(err)
     issues = []
     for key, errors in by_key.items():
-        if not key:
-            issues.append(SpecIssue((block,), "; ".join(e["msg"] for e in errors)))
+        if not key:  # a rule across keys: point at a key it names that the plan wrote (the most
+            # specific: "per device" in a message is not the device key)
+            message = "; ".join(e["msg"].removeprefix("Value error, ") for e in errors)
+            mentioned = [str(k) for k in values if re.search(rf"\b{re.escape(str(k))}\b", message)]
+            named = max(mentioned, key=len, default=None)
+            issues.append(SpecIssue((block, named) if named else (block,), message))
             continue
         field = model_cls.model_fields.get(key)
         if any(e["type"] == "missing" for e in errors):
