@@ -61,7 +61,15 @@ def test_three_kills_then_two_damaged_checkpoints(tmp_path, capsys):
     assert [e["start_step"] for e in attempts] == [0, 2, 5, 5]
     # One worker_failed event for each of attempts 0 and 2: the killed rank, not the survivor that exits right
     # after it (planc.runtime.torchrun._ranked); the heartbeats name the rank that went silent, and where.
-    assert len([e for e in events if e["event"] == "worker_failed"]) == 2
+    failed = [e for e in events if e["event"] == "worker_failed"]
+    assert [(e["local_rank"], e["signal"]) for e in failed] == [(1, "SIGKILL"), (0, "SIGKILL")]
+    # and so does the wrapper's report: the killed rank first, its peers "after" it -- never the peer
+    # that exited with code 1 when its partner vanished (torchrun's own record named whichever came
+    # first in its dict)
+    reports = [line for line in done.stderr.splitlines() if line.startswith("planc: local rank")]
+    killed = [line for line in reports if not line.endswith(("after local rank 1", "after local rank 0"))]
+    assert [line.split(" (pid")[0] for line in killed] == ["planc: local rank 1", "planc: local rank 0"], reports
+    assert all(line.endswith(") was killed by SIGKILL") for line in killed), reports
     assert [e["signal"] for e in events if e["event"] == "agent_lost"] == ["SIGKILL"]
     assert attempts[1]["causes"][0].startswith("rank 1 stopped without a word while saving the checkpoint of step 4")
     assert attempts[2]["causes"][0].startswith("every rank stopped on a signal after step 5 and saved")
