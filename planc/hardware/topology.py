@@ -105,6 +105,11 @@ class GroupLink:
         return "network" if self.crosses_nodes else "nvlink"
 
 
+#: A "link" that moves nothing over any wire: a pipeline hop that stays on its rank (ZB-V's turn), or
+#: a pipeline of one stage.
+LOCAL_LINK = GroupLink(size=1, bandwidth=float("inf"), latency=0.0, nodes=1, per_node=1)
+
+
 def group_ranks(kind: str, dims: ParallelDims, rank: int = 0) -> list[int]:
     """The global ranks of the ``kind`` group ("tp", "dp" or "pp") that contains ``rank``.
 
@@ -211,7 +216,7 @@ class Topology:
         so it sets the pace once its transfers outlast a stage's compute."""
         hops = self.pipeline_hops(dims, v, style)
         if not hops:
-            return GroupLink(size=1, bandwidth=float("inf"), latency=0.0, nodes=1, per_node=1)
+            return LOCAL_LINK
         return min(hops, key=lambda link: (link.bandwidth, -link.latency))
 
     def _boundary(self, dims: ParallelDims, a: int, b: int) -> GroupLink:
@@ -221,7 +226,7 @@ class Topology:
         only on whether it crosses nodes: one crossing pair puts the boundary on the network (with
         2 nodes x 8, tp 2, dp 2, pp 4: stage 1 holds ranks 4-7, stage 2 ranks 8-11, node 1)."""
         if a == b:
-            return GroupLink(size=1, bandwidth=float("inf"), latency=0.0, nodes=1, per_node=1)
+            return LOCAL_LINK
         group, node = dims.dp * dims.tp, self.graph.nodes
         pairs = [(a * group + o, b * group + o) for o in range(group)]
         crossing = next(((x, y) for x, y in pairs if node[x]["node"] != node[y]["node"]), pairs[0])
