@@ -127,6 +127,11 @@ def format_tflops(tflops: float) -> str:
     return f"{tflops:.0f}" if tflops >= 10 else f"{tflops:.3g}"
 
 
+def format_compute(flops: float) -> str:
+    """``312e12 -> '312 TFLOPS'``, ``5e8 -> '0.5 GFLOPS'``."""
+    return f"{flops / 1e12:.4g} TFLOPS" if flops >= 1e12 else f"{flops / 1e9:.4g} GFLOPS"
+
+
 def format_bandwidth(bytes_per_s: float) -> str:
     """``25e9 -> '25 GB/s'`` (a link of one rank: '∞')."""
     return "∞" if bytes_per_s == float("inf") else f"{bytes_per_s / 1e9:.4g} GB/s"

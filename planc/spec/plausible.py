@@ -18,12 +18,7 @@ from typing import NamedTuple
 
 from planc.spec.issues import SpecIssue
 from planc.spec.plan import Plan
-from planc.units import format_bandwidth, format_bytes
-
-
-def format_compute(flops: float) -> str:
-    """``312e12 -> '312 TFLOPS'``, ``5e8 -> '0.5 GFLOPS'``."""
-    return f"{flops / 1e12:.4g} TFLOPS" if flops >= 1e12 else f"{flops / 1e9:.4g} GFLOPS"
+from planc.units import format_bandwidth, format_bytes, format_compute
 
 
 class Bound(NamedTuple):
