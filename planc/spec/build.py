@@ -217,11 +217,34 @@ def _resolve_model_source(values, base_dir, issues, notes, aliases) -> dict | No
         notes.extend(hf_notes)
         origin = ("model", "from")
     else:
+        if _label_meant_as_preset(values, issues):
+            return None
         return resolve_weights(values, None, issues)
     for key in base:
         if key not in values:
             aliases[("model", key)] = origin
     return resolve_weights({**base, **values}, config_dir, issues)
+
+
+#: The keys that describe an architecture: a model block with none of them and no source has none.
+_ARCHITECTURE_KEYS = ("layers", "hidden", "heads", "vocab")
+
+
+def _label_meant_as_preset(values: dict, issues: list[SpecIssue]) -> bool:
+    """``model "llama3-8b" { }``: the quoted label is the model's display name, not a preset, so the
+    block has no architecture and would get four "missing key" errors. When the label is a preset's
+    name (or one misspelt) and no architecture key is written, say what was meant, once."""
+    label = values.get("name")
+    if not isinstance(label, str) or any(key in values for key in _ARCHITECTURE_KEYS):
+        return False
+    if label in MODEL_PRESETS:
+        hint = f'write model {{ preset = "{label}" }}: the quoted label after model only names the model'
+    elif close := did_you_mean(label, MODEL_PRESETS):
+        hint = f"{close} A preset is loaded with model {{ preset = ... }}; the quoted label after model only names the model"
+    else:
+        return False
+    issues.append(SpecIssue(("model", "name"), f"the model block names {label!r} but loads no preset", hint))
+    return True
 
 
 def model_preset_hint(name: str) -> str:
