@@ -240,7 +240,10 @@ def _label_meant_as_preset(values: dict, issues: list[SpecIssue]) -> bool:
     if label in MODEL_PRESETS:
         hint = f'write model {{ preset = "{label}" }}: the quoted label after model only names the model'
     elif close := did_you_mean(label, MODEL_PRESETS):
-        hint = f"{close} A preset is loaded with model {{ preset = ... }}; the quoted label after model only names the model"
+        hint = (
+            f"{close} A preset is loaded with model {{ preset = ... }}; "
+            "the quoted label after model only names the model"
+        )
     else:
         return False
     issues.append(SpecIssue(("model", "name"), f"the model block names {label!r} but loads no preset", hint))

@@ -1,8 +1,9 @@
 """The cost model against what planc's own program measured on GPUs.
 
 ``tests/data/gpu_measured.json`` holds ``planc verify``'s measurements of the 4-layer Llama 3 8B
-plan on one H100 (third session; selective recomputation from the fifth) and one H200 (fourth session; two of its plans deepened to 20
-and 28 layers, which the model puts at 99% of the usable memory), copied from
+plan on one H100 (third session; selective recomputation from the fifth) and one H200 (fourth
+session; two of its plans deepened to 20 and 28 layers, which the model puts at 99% of the usable
+memory), copied from
 ``docs/gpu-runs/`` (docs/gpu.md). They come from the devices, not from the code under test.
 The bounds are looser than what the model scored when the measurements were taken (peaks within
 1.1%, 0.4% since the final norm's and head's saved inputs are counted; steps within 7.6%) so that a
