@@ -8,7 +8,7 @@ import pytest
 
 from planc.errors import PlanErrors, did_you_mean
 from planc.spec import SpecError, build_plan
-from planc.spec.build import model_preset_hint
+from planc.spec.model_hints import model_preset_hint
 from planc.spec.presets import HARDWARE_PRESETS, MODEL_PRESETS
 
 
