@@ -59,6 +59,7 @@ def compile_plan(
         capacity_bytes=estimate.capacity,
         step_s=estimate.step_s,
         tokens_per_s=estimate.tokens_per_s,
+        **_explain_words(plan, choice),
     )
     if not choice.fits and not force:
         from planc.explain.words import suggestion_text
@@ -95,6 +96,21 @@ def compile_plan(
 
 
 __all__ = ["CompiledPlan", "compile_plan", "emit_program", "torchrun_command", "StrategyCall", "Prediction"]
+
+
+def _explain_words(plan: Plan, choice) -> dict[str, str]:
+    """What explain says about the prediction, from the functions explain prints with: the step
+    time's band (or "(uncalibrated)") and the close-to-the-limit memory warning."""
+    from planc.cost.uncertainty import step_time_uncertainty
+    from planc.explain.advice_words import advice_text
+    from planc.explain.totals import band_text
+    from planc.planner.advice import close_to_limit
+
+    warning = close_to_limit(choice)
+    return {
+        "step_band": band_text(step_time_uncertainty(plan.hardware)),
+        "memory_warning": advice_text(warning) if warning is not None else "",
+    }
 
 
 def _capacity_text(plan: Plan, capacity_bytes: float) -> str:

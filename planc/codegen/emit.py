@@ -8,6 +8,7 @@ order -> init -> optimizer -> loop. It imports planc's runtime and strategies, n
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,12 +38,18 @@ class StrategyCall:
 
 @dataclass(frozen=True)
 class Prediction:
-    """The planner's numbers the docstring quotes."""
+    """The planner's numbers the docstring quotes, with explain's words about them."""
 
     memory_bytes: float
     capacity_bytes: float
     step_s: float
     tokens_per_s: float
+    step_band: str = ""
+    """The step time's uncertainty as explain prints it: ``"±9%"`` or ``"(uncalibrated)"``
+    (:func:`planc.explain.totals.band_text`); empty when unknown."""
+    memory_warning: str = ""
+    """Explain's warning when memory is close to the limit (:func:`planc.planner.advice.close_to_limit`
+    in :func:`planc.explain.advice_words.advice_text`'s words); empty when there is none."""
 
 
 def resilience_flags(plan: Plan, max_restarts: int) -> list[str]:
@@ -123,6 +130,7 @@ def emit_program(
         "PREDICTED",
         "argparse",
         "load_registry",
+        "format_bytes",
     }
     builtin_imports, plugin_lines, apply_lines = [], [], []
     for call in strategies:
@@ -145,6 +153,8 @@ def emit_program(
     ]
     if builtin_imports:
         imports.append(f"from planc.strategies import {', '.join(sorted(builtin_imports))}")
+    if prediction is not None:
+        imports.append("from planc.units import format_bytes")
     if plugin_lines:
         imports.append("from planc.strategies.registry import load_registry")
         plugin_block = (
@@ -167,14 +177,17 @@ def emit_program(
             "capacity_bytes": round(prediction.capacity_bytes),
             "step_s": float(f"{prediction.step_s:.4g}"),
             "tokens_per_s": round(prediction.tokens_per_s),
+            "step_band": prediction.step_band,
         }
         prediction_block = (
             "\n# What planc predicted for this layout (`planc explain` shows how).\n"
             f"PREDICTED = {python_literal(numbers)}\n"
         )
+        # Sizes in planc's units (MiB for a CPU run, not "0.03 GiB"), the step with explain's band.
         predicted_print = (
-            "\n        print(f\"predicted: {PREDICTED['memory_bytes'] / 2**30:.2f} GiB per device of \"\n"
-            "              f\"{PREDICTED['capacity_bytes'] / 2**30:.1f}; step {PREDICTED['step_s']:.3g} s\")"
+            "\n        print(f\"predicted: {format_bytes(PREDICTED['memory_bytes'])} per device of \"\n"
+            "              f\"{format_bytes(PREDICTED['capacity_bytes'])}; \"\n"
+            "              f\"step {PREDICTED['step_s']:.3g} s {PREDICTED['step_band']}\")"
         )
     else:
         prediction_block, predicted_print = "", ""
@@ -263,8 +276,22 @@ def _docstring(plan: Plan, layout: Layout, strategies, prediction, program_name:
         f"Strategies  {', '.join(inert_text(s.name, 40) for s in strategies) or 'none'}",
     ]
     if prediction is not None:
+        band = f" {prediction.step_band}" if prediction.step_band else ""
         lines.append(
             f"Predicted   {format_bytes(prediction.memory_bytes)} of {format_bytes(prediction.capacity_bytes)} "
-            f"per device; step {prediction.step_s:.3g} s; {prediction.tokens_per_s:,.0f} tokens/s"
+            f"per device; step {prediction.step_s:.3g} s{band}; {prediction.tokens_per_s:,.0f} tokens/s"
         )
+        if prediction.memory_warning:
+            lines += textwrap.wrap(
+                _docstring_words(prediction.memory_warning.removeprefix("warning: ")),
+                width=100,
+                initial_indent="Warning     ",
+                subsequent_indent=" " * 12,
+            )
     return "\n".join(lines) + "\n"
+
+
+def _docstring_words(text: str) -> str:
+    """planc's own words for the docstring: one line, nothing that could end it or escape (no quote
+    or backslash). Unlike :func:`inert_text`, non-ASCII stays: these words hold no user text."""
+    return " ".join(text.split()).replace("\\", "/").replace('"', "'")

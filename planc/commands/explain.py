@@ -89,17 +89,18 @@ def _misfit(choice) -> PlanError | None:
     )
 
 
-def _measured(plan, layout) -> tuple[dict, str]:
+def _measured(plan, layout, memory) -> tuple[dict, str]:
     """(explain --json's "measured" and "simulated", the text's tables) from a `planc verify` and a
-    `planc verify --simulate` of this very plan; empty without them."""
+    `planc verify --simulate` of this very plan; empty without them. ``memory``: the memory table's
+    stage, whose total the peak rows' prediction is related to."""
     from planc.verify import measured, results
 
     body, text = {}, ""
     for kind, key in (("verify", "measured"), ("simulate", "simulated")):
         found = results.load(plan, layout, kind)
         if found:
-            body[key] = measured.measured_dict(found)
-            text += "\n" + "\n".join(measured.measured_lines(found)) + "\n"
+            body[key] = measured.measured_dict(found, memory)
+            text += "\n" + "\n".join(measured.measured_lines(found, memory)) + "\n"
     return body, text
 
 
@@ -155,7 +156,7 @@ def run(args) -> int:
         write_output(
             Path(args.svg), render_svg(plan, choice), option="--svg", inputs=(Path(args.file),), example="plan.svg"
         )
-    measured_json, measured_text = _measured(plan, choice.layout)
+    measured_json, measured_text = _measured(plan, choice.layout, choice.estimate.memory)
     if args.json:
         # One object: the explanation, and with "error" when nothing fits (exit status 1).
         error = {"error": error_dict(misfit)} if misfit else {}

@@ -69,6 +69,14 @@ def planning_uncertainty(hardware: HardwareSpec | None = None) -> float:
     return CPU_CALIBRATED_RELATIVE if band is None else band
 
 
+def planning_uncertainty_basis(hardware: HardwareSpec | None = None) -> str:
+    """Where :func:`planning_uncertainty` comes from, in words: :func:`uncertainty_basis`, except on
+    an uncalibrated CPU, whose own prediction has no band and whose margin is the calibrated one."""
+    if step_time_uncertainty(hardware) is None:
+        return "the CPU matrix after calibration (docs/accuracy.md); this plan is uncalibrated"
+    return uncertainty_basis(hardware)
+
+
 # -- where the model has been checked: sharded data parallelism at scale --------------------------
 #
 # Sharded data parallelism (ZeRO-2/3, FSDP, HSDP) moves a per-rank volume that does not shrink with

@@ -33,7 +33,7 @@ def _within_margin(a: Advice) -> str:
     why = (
         f"below the {m.floor_s * 1e3:g} ms floor"
         if a.gain - 1 > m.relative / (1 - m.relative)
-        else f"within the model's uncertainty (±{format_percent_fine(m.relative)})"
+        else f"within {_band_words(m)}"
         if m.from_uncertainty
         else f"within the tolerance ({format_percent_fine(m.relative)})"
     )
@@ -46,6 +46,14 @@ def _within_margin(a: Advice) -> str:
         f"{a.rung} would save {saved} ({a.layout.describe()}), {why}: {a.chosen_rung} is kept "
         "(--tolerance 0 picks the fastest)"
     )
+
+
+def _band_words(m) -> str:
+    """``the model's uncertainty (±9.4%)``; on an uncalibrated CPU, the calibrated band it borrows."""
+    pct = format_percent_fine(m.relative)
+    if m.stand_in:
+        return f"the model's uncertainty after calibration (±{pct}, the CPU matrix's; this plan is uncalibrated)"
+    return f"the model's uncertainty (±{pct})"
 
 
 def _close_to_limit(a: Advice) -> str:

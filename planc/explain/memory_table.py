@@ -92,6 +92,11 @@ def memory_dict(est: Estimate) -> dict[str, Any]:
     }
 
 
+def table_unit(s: StageMemory) -> tuple[str, int]:
+    """The table's unit: MiB for a small model (a CPU run), where every row would read 0.00 GiB."""
+    return ("GiB", GiB) if s.total >= GiB else ("MiB", 2**20)
+
+
 def memory_table(est: Estimate, plan: Plan) -> list[str]:
     """The text table: the rows at the peak by group, the total against the capacity, then the
     rows held in another phase of the step (shown, not added)."""
@@ -100,8 +105,7 @@ def memory_table(est: Estimate, plan: Plan) -> list[str]:
     names = [name for _, _, rows in groups for name, _ in rows]
     width = max(44, *(len(n) + 4 for n in names))
     s = est.memory
-    # MiB for a small model (a CPU run), where every row would read 0.00 GiB.
-    unit, size = ("GiB", GiB) if s.total >= GiB else ("MiB", 2**20)
+    unit, size = table_unit(s)
     title = f"  memory per device (worst: pipeline rank {s.rank})"
     lines = [title + unit.rjust(4 + width + 8 - len(title))]
     for group, total, rows in groups:

@@ -176,7 +176,14 @@ def _margin_dict(choice: Choice) -> dict[str, Any] | None:
     m = choice.margin
     if m is None:
         return None
-    return {"relative": m.relative, "floor_s": m.floor_s, "from_uncertainty": m.from_uncertainty}
+    return {
+        "relative": m.relative,
+        "floor_s": m.floor_s,
+        "from_uncertainty": m.from_uncertainty,
+        # where the band comes from: on an uncalibrated CPU not the plan's own (its uncertainty is null)
+        "source": m.source,
+        "stand_in": m.stand_in,
+    }
 
 
 def _plan_dict(plan: Plan, est: Estimate) -> dict[str, Any]:

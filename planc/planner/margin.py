@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from planc.cost.uncertainty import planning_uncertainty
+from planc.cost.uncertainty import planning_uncertainty, planning_uncertainty_basis, step_time_uncertainty
 from planc.units import format_percent_fine
 
 if TYPE_CHECKING:
@@ -56,6 +56,11 @@ class Margin:
     """Seconds per step."""
     from_uncertainty: bool
     """True when ``relative`` is the model's measured uncertainty (no tolerance was given)."""
+    stand_in: bool = False
+    """True when that uncertainty is not the plan's own: CPU processes at the ``cpu`` preset's
+    placeholder rates have none, and take the CPU matrix's after calibration."""
+    source: str = "tolerance"
+    """Where ``relative`` comes from, in words (:func:`planc.cost.uncertainty.planning_uncertainty_basis`)."""
 
     def within(self, step_s: float, best_step_s: float) -> bool:
         """Whether a layout stepping in ``step_s`` is as good as the best (``best_step_s``) within
@@ -64,11 +69,19 @@ class Margin:
         return best_step_s / step_s >= 1.0 - self.relative or gain <= self.floor_s
 
     def describe(self) -> str:
-        """``±9.4% or 5 ms per step (the model's uncertainty)`` / ``5% (tolerance)``."""
+        """``±9.4% or 5 ms per step (the model's measured uncertainty)`` / ``5% (tolerance)``; on an
+        uncalibrated CPU, whose band it is: ``... (the CPU matrix's measured uncertainty after
+        calibration; this plan is uncalibrated)``."""
         pct = format_percent_fine(self.relative)
         if self.from_uncertainty:
-            return f"±{pct} or {self.floor_s * 1e3:g} ms per step (the model's measured uncertainty)"
+            return f"±{pct} or {self.floor_s * 1e3:g} ms per step ({self.uncertainty_words()})"
         return f"{pct} (tolerance)"
+
+    def uncertainty_words(self) -> str:
+        """The band's name: the model's measured uncertainty, or the calibrated one standing in."""
+        if self.stand_in:
+            return "the CPU matrix's measured uncertainty after calibration; this plan is uncalibrated"
+        return "the model's measured uncertainty"
 
 
 def planner_margin(tolerance: float | str | None, hardware: HardwareSpec | None = None) -> Margin:
@@ -76,5 +89,6 @@ def planner_margin(tolerance: float | str | None, hardware: HardwareSpec | None 
     plan's ``hardware`` (GPUs: the published runs'; CPU processes: the CPU matrix's) and the floor;
     a number is taken literally, without the floor."""
     if tolerance is None or tolerance == "auto":
-        return Margin(planning_uncertainty(hardware), FLOOR_S, True)
+        stand_in = step_time_uncertainty(hardware) is None
+        return Margin(planning_uncertainty(hardware), FLOOR_S, True, stand_in, planning_uncertainty_basis(hardware))
     return Margin(float(tolerance), 0.0, False)

@@ -3,9 +3,11 @@
 Each line is flushed as it is written, so a crash loses no finished step. A resumed run appends.
 Fields of every record: ``step`` (1-based count of finished optimizer steps), ``loss``, ``lr``,
 ``step_s``, ``tokens_per_s``, ``grad_norm``, ``memory_bytes`` (peak since the start: CUDA max
-allocated, or the process's peak resident set on CPU), ``elapsed_s`` (wall time since this launch
-began), plus whatever extra fields the caller adds (the loop adds ``mfu``, ``predicted_step_s``,
-``predicted_mfu``, and ``val_loss``/``eval_s`` on evaluation steps). The progress line ends with the
+allocated, or the process's peak resident set on CPU -- the interpreter, torch and every buffer, not
+the tensors planc predicts; the progress line calls it ``mem`` on CUDA and ``rss`` on CPU),
+``elapsed_s`` (wall time since this launch began), plus whatever extra fields the caller adds (the
+loop adds ``mfu``, ``predicted_step_s``, ``predicted_mfu``, and ``val_loss``/``eval_s`` on
+evaluation steps). The progress line ends with the
 elapsed time and an estimate of the time left.
 """
 
@@ -33,6 +35,13 @@ def peak_memory_bytes(device: torch.device | str | None = None) -> int:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # Linux reports kilobytes, macOS bytes.
     return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def memory_label(device: torch.device | str | None = None) -> str:
+    """What the progress line calls :func:`peak_memory_bytes`: ``mem`` (tensors, CUDA) or ``rss``
+    (the whole process's resident set on CPU, a different quantity from any predicted memory)."""
+    device = torch.device(device) if device is not None else None
+    return "mem" if device is not None and device.type == "cuda" else "rss"
 
 
 def _number(value: Any) -> Any:
@@ -101,7 +110,11 @@ class MetricsLogger:
             self._file.flush()
         if step % self.print_every == 0 or step == self.total_steps:
             print(
-                format_progress(record, self.total_steps, eta_s=self._eta(step, elapsed)), file=self.stream, flush=True
+                format_progress(
+                    record, self.total_steps, eta_s=self._eta(step, elapsed), memory=memory_label(self.device)
+                ),
+                file=self.stream,
+                flush=True,
             )
         return record
 
@@ -126,9 +139,12 @@ class MetricsLogger:
         self.close()
 
 
-def format_progress(record: dict[str, Any], total_steps: int | None = None, *, eta_s: float | None = None) -> str:
+def format_progress(
+    record: dict[str, Any], total_steps: int | None = None, *, eta_s: float | None = None, memory: str = "mem"
+) -> str:
     """``step 12/100 | loss 3.2145 | val 3.3012 | lr 3.00e-04 | 12.3 k tok/s | 0.412 s/step (pred 0.380) |
-    mfu 31.0% (pred 33.6%) | grad 0.870 | mem 1.23 GiB | 0:05 elapsed, 0:36 left`` (parts shown when known)."""
+    mfu 31.0% (pred 33.6%) | grad 0.870 | mem 1.23 GiB | 0:05 elapsed, 0:36 left`` (parts shown when known;
+    ``memory``: the memory's label, :func:`memory_label`)."""
     width = len(str(total_steps)) if total_steps else 1
     step = f"step {record['step']:>{width}}" + (f"/{total_steps}" if total_steps else "")
     loss = record["loss"]
@@ -145,7 +161,7 @@ def format_progress(record: dict[str, Any], total_steps: int | None = None, *, e
         parts.append(f"mfu {record['mfu']:.1%}" + (f" (pred {pred_mfu:.1%})" if pred_mfu is not None else ""))
     if isinstance(record.get("grad_norm"), float):
         parts.append(f"grad {record['grad_norm']:.3f}")
-    parts.append(f"mem {record['memory_bytes'] / GIB:.2f} GiB")
+    parts.append(f"{memory} {record['memory_bytes'] / GIB:.2f} GiB")
     if record.get("elapsed_s") is not None:
         parts.append(
             f"{_clock(record['elapsed_s'])} elapsed" + (f", {_clock(eta_s)} left" if eta_s is not None else "")

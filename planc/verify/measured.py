@@ -8,7 +8,13 @@ CPU stand-in the model, batch or device differ from the plan's, so only the erro
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from planc.verify.predicted import PEAK_NET_WORDS, peak_net_bytes
 from planc.verify.report import Row, value_text
+
+if TYPE_CHECKING:
+    from planc.cost.estimate import StageMemory
 
 
 def worst_rows(result: dict) -> list[Row]:
@@ -23,8 +29,9 @@ def worst_rows(result: dict) -> list[Row]:
     return list(chosen.values())
 
 
-def measured_lines(result: dict) -> list[str]:
-    """The explain section: predicted, measured and error per quantity."""
+def measured_lines(result: dict, memory: StageMemory | None = None) -> list[str]:
+    """The explain section: predicted, measured and error per quantity; under a peak row, how its
+    prediction relates to the total of the memory table above (``memory``, the table's stage)."""
     stand_in = bool(result.get("stand_in"))
     if result.get("simulated"):
         title = (
@@ -42,13 +49,33 @@ def measured_lines(result: dict) -> list[str]:
         name = f"{row.section}: {row.name}"
         predicted, measured = value_text(row.predicted, row.unit), value_text(row.measured, row.unit)
         lines.append(f"    {name:<46}{predicted:>12}{measured:>12}{error:>9}  {row.rank}")
+    if memory is not None and any(r.section == "peak memory" and r.measured is not None for r in worst_rows(result)):
+        lines += [f"    peak memory: predicted {PEAK_NET_WORDS}:", f"      {_net_relation(memory)}"]
     return lines
 
 
-def measured_dict(result: dict) -> dict:
-    """explain --json's ``measured``: the same rows as data."""
-    return {
+def _net_relation(memory: StageMemory) -> str:
+    """``pipeline rank 0's total 32.99 MiB above, less 1.57 MiB = 31.42 MiB``, in the table's unit."""
+    from planc.explain.memory_table import table_unit
+
+    unit, size = table_unit(memory)
+    net = peak_net_bytes(memory)
+    return (
+        f"pipeline rank {memory.rank}'s total {memory.total / size:.2f} {unit} above, "
+        f"less {(memory.total - net) / size:.2f} {unit} = {net / size:.2f} {unit}"
+    )
+
+
+def measured_dict(result: dict, memory: StageMemory | None = None) -> dict:
+    """explain --json's ``measured``: the same rows as data, and what the peak rows' prediction is:
+    ``peak_predicted`` in words and, for the memory table's stage, ``peak_net_bytes`` beside its
+    ``memory.total_bytes``."""
+    body = {
         "key": result.get("key"),
         "stand_in": result.get("stand_in", []),
         "rows": [row.as_dict() for row in worst_rows(result)],
+        "peak_predicted": PEAK_NET_WORDS,
     }
+    if memory is not None:
+        body["peak_net_bytes"] = peak_net_bytes(memory)
+    return body

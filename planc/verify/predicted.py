@@ -23,6 +23,10 @@ from planc.cost.zero_partition import partitioned_by_tensor, with_zero1_share, z
 #: Terms a simulation on fake tensors cannot see (planc.cost.driver.finalize adds them last).
 UNSIMULATED_TERMS = ("CUDA context and library workspaces", "allocator margin")
 
+#: What verify's predicted peak is, wherever it is shown beside explain's total (which holds both
+#: terms): the figure comparable to what a tracker or ``max_memory_allocated`` counts (docs/gpu.md).
+PEAK_NET_WORDS = "net of the allocator margin and CUDA context, as the allocator counts"
+
 
 def estimate_for(plan, layout, registry) -> tuple[CostContext, Estimate]:
     """The cost model's context and estimate for ``plan`` under ``layout`` (what explain shows)."""
@@ -61,6 +65,13 @@ def stage_for(
     return memory, ctx.stage(rank)
 
 
+def stored_params_name(memory: StageMemory) -> str:
+    """The name of the parameters a rank stores, as explain's memory table names their row: the fp32
+    master copy where the layout keeps one (the program's parameters are fp32; the bf16 working copy
+    is made per op or per gathered unit), else the parameters themselves."""
+    return "master weights (fp32)" if memory.master else "params"
+
+
 def predicted_for_rank(ctx: CostContext, est: Estimate, pp_rank: int, dp_rank: int | None = None) -> dict:
     """The numbers :mod:`planc.verify.report` holds against one rank's measurements (bytes, seconds)."""
     memory, params = stage_for(ctx, est, pp_rank, dp_rank)
@@ -70,6 +81,7 @@ def predicted_for_rank(ctx: CostContext, est: Estimate, pp_rank: int, dp_rank: i
     per_block = ctx.layer_act.under(ctx.layout.recompute)
     return {
         "model_states": {"params": stored, "grads": memory.grads, "optimizer": memory.optimizer},
+        "params_name": stored_params_name(memory),
         "activations": {"per_block_bytes": per_block, "blocks_bytes": per_block * blocks_per_chunk},
         "comm": {c.group: c.volume for c in est.comm},
         "peak_bytes": memory.total,

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from planc.units import format_bytes, format_seconds
+from planc.verify.predicted import PEAK_NET_WORDS
 
 if TYPE_CHECKING:
     from planc.spec.hardware import HardwareSpec
@@ -44,9 +45,11 @@ class Row:
 def rows_for_rank(measured: dict, predicted: dict) -> list[Row]:
     """Every comparison for one rank's ``verify/rank<R>.json`` record and its prediction."""
     rank = measured["rank"]
+    # The stored parameters are named for what they are (the fp32 master copy under bf16), as explain names them.
+    names = {"params": predicted.get("params_name", "params")}
     rows = [
-        Row(rank, "model states", name, predicted["model_states"][name], measured["model_states"][name])
-        for name in ("params", "grads", "optimizer")
+        Row(rank, "model states", names.get(key, key), predicted["model_states"][key], measured["model_states"][key])
+        for key in ("params", "grads", "optimizer")
     ]
     act = measured.get("activations")
     if act:
@@ -79,7 +82,7 @@ def rows_for_rank(measured: dict, predicted: dict) -> list[Row]:
         rows.extend(_cuda_peak_rows(rank, peak, predicted))
     elif peak:  # MemTracker counts tensors, as max_memory_allocated does: the prediction net of the margin
         net = predicted.get("peak_net_bytes", predicted["peak_bytes"])
-        rows.append(Row(rank, "peak memory", "step peak", net, peak["bytes"], note=_source(peak)))
+        rows.append(Row(rank, "peak memory", "step peak", net, peak["bytes"], note=_net_note(peak)))
     if measured.get("step_s"):
         times = measured["step_s"]
         rows.append(
@@ -160,18 +163,23 @@ def _cuda_peak_rows(rank: int, peak: dict, predicted: dict) -> list[Row]:
     the CUDA context and the allocator margin, and the allocator's cache (``max_memory_reserved``)
     against the prediction less the context alone -- what the margin is for."""
     rows = [
-        Row(rank, "peak memory", "allocated", predicted["peak_net_bytes"], peak["bytes"], note=_source(peak)),
+        Row(rank, "peak memory", "allocated", predicted["peak_net_bytes"], peak["bytes"], note=_net_note(peak)),
     ]
     if peak.get("reserved_bytes"):
         reserved = predicted["peak_bytes"] - predicted.get("context_bytes", 0.0)
-        rows.append(
-            Row(rank, "peak memory", "reserved", reserved, peak["reserved_bytes"], note="cuda max_memory_reserved")
-        )
+        note = "cuda max_memory_reserved; predicted: net of the CUDA context"
+        rows.append(Row(rank, "peak memory", "reserved", reserved, peak["reserved_bytes"], note=note))
     return rows
 
 
 def _source(peak: dict) -> str:
     return "cuda max_memory_allocated" if peak.get("source") == "cuda" else "MemTracker"
+
+
+def _net_note(peak: dict) -> str:
+    """The measurement's source and what the prediction beside it is: not explain's total, which
+    holds the allocator margin and the CUDA context."""
+    return f"{_source(peak)}; predicted: {PEAK_NET_WORDS}"
 
 
 def _comm_rows(rank: int, comm: list[dict], predicted: dict[str, float]) -> list[Row]:

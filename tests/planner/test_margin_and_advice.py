@@ -71,7 +71,7 @@ def test_tiny_model_on_4_cpu_processes_gets_ddp_and_explain_says_why():
     assert (choice.layout.dp, choice.layout.zero) == (4, 0)
     assert choice.best is not None and choice.best.layout.zero > 0  # a more complex layout was (a bit) faster
     words = [advice_text(a) for a in advise(p, choice, REGISTRY)]
-    band = f"within the model's uncertainty (±{CPU_CALIBRATED_RELATIVE:.0%}): DDP is kept"
+    band = f"within the model's uncertainty after calibration (±{CPU_CALIBRATED_RELATIVE:.0%}, the CPU matrix's"
     assert any(w.startswith("ZeRO") and " would save " in w and band in w for w in words), words
     assert choose(p, REGISTRY, tolerance=0.0).layout.zero > 0  # --tolerance 0: the fastest
 
@@ -89,7 +89,7 @@ def test_explain_prints_the_advice_and_json_carries_it(tmp_path, capsys):
     assert main(["explain", str(path)]) == 0
     text = capsys.readouterr().out
     band = f"margin ±{CPU_CALIBRATED_RELATIVE:.0%} or 5 ms per step"  # the CPU matrix's: CPU processes
-    assert band in text and f"within the model's uncertainty (±{CPU_CALIBRATED_RELATIVE:.0%}): DDP is kept" in text
+    assert band in text and "this plan is uncalibrated): DDP is kept" in text
     assert main(["explain", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["margin"]["from_uncertainty"] and out["margin"]["floor_s"] == FLOOR_S
@@ -291,3 +291,39 @@ def test_the_note_states_the_saving_in_the_margins_own_terms():
     )  # fmt: skip
     text = advice_text(advice)
     assert "would save 1.87 s (9.3%) per step" in text and "within the model's uncertainty (±9.4%)" in text
+
+
+def test_an_uncalibrated_cpu_plan_says_whose_band_its_margin_is(tmp_path, capsys):
+    """Review finding 3: at the cpu preset's placeholder rates the step time has no band ("uncalibrated",
+    --json uncertainty null), and the planner borrows the CPU matrix's calibrated ±24%; the header and
+    notes called that "the model's measured uncertainty", as if it were this plan's."""
+    import json
+
+    from planc.cli import main
+
+    path = tmp_path / "tiny.plan"
+    path.write_text(
+        "model { layers = 4  hidden = 64  heads = 4  vocab = 256  seq_len = 64 }\n"
+        'hardware { device = "cpu"  per_node = 4 }\ntrain { global_batch = 16  precision = fp32 }\n'
+    )
+    assert main(["explain", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "(uncalibrated)" in text  # the step time's own band: none
+    assert (
+        "margin ±24% or 5 ms per step (the CPU matrix's measured uncertainty after calibration; "
+        "this plan is uncalibrated)" in text
+    )
+    assert "the model's measured uncertainty)" not in text
+    assert "within the model's uncertainty after calibration (±24%, the CPU matrix's; this plan is uncalibrated)" in (
+        text
+    )
+    assert main(["explain", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["uncertainty"]["step_time_relative"] is None
+    assert out["margin"]["relative"] == CPU_CALIBRATED_RELATIVE and out["margin"]["stand_in"] is True
+    assert out["margin"]["source"].endswith("this plan is uncalibrated")
+    # a GPU plan's margin is its own band, named as before
+    gpu = build_plan({"model": TINY, "hardware": {"device": "A100-80GB", "per_node": 8}, "train": {"global_batch": 16}})
+    margin = planner_margin(None, gpu.hardware)
+    assert not margin.stand_in and "(the model's measured uncertainty)" in margin.describe()
+    assert margin.source.startswith("published runs")

@@ -5,7 +5,7 @@ import json
 
 import torch
 
-from planc.runtime.metrics import MetricsLogger, format_progress, peak_memory_bytes
+from planc.runtime.metrics import MetricsLogger, format_progress, memory_label, peak_memory_bytes
 
 FIELDS = {"step", "loss", "lr", "step_s", "tokens_per_s", "grad_norm", "memory_bytes"}
 
@@ -51,7 +51,15 @@ def test_progress_every_n_steps_and_last(tmp_path):
         logger.log(step, loss=1.0, lr=0.1, step_s=1.0, memory_bytes=3 * 1024**3)
     printed = [line.split(" |")[0] for line in out.getvalue().splitlines()]
     assert printed == ["step 2/5", "step 4/5", "step 5/5"]
-    assert "mem 3.00 GiB" in out.getvalue()
+    assert "rss 3.00 GiB" in out.getvalue()  # on CPU: the process's resident set, not the tensors
+
+
+def test_the_progress_line_names_which_memory_it_shows():
+    """Review finding 5: on CPU the peak is the process's resident set, a different quantity from the
+    predicted memory; the progress line called it "mem" as it does CUDA's max_memory_allocated."""
+    record = {"step": 1, "loss": 1.0, "lr": 0.1, "step_s": 2.0, "memory_bytes": 3 * 1024**3}
+    assert (memory_label("cpu"), memory_label(None), memory_label("cuda:0")) == ("rss", "rss", "mem")
+    assert "| rss 3.00 GiB" in format_progress(record, memory=memory_label("cpu"))
 
 
 def test_peak_memory_grows_with_a_large_allocation():

@@ -174,3 +174,54 @@ def test_a_plan_shorter_than_the_measured_steps_gets_its_schedule_stretched(tmp_
     ((compiled, steps),) = launched
     assert steps == 5 and compiled.plan.train.steps == 5
     assert "train.steps = 3 is below verify's 5 measured steps (--steps)" in capsys.readouterr().err
+
+
+def test_the_predicted_peak_says_it_is_net_of_the_margin_and_context_wherever_it_is_shown(
+    tmp_path, monkeypatch, capsys
+):
+    """Review finding 1: explain's memory table totals the allocator margin and the CUDA context in;
+    verify's predicted peak leaves both out (what a tracker or max_memory_allocated counts), and the
+    same page showed both as "predicted" with nothing saying so."""
+    measured = {"rank": 0, "model_states": {"params": 1, "grads": 1, "optimizer": 2}, "peak": {"bytes": 1000}}
+    predicted = {"model_states": measured["model_states"], "peak_bytes": 1300, "peak_net_bytes": 1050, "comm": {}}
+    (peak,) = [r for r in rows_for_rank(measured, predicted) if r.section == "peak memory"]
+    assert peak.predicted == 1050 and "net of the allocator margin and CUDA context" in peak.note
+    cuda = {**measured, "peak": {"bytes": 1000, "reserved_bytes": 1100, "source": "cuda"}}
+    notes = {r.name: r.note for r in rows_for_rank(cuda, {**predicted, "context_bytes": 150})}
+    assert "net of the allocator margin and CUDA context" in notes["allocated"]
+    assert "net of the CUDA context" in notes["reserved"]
+
+    # explain, beside its table: tiny-cpu (fp32, CPU: no CUDA context) at 4 processes, its table total
+    # = 13.36 (states) + 18.06 (activations) + the 5% margin = 32.99 MiB, of which the margin is
+    # 5% of 31.42 = 1.57 MiB; the verify row's prediction is the 31.42 MiB net of it.
+    monkeypatch.setenv("PLANC_VERIFY_DIR", str(tmp_path / "results"))
+    plan, layout = _chosen("tiny-cpu.plan")
+    row = Row(0, "peak memory", "step peak", 1000.0, 1000.0, note="MemTracker")
+    result = {"key": results.plan_key(plan, layout), "rows": [row.as_dict()], "world_size": 4, "device": "cpu"}
+    results.save(result, tmp_path)
+    assert main(["explain", str(PLANS / "tiny-cpu.plan")]) == 0
+    out = capsys.readouterr().out
+    assert "    total                                             32.99" in out
+    assert "    peak memory: predicted net of the allocator margin and CUDA context, as the allocator counts:" in out
+    assert "      pipeline rank 0's total 32.99 MiB above, less 1.57 MiB = 31.42 MiB" in out
+    assert main(["explain", str(PLANS / "tiny-cpu.plan"), "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert "net of the allocator margin" in body["measured"]["peak_predicted"]
+    assert body["measured"]["peak_net_bytes"] == pytest.approx(body["memory"]["total_bytes"] / 1.05)
+
+
+def test_the_stored_parameters_are_named_for_what_they_are():
+    """Review finding 2: under bf16 a rank stores the fp32 master copy, explain's "master weights
+    (fp32)" row; verify compared it in a row named "params", explain's name for the bf16 working copy."""
+    from planc.verify.predicted import estimate_for, predicted_for_rank
+
+    for name, expected in (("gpt2-small-8xa100.plan", "master weights (fp32)"), ("tiny-cpu.plan", "params")):
+        plan, layout = _chosen(name)
+        ctx, est = estimate_for(plan, layout, REGISTRY)
+        predicted = predicted_for_rank(ctx, est, 0)
+        measured = {"rank": 0, "model_states": {"params": 1, "grads": 1, "optimizer": 1}}
+        names = [r.name for r in rows_for_rank(measured, predicted) if r.section == "model states"]
+        assert names == [expected, "grads", "optimizer"], name
+        # the value is that row's of explain: the fp32 copy under bf16, the parameters under fp32
+        memory = est.memory
+        assert predicted["model_states"]["params"] == (memory.master if memory.master else memory.params)

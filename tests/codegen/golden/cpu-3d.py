@@ -9,7 +9,7 @@ Hardware    8 x cpu (1 node(s) x 8)
 Batch       16 sequences = 1,024 tokens per step (2 per micro-batch, 4 micro-batch(es) per rank), fp32
 Layout      TP 2 × PP 2 × DP 2 · DDP · 1f1b · micro-batch 2 · sequence parallel
 Strategies  pipeline, tensor_parallel, ddp
-Predicted   6.4 MiB of 3.8 GiB per device; step 0.0239 s; 42,851 tokens/s
+Predicted   6.4 MiB of 3.8 GiB per device; step 0.0239 s (uncalibrated); 42,851 tokens/s
 """
 
 import argparse
@@ -18,6 +18,7 @@ from planc.runtime.job import Job
 from planc.runtime.loop import leave, shutdown, train
 from planc.spec import Layout, Plan
 from planc.strategies import ddp, pipeline, tensor_parallel
+from planc.units import format_bytes
 
 # The validated plan, as plain data (`planc check --json` prints it with the derived values,
 # such as the parameter count, which are recomputed here on load).
@@ -99,7 +100,11 @@ PLAN = Plan.model_validate(
 LAYOUT = Layout(tp=2, pp=2, dp=2, zero=0, recompute='none', schedule='1f1b', micro_batch=2, virtual_stages=1, sequence_parallel=True)
 
 # What planc predicted for this layout (`planc explain` shows how).
-PREDICTED = {'memory_bytes': 6724301, 'capacity_bytes': 4080218931, 'step_s': 0.0239, 'tokens_per_s': 42851}
+PREDICTED = {'memory_bytes': 6724301,
+ 'capacity_bytes': 4080218931,
+ 'step_s': 0.0239,
+ 'tokens_per_s': 42851,
+ 'step_band': '(uncalibrated)'}
 
 
 def main() -> None:
@@ -117,8 +122,9 @@ def main() -> None:
     if job.rank == 0:
         print(f"tokens per step: {PLAN.tokens_per_step:,}; parameters: {PLAN.model.params:,}; "
               f"micro-batches per rank: {LAYOUT.grad_accumulation(PLAN.train.global_batch)}")
-        print(f"predicted: {PREDICTED['memory_bytes'] / 2**30:.2f} GiB per device of "
-              f"{PREDICTED['capacity_bytes'] / 2**30:.1f}; step {PREDICTED['step_s']:.3g} s")
+        print(f"predicted: {format_bytes(PREDICTED['memory_bytes'])} per device of "
+              f"{format_bytes(PREDICTED['capacity_bytes'])}; "
+              f"step {PREDICTED['step_s']:.3g} s {PREDICTED['step_band']}")
 
     # Strategies, in composition order: pipeline split -> tensor parallel -> recompute ->
     # precision -> data parallel. Each wraps PyTorch's own implementation; bf16 comes before

@@ -9,7 +9,7 @@ Hardware    2 x cpu (1 node(s) x 2)
 Batch       8 sequences = 256 tokens per step (2 per micro-batch, 2 micro-batch(es) per rank), fp32
 Layout      TP 1 × PP 1 × DP 2 · DDP · micro-batch 2
 Strategies  ddp, powersgd
-Predicted   3.0 MiB of 3.8 GiB per device; step 0.00283 s; 90,301 tokens/s
+Predicted   3.0 MiB of 3.8 GiB per device; step 0.00283 s (uncalibrated); 90,301 tokens/s
 """
 
 import argparse
@@ -18,6 +18,7 @@ from planc.runtime.job import Job
 from planc.runtime.loop import leave, shutdown, train
 from planc.spec import Layout, Plan
 from planc.strategies import ddp
+from planc.units import format_bytes
 from planc.strategies.registry import load_registry
 
 # Third-party strategies come through the same entry-point registry planc planned with.
@@ -106,7 +107,8 @@ LAYOUT = Layout(tp=1, pp=1, dp=2, zero=0, recompute='none', schedule=None, micro
 PREDICTED = {'memory_bytes': 3181517,
  'capacity_bytes': 4080218931,
  'step_s': 0.002835,
- 'tokens_per_s': 90301}
+ 'tokens_per_s': 90301,
+ 'step_band': '(uncalibrated)'}
 
 
 def main() -> None:
@@ -124,8 +126,9 @@ def main() -> None:
     if job.rank == 0:
         print(f"tokens per step: {PLAN.tokens_per_step:,}; parameters: {PLAN.model.params:,}; "
               f"micro-batches per rank: {LAYOUT.grad_accumulation(PLAN.train.global_batch)}")
-        print(f"predicted: {PREDICTED['memory_bytes'] / 2**30:.2f} GiB per device of "
-              f"{PREDICTED['capacity_bytes'] / 2**30:.1f}; step {PREDICTED['step_s']:.3g} s")
+        print(f"predicted: {format_bytes(PREDICTED['memory_bytes'])} per device of "
+              f"{format_bytes(PREDICTED['capacity_bytes'])}; "
+              f"step {PREDICTED['step_s']:.3g} s {PREDICTED['step_band']}")
 
     # Strategies, in composition order: pipeline split -> tensor parallel -> recompute ->
     # precision -> data parallel. Each wraps PyTorch's own implementation; bf16 comes before

@@ -9,7 +9,7 @@ Hardware    4 x cpu (1 node(s) x 4)
 Batch       8 sequences = 256 tokens per step (2 per micro-batch, 4 micro-batch(es) per rank), fp32
 Layout      TP 2 × PP 2 × DP 1 · 1f1b · micro-batch 2 · selective recompute · sequence parallel
 Strategies  pipeline, tensor_parallel, recompute
-Predicted   1.6 MiB of 3.8 GiB per device; step 0.0071 s; 36,036 tokens/s
+Predicted   1.6 MiB of 3.8 GiB per device; step 0.0071 s (uncalibrated); 36,036 tokens/s
 """
 
 import argparse
@@ -18,6 +18,7 @@ from planc.runtime.job import Job
 from planc.runtime.loop import leave, shutdown, train
 from planc.spec import Layout, Plan
 from planc.strategies import pipeline, recompute, tensor_parallel
+from planc.units import format_bytes
 
 # The validated plan, as plain data (`planc check --json` prints it with the derived values,
 # such as the parameter count, which are recomputed here on load).
@@ -102,7 +103,8 @@ LAYOUT = Layout(tp=2, pp=2, dp=1, zero=0, recompute='selective', schedule='1f1b'
 PREDICTED = {'memory_bytes': 1726771,
  'capacity_bytes': 4080218931,
  'step_s': 0.007104,
- 'tokens_per_s': 36036}
+ 'tokens_per_s': 36036,
+ 'step_band': '(uncalibrated)'}
 
 
 def main() -> None:
@@ -120,8 +122,9 @@ def main() -> None:
     if job.rank == 0:
         print(f"tokens per step: {PLAN.tokens_per_step:,}; parameters: {PLAN.model.params:,}; "
               f"micro-batches per rank: {LAYOUT.grad_accumulation(PLAN.train.global_batch)}")
-        print(f"predicted: {PREDICTED['memory_bytes'] / 2**30:.2f} GiB per device of "
-              f"{PREDICTED['capacity_bytes'] / 2**30:.1f}; step {PREDICTED['step_s']:.3g} s")
+        print(f"predicted: {format_bytes(PREDICTED['memory_bytes'])} per device of "
+              f"{format_bytes(PREDICTED['capacity_bytes'])}; "
+              f"step {PREDICTED['step_s']:.3g} s {PREDICTED['step_band']}")
 
     # Strategies, in composition order: pipeline split -> tensor parallel -> recompute ->
     # precision -> data parallel. Each wraps PyTorch's own implementation; bf16 comes before

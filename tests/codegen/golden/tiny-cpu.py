@@ -9,7 +9,7 @@ Hardware    4 x cpu (1 node(s) x 4)
 Batch       32 sequences = 4,096 tokens per step (4 per micro-batch, 2 micro-batch(es) per rank), fp32
 Layout      TP 1 × PP 1 × DP 4 · DDP · micro-batch 4
 Strategies  ddp
-Predicted   33.0 MiB of 3.8 GiB per device; step 0.129 s; 31,711 tokens/s
+Predicted   33.0 MiB of 3.8 GiB per device; step 0.129 s (uncalibrated); 31,711 tokens/s
 """
 
 import argparse
@@ -18,6 +18,7 @@ from planc.runtime.job import Job
 from planc.runtime.loop import leave, shutdown, train
 from planc.spec import Layout, Plan
 from planc.strategies import ddp
+from planc.units import format_bytes
 
 # The validated plan, as plain data (`planc check --json` prints it with the derived values,
 # such as the parameter count, which are recomputed here on load).
@@ -102,7 +103,8 @@ LAYOUT = Layout(tp=1, pp=1, dp=4, zero=0, recompute='none', schedule=None, micro
 PREDICTED = {'memory_bytes': 34591334,
  'capacity_bytes': 4080218931,
  'step_s': 0.1292,
- 'tokens_per_s': 31711}
+ 'tokens_per_s': 31711,
+ 'step_band': '(uncalibrated)'}
 
 
 def main() -> None:
@@ -120,8 +122,9 @@ def main() -> None:
     if job.rank == 0:
         print(f"tokens per step: {PLAN.tokens_per_step:,}; parameters: {PLAN.model.params:,}; "
               f"micro-batches per rank: {LAYOUT.grad_accumulation(PLAN.train.global_batch)}")
-        print(f"predicted: {PREDICTED['memory_bytes'] / 2**30:.2f} GiB per device of "
-              f"{PREDICTED['capacity_bytes'] / 2**30:.1f}; step {PREDICTED['step_s']:.3g} s")
+        print(f"predicted: {format_bytes(PREDICTED['memory_bytes'])} per device of "
+              f"{format_bytes(PREDICTED['capacity_bytes'])}; "
+              f"step {PREDICTED['step_s']:.3g} s {PREDICTED['step_band']}")
 
     # Strategies, in composition order: pipeline split -> tensor parallel -> recompute ->
     # precision -> data parallel. Each wraps PyTorch's own implementation; bf16 comes before
