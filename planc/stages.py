@@ -127,6 +127,29 @@ def holds_turn(rank: int, pp: int, style: StageStyle = "looped") -> bool:
     return style == "v" and rank_of_stage(pp - 1, pp, 2, style) == rank == rank_of_stage(pp, pp, 2, style)
 
 
+def busiest_rank_pair_boundaries(pp: int, v: int, style: StageStyle = "looped") -> int:
+    """Stage boundaries (stage s feeding stage s + 1) between the pair of pipeline ranks that
+    shares the most: each carries every micro-batch's activation one way and its gradient back.
+
+    Looped: rank i feeds rank i + 1 at v boundaries and the last rank feeds rank 0 at v - 1 (the
+    wrap to the next round of chunks); with pp = 2 both are the same pair, 2 v - 1 boundaries
+    (torch's ``ScheduleInterleaved1F1B``, pp 2, v 2: rank 0 sends 64 activations and 32 gradients
+    of 32 micro-batches, and receives 32 and 64). V: rank i and i + 1 meet twice, once on each
+    leg; the turn stays on its rank.
+
+    >>> busiest_rank_pair_boundaries(4, 2), busiest_rank_pair_boundaries(2, 2), busiest_rank_pair_boundaries(2, 1)
+    (2, 3, 1)
+    >>> busiest_rank_pair_boundaries(2, 2, "v")
+    2
+    """
+    shared: dict[frozenset[int], int] = {}
+    for s in range(pp * v - 1):
+        pair = frozenset((rank_of_stage(s, pp, v, style), rank_of_stage(s + 1, pp, v, style)))
+        if len(pair) == 2:
+            shared[pair] = shared.get(pair, 0) + 1
+    return max(shared.values(), default=0)
+
+
 def representative_ranks(pp: int, style: StageStyle = "looped") -> tuple[int, ...]:
     """Pipeline ranks whose memory and time bound all others.
 

@@ -142,6 +142,15 @@ def format_percent(fraction: float) -> str:
     return f"{fraction * 100:.0f}%"
 
 
+def format_signed_percent(fraction: float, decimals: int = 0) -> str:
+    """``0.021 -> '+2%'``, ``-0.004 -> '0%'``: a change with its sign, and none where it rounds to
+    zero (a "-0%" read as a loss that is not there)."""
+    text = f"{abs(fraction):.{decimals}%}"
+    if round(abs(fraction) * 100, decimals) == 0:
+        return text
+    return ("+" if fraction > 0 else "-") + text
+
+
 def format_percent_fine(fraction: float) -> str:
     """``0.0931 -> '9.3%'``, ``0.22 -> '22%'``: one decimal where it tells two close numbers apart
     (a 9.3% saving against a ±9.4% margin), none for whole ones."""

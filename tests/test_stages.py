@@ -211,3 +211,44 @@ def test_zero_bubble_head_holds_the_logits_torchs_order_holds(vs, style):
         ), (p, v, m)
         checked += 1
     assert checked > 20
+
+
+def test_the_busiest_pair_of_ranks_shares_v_boundaries_or_2v_minus_1_with_two():
+    from planc.stages import busiest_rank_pair_boundaries
+
+    # looped, pp 4 v 2: stages 0..7 on ranks 0 1 2 3 0 1 2 3; ranks 0-1 meet at 0->1 and 4->5
+    assert busiest_rank_pair_boundaries(4, 2) == 2
+    # pp 2 v 2: 0->1, 1->2 (the wrap) and 2->3 all join ranks 0 and 1
+    assert busiest_rank_pair_boundaries(2, 2) == 3
+    assert busiest_rank_pair_boundaries(2, 3) == 5
+    assert busiest_rank_pair_boundaries(2, 1) == 1 and busiest_rank_pair_boundaries(8, 1) == 1
+    # V, pp 4: stages 0..7 on ranks 0 1 2 3 3 2 1 0; 3->4 stays on rank 3
+    assert busiest_rank_pair_boundaries(4, 2, "v") == 2
+
+
+@pytest.mark.parametrize("pp, v", [(2, 2), (4, 2), (2, 3)])
+def test_the_busiest_pair_matches_torchs_interleaved_schedule(pp, v):
+    """Count the sends between each pair of ranks in the actions torch's ScheduleInterleaved1F1B
+    runs (its order with the send/receive actions added, as it executes them)."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from planc.stages import busiest_rank_pair_boundaries
+
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    if not hasattr(schedules, "_add_send_recv"):
+        pytest.skip("this torch has no _add_send_recv")
+    m = 4 * pp
+    stages = [SimpleNamespace(group_size=pp, group_rank=0, stage_index=c * pp, num_stages=pp * v) for c in range(v)]
+    order = schedules.ScheduleInterleaved1F1B(stages, m).pipeline_order
+    actions = schedules._add_send_recv(
+        {r: [a for a in acts if a is not None] for r, acts in order.items()}, lambda s: s % pp, pp * v
+    )
+    sends = Counter()
+    for rank, acts in actions.items():
+        for a in acts:
+            if a.computation_type == schedules.SEND_F:
+                sends[frozenset((rank, (a.stage_index + 1) % pp))] += 1
+            elif a.computation_type == schedules.SEND_B:
+                sends[frozenset((rank, (a.stage_index - 1) % pp))] += 1
+    assert max(sends.values()) == 2 * m * busiest_rank_pair_boundaries(pp, v)

@@ -6,11 +6,11 @@ from planc.cost.uncertainty import sharded_dp_beyond
 from planc.planner.advice import Advice
 from planc.planner.checked import widest_checked
 from planc.planner.margin import TIE_BAND
-from planc.units import format_bandwidth, format_bytes, format_percent_fine, format_seconds
+from planc.units import format_bandwidth, format_bytes, format_percent_fine, format_seconds, format_signed_percent
 
 
 def _faster(gain: float) -> str:
-    return f"{gain:.1f}× faster" if gain >= 1.5 else f"{gain - 1:+.0%}"
+    return f"{gain:.1f}× faster" if gain >= 1.5 else format_signed_percent(gain - 1)
 
 
 def advice_text(a: Advice) -> str:
@@ -66,7 +66,7 @@ def _close_to_limit(a: Advice) -> str:
     if a.layout is not None and a.gain is not None and a.other_memory_bytes is not None:
         text += (
             f"; roomier: {a.layout.describe()} at {format_bytes(a.other_memory_bytes)}, "
-            f"{a.gain - 1:+.0%} tokens/s (fix its keys to get it)"
+            f"{format_signed_percent(a.gain - 1)} tokens/s (fix its keys to get it)"
         )
     return text
 
@@ -122,7 +122,7 @@ def _unchecked(a: Advice) -> str:
     widest = widest_checked()
     checked = (
         f"more ranks than any published run the model was checked on (at most {widest.shard_ranks}, "
-        f"at {widest.traffic_ratio:.2f}×: {widest.run}, predicted {widest.error:+.0%})"
+        f"at {widest.traffic_ratio:.2f}×: {widest.run}, predicted {format_signed_percent(widest.error)})"
         if widest
         else "and no published run checks the model there"
     )

@@ -9,6 +9,7 @@ with its phases and an ``at_peak`` flag, so the at-peak rows of each group sum t
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 from planc.cost.estimate import PHASES_JOINED, Estimate, StageMemory, Term
@@ -99,7 +100,9 @@ def table_unit(s: StageMemory) -> tuple[str, int]:
 
 def memory_table(est: Estimate, plan: Plan) -> list[str]:
     """The text table: the rows at the peak by group, the total against the capacity, then the
-    rows held in another phase of the step (shown, not added)."""
+    rows held in another phase of the step (shown, not added). The printed rows add up to their
+    printed group and the groups to the printed total (:func:`printed_hundredths`); ``--json``
+    keeps the exact bytes."""
     groups = memory_rows(est)
     hw = plan.hardware
     names = [name for _, _, rows in groups for name, _ in rows]
@@ -108,14 +111,15 @@ def memory_table(est: Estimate, plan: Plan) -> list[str]:
     unit, size = table_unit(s)
     title = f"  memory per device (worst: pipeline rank {s.rank})"
     lines = [title + unit.rjust(4 + width + 8 - len(title))]
-    for group, total, rows in groups:
-        lines.append(f"    {group:<{width}}{total / size:>8.2f}")
-        lines += [f"      {name:<{width - 2}}{value / size:>8.2f}" for name, value in rows if value]
+    total = round(s.total / size * 100)
+    for (group, _, rows), shown in zip(groups, printed_hundredths([g / size for _, g, _ in groups], total)):
+        rows = [(name, value) for name, value in rows if value]
+        lines.append(f"    {group:<{width}}{shown / 100:>8.2f}")
+        parts = printed_hundredths([value / size for _, value in rows], shown)
+        lines += [f"      {name:<{width - 2}}{part / 100:>8.2f}" for (name, _), part in zip(rows, parts)]
     share = s.total / est.capacity
     headroom = f" = {format_bytes(hw.memory)} less {hw.headroom:.0%} headroom" if hw.headroom else ""
-    lines.append(
-        f"    {'total':<{width}}{s.total / size:>8.2f}  of {format_bytes(est.capacity)}  ({share:.0%}){headroom}"
-    )
+    lines.append(f"    {'total':<{width}}{total / 100:>8.2f}  of {format_bytes(est.capacity)}  ({share:.0%}){headroom}")
     elsewhere = [
         (f"{r.name} ({PHASES_JOINED.join(r.phases)} phase{'s' if len(r.phases) > 1 else ''})", r.value)
         for r in (*activation_rows(s), *transient_rows(s))
@@ -128,3 +132,36 @@ def memory_table(est: Estimate, plan: Plan) -> list[str]:
         lines += ["", f"    not at the peak ({where} is larger):"]
         lines += [f"      {name:<{width - 2}}{value / size:>8.2f}" for name, value in elsewhere]
     return lines
+
+
+def printed_hundredths(values: list[float], total: int) -> list[int]:
+    """``values`` (which add up to about ``total / 100``) in whole hundredths that add up to
+    exactly ``total``: each rounded down, then the hundredths left over go to the values with the
+    largest remainders (largest-remainder apportionment, Hamilton's method), equal values together
+    where enough are left (fp32 master weights and gradients are the same size and should read so),
+    else to the next largest remainder. Rounding each row on its own printed rows that missed their
+    printed total by 0.01 (issue 12: every printed total is the sum of its printed rows); this
+    moves no value by more than 0.01 from its exact figure."""
+    if not values:
+        return []
+    scaled = [v * 100 for v in values]
+    shown = [math.floor(x) for x in scaled]
+    left = total - sum(shown)
+    if left < 0:  # only when the values add up to more than the total: take from the smallest remainders
+        for i in sorted(range(len(values)), key=lambda i: scaled[i] - shown[i])[:-left]:
+            shown[i] -= 1
+        return shown
+    equal: dict[float, list[int]] = {}
+    for i, x in enumerate(scaled):
+        equal.setdefault(x, []).append(i)
+    blocs = sorted(equal.values(), key=lambda bloc: scaled[bloc[0]] - shown[bloc[0]], reverse=True)
+    for bloc in blocs:
+        if 0 < len(bloc) <= left:
+            left -= len(bloc)
+            for i in bloc:
+                shown[i] += 1
+    # Still left: equal values that did not fit together; split the largest remainder's.
+    order = sorted(range(len(values)), key=lambda i: scaled[i] - shown[i], reverse=True)
+    for k in range(left):
+        shown[order[k % len(order)]] += 1
+    return shown

@@ -7,6 +7,7 @@ from planc.cost import CostPass, evaluate
 from planc.cost.estimate import replace
 from planc.spec import Layout, build_plan
 from planc.strategies.registry import load_registry
+from planc.units import format_bytes
 
 
 def plan():
@@ -90,7 +91,7 @@ def test_tp_traffic_names_the_activations_dtype(precision, dtype, mib):
     fp32_or_bf16 = plan().model_copy(update={"train": plan().train.model_copy(update={"precision": precision})})
     registry = load_registry()
     est = evaluate(fp32_or_bf16, layout(), registry.passes(fp32_or_bf16, layout()))
-    assert f"({2 * mib} MiB in {dtype})" in est.comm_of("tp").detail
+    assert f"({2 * mib}.0 MiB in {dtype})" in est.comm_of("tp").detail
 
 
 def test_pipeline_traffic_is_priced_on_its_slowest_boundary():
@@ -114,3 +115,75 @@ def test_pipeline_traffic_is_priced_on_its_slowest_boundary():
     assert pp.total == pytest.approx(2 * 32 * crossing)
     # the first micro-batch's warm-up and the last one's cool-down cross the slow boundary at least
     assert pp.exposed >= 2 * crossing
+
+
+def _interleaved_pp2():
+    """The review's plan (finding 7): Llama 3 8B at 4096 tokens on 2 H100 nodes, TP 4 x PP 2 x DP 2,
+    interleaved with 2 chunks per rank, 64 / (dp 2 x micro-batch 1) = 32 micro-batches."""
+    from planc.cost import build_context
+
+    p = build_plan(
+        {
+            "model": {"preset": "llama3-8b", "seq_len": 4096},
+            "hardware": {"device": "H100-SXM", "nodes": 2},
+            "train": {"global_batch": 64, "micro_batch": 1},
+        }
+    )
+    lay = Layout(
+        tp=4,
+        pp=2,
+        dp=2,
+        zero=1,
+        recompute="selective",
+        schedule="interleaved",
+        virtual_stages=2,
+        sequence_parallel=True,
+        micro_batch=1,
+    )
+    return evaluate(p, lay, load_registry().passes(p, lay)), build_context(p, lay)
+
+
+def test_pipeline_receive_buffers_say_what_they_count():
+    """Rank 0 holds stages 0 and 2 of 4: stage 2 receives each micro-batch's activation (32),
+    both receive each one's gradient (64). The label said "96 = one per chunk-micro-batch", of
+    which rank 0 has 64."""
+    est, ctx = _interleaved_pp2()
+    # one boundary tensor: 4096 tokens x 4096 x 4 B (the fp32 residual stream) / TP 4 (SP) = 16 MiB
+    assert ctx.boundary_bytes == 4096 * 4096 * 4 / 4
+    rank0 = next(s for s in est.stages if s.rank == 0)
+    (term,) = [t for t in rank0.transient if t.name.startswith("pipeline receive buffers")]
+    assert term.name == "pipeline receive buffers (32 activation + 64 gradient, one per chunk-micro-batch received)"
+    assert term.value == 96 * 16 * 2**20
+
+
+def test_pipeline_transfers_with_two_ranks_count_the_wrap_too():
+    """With pp = 2 the wrap from stage 1 (rank 1) to stage 2 (rank 0) joins the same two ranks as
+    stages 0 -> 1 and 2 -> 3: 3 boundaries x 32 micro-batches x (activation + gradient) = 192
+    transfers of 16 MiB between them, 96 each way (torch's schedule: rank 0 sends 64 activations
+    and 32 gradients); the row said 2 m v = 128 and "0.0 MiB" for a CPU plan's 32 KiB."""
+    est, _ = _interleaved_pp2()
+    pp = est.comm_of("pp")
+    assert pp.volume == 192 * 16 * 2**20
+    assert pp.detail.startswith("192 p2p transfers of 16.0 MiB per step")
+    assert "(96 each way)" in pp.detail
+
+
+def test_detail_lines_print_bytes_in_a_unit_that_shows_them():
+    """cpu-3d (TP 2 x PP 2 x DP 2, 1F1B, SP, fp32; micro-batch 2 x 64 tokens, hidden 128): the
+    details read "0.00 GiB", "0.0 MiB" and "0 MiB" beside a per-step column of KiB (finding 8)."""
+    from pathlib import Path
+
+    from planc.dsl.load import load_plan
+
+    registry = load_registry()
+    p = load_plan(Path(__file__).resolve().parents[2] / "plans" / "cpu-3d.plan", strategies=registry)
+    from planc.planner import choose
+
+    est = choose(p, registry).estimate
+    # TP: one activation, 2 x 64 tokens x 128 x 4 B = 64 KiB
+    assert "(64.0 KiB in fp32)" in est.comm_of("tp").detail
+    # PP: the same tensor over the 2 TP ranks under SP = 32 KiB, 2 x 4 micro-batches x 1 boundary
+    assert est.comm_of("pp").detail.startswith("8 p2p transfers of 32.0 KiB per step")
+    # DP over 2: a ring all-reduce moves 2 (2 - 1) / 2 = 1 x the gradients it reduces
+    dp = est.comm_of("dp")
+    assert dp.detail.startswith(f"all-reduce of {format_bytes(dp.volume)} fp32 gradients")

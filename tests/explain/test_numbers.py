@@ -34,3 +34,41 @@ def test_a_huge_slowdown_is_scientific():
         chosen_step_s=1.5,
     )
     assert "fits (1.0 GiB) but 3.21e+06× slower: step 4.81e+06 s vs 1.50 s" in rejection_reason(r)
+
+
+def test_a_change_that_rounds_to_zero_has_no_sign():
+    """explain's alternatives printed "(-0%)" for a layout 0.3% slower (review, finding 10)."""
+    from planc.units import format_signed_percent
+
+    assert format_signed_percent(-0.003) == "0%"
+    assert format_signed_percent(0.0049) == "0%"
+    assert format_signed_percent(0.021) == "+2%"
+    assert format_signed_percent(-0.016, 1) == "-1.6%"
+    assert format_signed_percent(-0.0004, 1) == "0.0%"
+
+
+def test_the_alternatives_and_the_notes_measure_a_gap_alike():
+    """gpt3-1.3b: the note said ZeRO-2 "would save 91.0 ms (1.6%) per step" (of the chosen step)
+    while the list gave the same layout "(+2%)" (of tokens/s), unlabelled. The list now gives the
+    step time's change, the note's measure: 5.68 s against 5.77 s is -1.6%."""
+    import re
+    from dataclasses import replace
+    from pathlib import Path
+
+    from planc.dsl.load import load_plan
+    from planc.explain.report import render_text
+    from planc.planner import choose
+    from planc.planner.advice import advise
+    from planc.strategies.registry import load_registry
+
+    registry = load_registry()
+    plan = load_plan(Path(__file__).resolve().parents[2] / "plans" / "gpt3-1.3b-8xa100.plan", strategies=registry)
+    choice = choose(plan, registry)
+    text = render_text(plan, replace(choice, advice=advise(plan, choice, registry)))
+    saved = re.search(r"ZeRO-2 would save \S+ ms \((\d+\.\d)%\) per step \((.+?)\)", text)
+    assert saved, text
+    layout = saved.group(2)
+    listed = re.search(rf"\d\. {re.escape(layout)}\n +\S+ k tokens/s · step \S+ s \((\S+)\)", text)
+    assert listed, text
+    assert listed.group(1) == f"-{saved.group(1)}%"
+    assert "(-0%)" not in text and "(+0%)" not in text

@@ -7,6 +7,7 @@ from planc.cost.data_parallel import bucket_bytes, bucket_terms, grad_all_reduce
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import bf16_weights, fsdp_gather_bytes
 from planc.cost.wrappers import ddp_seconds, replicate_seconds, with_dtensor_optimizer, with_wrapper_time
+from planc.units import format_bytes
 
 #: Bytes per parameter that FSDP2's ``replicate`` moves outside the GEMMs per micro-batch under
 #: bf16 (the same machinery as ``fully_shard``, on a shard of the whole parameter): the fp32 -> bf16
@@ -42,7 +43,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         units = max(st.layers + st.embedding + st.head for st in ctx.stages)
         psi = max(st.params for st in ctx.stages)
         nbytes, seconds, exposed = grad_all_reduce(ctx, ctx.grad_reduce_bytes * psi / units)
-        detail = f"all-reduce of {nbytes / 2**30:.2f} GiB fp32 gradients, one per block (replicate)"
+        detail = f"all-reduce of {format_bytes(nbytes)} fp32 gradients, one per block (replicate)"
 
         def transient(s: StageMemory) -> tuple[Term, ...]:
             st = ctx.stage(s.rank)
@@ -54,7 +55,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         wrapper = ("replicate hooks and copies (measured)", replicate_seconds(ctx, units))
     else:
         nbytes, seconds, exposed = grad_all_reduce(ctx, bucket_bytes(options))
-        detail = f"all-reduce of {nbytes / 2**30:.2f} GiB fp32 gradients"
+        detail = f"all-reduce of {format_bytes(nbytes)} fp32 gradients"
 
         def transient(s: StageMemory) -> tuple[Term, ...]:
             return bucket_terms(ctx, s.rank)

@@ -19,6 +19,7 @@ from planc.cost.memory import (
 )
 from planc.cost.wrappers import pp_seconds, with_wrapper_time
 from planc.hardware.topology import GroupLink
+from planc.units import format_bytes
 
 
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
@@ -44,12 +45,14 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
       1F1B and interleaved (when m >= p); zero-bubble runs the weight-gradient passes in it,
       leaving (f + b - 2 w)/(f + b) of it (a third when the three passes take equal time).
     - **p2p**: each stage-micro-batch sends its boundary tensor forward and its gradient back:
-      2 m v transfers of ``ctx.boundary_bytes``, priced on the slowest boundary between stages
+      2 m v transfers of ``ctx.boundary_bytes`` between two neighbouring ranks (2 m (2 v - 1) with
+      pp = 2, whose two ranks also share the wrap from the last stage of a round to the first of
+      the next: :func:`~planc.stages.busiest_rank_pair_boundaries`), priced on the slowest boundary between stages
       (``ctx.links["pp_p2p"]``: one that crosses nodes, even when the first does not). torch
       posts them asynchronously: only the p v - 1 hops of warm-up and the same of cool-down, each
       at its own link, and any excess of a slowest-boundary transfer over a stage's compute, are
       exposed; Megatron 2021 waits on each. (Under ZBV one hop per direction stays on its rank,
-      the turn of the V: free on the warm-up's path, counted among the 2 m v transfers.)
+      the turn of the V: free on the warm-up's path, and not among the 2 m v transfers.)
     """
     if ctx.layout.pp == 1:
         return est
@@ -67,8 +70,9 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
     st = ctx.stage(s.rank)
     chunks = stages.chunks_in_flight(lay.schedule, lay.pp, v, m, s.rank, ctx.stage_style)
     if ctx.profile.pp_recv_buffers == "per_microbatch":
-        buffers = m * (v - st.embedding) + m * (v - st.head)
-        label = f"pipeline receive buffers ({buffers} = one per chunk-micro-batch)"
+        activations, gradients = m * (v - st.embedding), m * (v - st.head)
+        buffers = activations + gradients
+        label = f"pipeline receive buffers ({_receive_buffers_text(activations, gradients)})"
     else:
         buffers = (not st.embedding or v > 1) + (not st.head or v > 1)
         label = "pipeline send/receive buffers"
@@ -105,6 +109,14 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         transient=terms,
         first_backward_frees=st.layers / v if before_any_backward else 0.0,
     )
+
+
+def _receive_buffers_text(activations: int, gradients: int) -> str:
+    """``'32 activation + 64 gradient, one per chunk-micro-batch received'``: a rank holding
+    stages 0 and 2 of 4 receives no activation for stage 0 and both for stage 2; what it receives
+    is not its chunk-micro-batches (64 here), so the count says what it counts."""
+    kinds = [f"{n} {what}" for n, what in ((activations, "activation"), (gradients, "gradient")) if n]
+    return f"{' + '.join(kinds)}, one per chunk-micro-batch received"
 
 
 def _waiting_micro_batches(ctx: CostContext) -> tuple[Term, ...]:
@@ -220,9 +232,10 @@ def _p2p(ctx: CostContext) -> CommCost:
     transfer = _hop_seconds(ctx, link)
     # The warm-up and cool-down run one micro-batch over every hop in turn, each at its own link.
     path = sum(_hop_seconds(ctx, hop) for hop in ctx.links["pp_hops"])
-    transfers = 2 * m * v
-    # The ranks beside the slowest boundary send each chunk-micro-batch's activation over it and
-    # receive its gradient back over it.
+    # The busiest pair of neighbouring ranks: every micro-batch's activation one way and its
+    # gradient back at each stage boundary between them -- v per pair, or 2 v - 1 with pp = 2,
+    # where the wrap from the last rank to the first joins the same two ranks.
+    transfers = 2 * m * stages.busiest_rank_pair_boundaries(lay.pp, v, ctx.stage_style)
     total = transfers * transfer
     if prof.pp_p2p_blocking:
         exposed = total
@@ -236,7 +249,10 @@ def _p2p(ctx: CostContext) -> CommCost:
         total=total,
         exposed=exposed,
         medium=link.medium,
-        detail=f"{transfers} p2p transfers of {boundary / 2**20:.1f} MiB per step",
+        detail=(
+            f"{transfers} p2p transfers of {format_bytes(boundary)} per step between the busiest pair of "
+            f"neighbouring ranks ({transfers // 2} each way)"
+        ),
     )
 
 

@@ -8,6 +8,7 @@ from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.params import whole_embedding_gradient_rows
 from planc.cost.wrappers import tp_seconds, with_dtensor_optimizer, with_wrapper_time
 from planc.strategies.bf16.cost_pass import block_copy_bytes
+from planc.units import format_bytes
 
 
 def tp_block_collectives(ctx: CostContext) -> tuple[float, float, float]:
@@ -72,7 +73,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     total = m * (layers * (fwd + bwd) + edges)
     volume = m * (layers * sent + edge_volume)
     kind = "all-gather/reduce-scatter pairs" if lay.sequence_parallel else "all-reduces"
-    mib = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden / 2**20
+    one = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden  # bytes of one collective's activation
     dtype = "bf16" if ctx.compute_bytes == 2 else "fp32"  # the activations' dtype, as the size counts them
     comm = CommCost(
         "tp",
@@ -80,7 +81,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         total=total,
         exposed=total,
         medium=link.medium,
-        detail=f"4 activation {kind} per block per micro-batch ({mib:.0f} MiB in {dtype})",
+        detail=f"4 activation {kind} per block per micro-batch ({format_bytes(one)} in {dtype})",
     )
     est = with_dtensor_optimizer(with_wrapper_time(est, "DTensor dispatch (measured)", tp_seconds(ctx)), ctx)
     return est.updated(comm=comm, stage_fn=lambda s: _replicated_embedding_grad(ctx, s))

@@ -120,7 +120,7 @@ def compressed(ctx, dp: CommCost, ratio: float, rank: int) -> CommCost:
     nbytes, seconds, exposed = grad_all_reduce(ctx, _bucket(ctx.plan, "zero1" if layout.zero else "ddp"))
     sent = (
         f"PowerSGD rank {rank}: all-reduce of {format_bytes(ratio * nbytes)} of low-rank factors "
-        f"for {nbytes / 2**30:.2f} GiB fp32 gradients (x {ratio:.3f})"
+        f"for {format_bytes(nbytes)} fp32 gradients (x {ratio:.3f})"
     )
     if layout.zero == 0:
         return replace(dp.scaled(ratio), detail=sent)
