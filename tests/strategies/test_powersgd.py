@@ -16,6 +16,7 @@ from planc.cost.driver import evaluate  # noqa: E402
 from planc.spec import Layout, build_plan  # noqa: E402
 from planc.spec.issues import SpecError  # noqa: E402
 from planc.strategies.registry import load_registry  # noqa: E402
+from planc.units import format_bytes  # noqa: E402
 
 
 def plan(uses=(), **model):
@@ -145,7 +146,7 @@ def test_under_zero1_the_gradient_all_reduce_is_compressed_not_the_broadcast():
     assert compressed.volume == pytest.approx(7 / 8 * (2 * 4 * psi * ratio + 4 * psi))
     assert compressed.total < plain.total and compressed.exposed < plain.exposed
     assert compressed.detail.startswith("PowerSGD rank 4: all-reduce of ")
-    assert f"for {4 * psi / 2**30:.2f} GiB fp32 gradients (x {ratio:.3f}) + broadcast of updated parameters" in (
+    assert f"for {format_bytes(4 * psi)} fp32 gradients (x {ratio:.3f}) + broadcast of updated parameters" in (
         compressed.detail
     )
 
