@@ -18,7 +18,7 @@ file), field validation, cross-field checks — and collects every problem as a
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -341,6 +341,14 @@ def _check_device(values: dict) -> list[SpecIssue]:
     return [SpecIssue(("hardware", "device"), f"unknown device preset {device!r}", hint)]
 
 
+def unknown_strategy_hint(name: str, known: Iterable[str]) -> str:
+    """What to do about ``use NAME`` when no installed distribution registers NAME: the closest
+    name, then where the names are listed."""
+    listing = "run `planc plugins` to list installed strategies; a third-party strategy must be pip-installed"
+    close = did_you_mean(name, known)
+    return f"{close} ({listing})" if close else listing
+
+
 def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
     uses = []
     seen: set[str] = set()
@@ -351,11 +359,7 @@ def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
                 SpecIssue(
                     ("uses", index, "name"),
                     f"unknown strategy plugin '{name}'",
-                    (
-                        (did_you_mean(name, known_strategies) or "")
-                        + " (run `planc plugins` to list installed strategies; "
-                        "a third-party strategy must be pip-installed)"
-                    ).strip(),
+                    unknown_strategy_hint(name, known_strategies),
                 )
             )
             continue
@@ -368,7 +372,7 @@ def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
             continue
         seen.add(name)
         options = {k: _base_units(v) for k, v in item.get("options", {}).items()}
-        units = {
+        units: dict[str, tuple[str, str]] = {
             k: (v.kind, v.text or f"{v.value:g}") for k, v in item.get("options", {}).items() if isinstance(v, Quantity)
         }
         uses.append(PluginUse(name=name, options=options, units=units))
@@ -437,11 +441,11 @@ def _translate(block: str, values: dict, model_cls: type[BaseModel], exc: Valida
             )
             continue
         value = values.get(key)
-        issues.append(SpecIssue((block, key), _describe_invalid(key, value, errors, field), _hint_for(value, errors)))
+        issues.append(SpecIssue((block, key), describe_invalid(key, value, errors, field), invalid_hint(value, errors)))
     return issues
 
 
-def _describe_invalid(key: str, value: Any, errors: list[ErrorDetails], field: object) -> str:
+def describe_invalid(key: str, value: Any, errors: list[ErrorDetails], field: object) -> str:
     shown = value.text if isinstance(value, Quantity) else _show(value)
     # For "int | auto" unions pydantic reports one error per branch; the non-auto one says more.
     informative = [e for e in errors if "literal_error" != e["type"] or "'auto'" not in e["msg"]] or errors
@@ -472,7 +476,7 @@ def _describe_invalid(key: str, value: Any, errors: list[ErrorDetails], field: o
     return f"{key} = {shown} is not valid: {err['msg']}"
 
 
-def _hint_for(value: Any, errors: list[ErrorDetails]) -> str | None:
+def invalid_hint(value: Any, errors: list[ErrorDetails]) -> str | None:
     if any(err["type"].startswith("bool") for err in errors):
         return "write true or false" + (" (or auto)" if any("'auto'" in e["msg"] for e in errors) else "")
     if isinstance(value, float) and value.is_integer() and any(err["type"].startswith("int") for err in errors):
