@@ -21,8 +21,9 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from planc.errors import PlanError, debug_traceback, did_you_mean, one_of
-from planc.spec.build import describe_invalid, invalid_hint, unit_mismatch
+from planc.spec.build import unit_mismatch
 from planc.spec.fields import unit_kind_of
+from planc.spec.invalid import describe_invalid, invalid_hint
 from planc.spec.issues import SpecError, SpecIssue
 from planc.strategies import api
 from planc.strategies.composition import BUILTIN_ORDER

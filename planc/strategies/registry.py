@@ -44,6 +44,7 @@ from planc.spec.issues import SpecError, SpecIssue
 from planc.stages import StageStyle
 from planc.strategies import api
 from planc.strategies.composition import BUILTIN_ORDER, composition_graph
+from planc.strategies.conflicts import drop_cycles, settle_collision
 from planc.strategies.contract import (
     LoadedStrategy,
     PluginError,
@@ -483,9 +484,9 @@ def _import_strategies(
         candidates.setdefault(ep.name, []).append(LoadedStrategy(ep.name, module, distribution, version))
 
     for name, claims in sorted(candidates.items()):
-        strategies.update(_settle_collision(name, claims, problems))
+        strategies.update(settle_collision(name, claims, problems))
 
-    _drop_cycles(registry, registered_names)
+    drop_cycles(registry, registered_names)
 
 
 #: A plugin whose plan-time module imports torch: planc can use it, but every plan pays for it.
@@ -494,70 +495,3 @@ _TORCH_AT_PLAN_TIME = (
     "and `compile` of a plan with a use block now waits seconds for torch to load; import torch "
     'inside apply() or in the run-time module only (docs/plugins.md, "two faces")'
 )
-
-
-def _settle_collision(
-    name: str, claims: list[LoadedStrategy], problems: list[PluginProblem]
-) -> dict[str, LoadedStrategy]:
-    if len(claims) == 1:
-        return {name: claims[0]}
-    builtins = [c for c in claims if c.builtin]
-    winner = builtins[0] if builtins else None
-    for claim in claims:
-        if claim is winner:
-            continue
-        if winner is not None:
-            message = (
-                f"the name '{name}' belongs to planc's built-in strategy; this plugin cannot replace it "
-                "(rename it, e.g. '{}_{}')".format(claim.distribution.replace("-", "_"), name)
-            )
-        else:
-            others = ", ".join(f"{c.distribution} {c.version}" for c in claims if c is not claim)
-            message = (
-                f"the name '{name}' is also registered by {others}; planc cannot tell which one "
-                "`use` means, so both are skipped (uninstall one, or ask an author to rename it)"
-            )
-        problems.append(PluginProblem(name, claim.distribution, claim.version, message))
-    return {name: winner} if winner is not None else {}
-
-
-def _drop_cycles(registry: Registry, registered_names: set[str]) -> None:
-    """Report unknown AFTER names (a warning) and skip third-party strategies caught in an AFTER cycle."""
-    for strategy in registry.strategies.values():
-        for before in strategy.after:
-            if before not in registered_names:
-                registry.problems.append(
-                    PluginProblem(
-                        strategy.name,
-                        strategy.distribution,
-                        strategy.version,
-                        f"AFTER names '{before}', which no installed distribution registers; that ordering "
-                        "constraint is ignored"
-                        + (
-                            f" ({did_you_mean(before, registered_names)})"
-                            if did_you_mean(before, registered_names)
-                            else ""
-                        ),
-                        skipped=False,
-                    )
-                )
-    graph = composition_graph(registry.strategies.values())
-    while True:
-        try:
-            cycle = nx.find_cycle(graph)
-        except nx.NetworkXNoCycle:
-            return
-        names = [edge[0] for edge in cycle]
-        path = " -> ".join(names + [names[0]])
-        culprits = [n for n in names if not registry.strategies[n].builtin] or names
-        for name in culprits:
-            strategy = registry.strategies.pop(name)
-            graph.remove_node(name)
-            registry.problems.append(
-                PluginProblem(
-                    name,
-                    strategy.distribution,
-                    strategy.version,
-                    f"its AFTER declaration closes an ordering cycle ({path}); fix AFTER so the order is a chain",
-                )
-            )
