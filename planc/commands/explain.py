@@ -156,11 +156,9 @@ def run(args) -> int:
     from planc.planner.advice import advise
 
     choice = replace(choice, advice=advise(plan, choice, registry, profile))
-    for warning in registry.unused_uses(plan, choice.layout):
-        print(f"warning: {warning}", file=sys.stderr)
     taking_part = taking_part_in(plan, choice.layout, registry)
-    for notice in registry.notices():
-        print(f"warning: {notice}", file=sys.stderr)
+    for warning in [*registry.unused_uses(plan, choice.layout), *map(str, registry.notices())]:
+        print(f"warning: {warning}", file=sys.stderr)
     _warn_if_runtime_cannot_run(args.runtime, profile, plan)
     misfit = _misfit(choice)
     if args.svg:  # before any output: a failure here must not follow a printed JSON object
