@@ -9,7 +9,10 @@ a Python traceback for bad input.
 from __future__ import annotations
 
 import difflib
+import os
 import re
+import sys
+import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -77,6 +80,17 @@ class PlanErrors(PlanError):
 
     def __str__(self) -> str:
         return "\n\n".join(str(e) for e in self.errors)
+
+
+#: Set to 1 to see the Python traceback behind an internal error or a plugin's failure.
+DEBUG_ENV = "PLANC_DEBUG"
+
+
+def debug_traceback(exc: BaseException) -> None:
+    """Print ``exc``'s traceback to stderr when ``PLANC_DEBUG=1``: for failures planc turns into a
+    message (a plugin's exception), so whoever must fix the code can still see where it failed."""
+    if os.environ.get(DEBUG_ENV) == "1":
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
 
 
 class DataError(ValueError):

@@ -131,6 +131,7 @@ def emit_program(
         "argparse",
         "load_registry",
         "format_bytes",
+        "load_strategy",
     }
     builtin_imports, plugin_lines, apply_lines = [], [], []
     for call in strategies:
@@ -140,9 +141,12 @@ def emit_program(
             builtin_imports.append(variable)
         else:
             variable = identifier_for(call.name, taken)
-            plugin_lines.append(f"{variable} = load_registry()[{call.name!r}].module")
+            plugin_lines.append(f"{variable} = load_strategy({call.name!r})")
+        # A plugin's options class is the registry's (a plugin may declare no Options: the
+        # registry's empty model stands in for it, as it did at plan time).
+        options_class = "Options" if call.builtin else "options_model"
         apply_lines.append(f"    # {inert_text(call.name, 40)}: {inert_text(call.description, 90)}")
-        apply_lines.append(f"    {variable}.apply(job, {variable}.Options({keyword_arguments(call.options)}))")
+        apply_lines.append(f"    {variable}.apply(job, {variable}.{options_class}({keyword_arguments(call.options)}))")
 
     imports = [
         "import argparse",
@@ -156,7 +160,7 @@ def emit_program(
     if prediction is not None:
         imports.append("from planc.units import format_bytes")
     if plugin_lines:
-        imports.append("from planc.strategies.registry import load_registry")
+        imports.append("from planc.strategies.registry import load_strategy")
         plugin_block = (
             "\n# Third-party strategies come through the same entry-point registry planc planned with.\n"
             + "\n".join(plugin_lines)

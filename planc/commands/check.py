@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
             documents.append(plan.to_json())
         else:
             print(f"{name}: ok — {summary(plan)}", file=info)
+    for notice in registry.notices():  # once, whatever the number of files
+        print(f"warning: {notice}", file=sys.stderr)
     if args.json:
         # One file: its plan, or {"error": ...}; several: a list of those, in the order given.
         if len(args.files) != 1:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from planc.errors import PlanError, error_dict
 
 if TYPE_CHECKING:
+    from planc.explain.report import TakingPart
+    from planc.spec.layout import Layout
     from planc.spec.plan import Plan
     from planc.strategies.registry import Registry
 
@@ -116,6 +118,16 @@ def _warn_if_runtime_cannot_run(name: str, profile, plan) -> None:
         )
 
 
+def taking_part_in(plan: Plan, layout: Layout, registry: Registry) -> list[TakingPart]:
+    """The strategies the program for ``layout`` applies, as explain lists them."""
+    from planc.explain.report import TakingPart
+
+    return [
+        TakingPart(s.name, s.builtin, s.distribution, s.version, s.use_index(plan) is not None)
+        for s in registry.active(plan, layout)
+    ]
+
+
 def run(args) -> int:
     from planc.explain.report import render_text, to_dict
     from planc.planner import NoLegalLayout, choose
@@ -145,7 +157,8 @@ def run(args) -> int:
     from planc.planner.advice import advise
 
     choice = replace(choice, advice=advise(plan, choice, registry, profile))
-    for warning in registry.unused_uses(plan, choice.layout):
+    taking_part = taking_part_in(plan, choice.layout, registry)
+    for warning in [*registry.unused_uses(plan, choice.layout), *map(str, registry.notices())]:
         print(f"warning: {warning}", file=sys.stderr)
     _warn_if_runtime_cannot_run(args.runtime, profile, plan)
     misfit = _misfit(choice)
@@ -160,11 +173,11 @@ def run(args) -> int:
     if args.json:
         # One object: the explanation, and with "error" when nothing fits (exit status 1).
         error = {"error": error_dict(misfit)} if misfit else {}
-        body = {**error, **to_dict(plan, choice), "runtime": args.runtime, **measured_json}
+        body = {**error, **to_dict(plan, choice, taking_part), "runtime": args.runtime, **measured_json}
         json.dump(body, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        text = render_text(plan, choice, top_k=args.top) + measured_text
+        text = render_text(plan, choice, top_k=args.top, strategies=taking_part) + measured_text
         if args.runtime != "planc":
             first, rest = text.split("\n", 1)
             text = f"{first}\n  runtime   {profile.name} (a prediction only: planc runs its own program)\n{rest}"

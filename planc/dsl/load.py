@@ -63,8 +63,12 @@ def check_use_blocks(plan: Plan, strategies: Registry) -> list[SpecIssue]:
     if issues:
         return issues
     from planc.planner.refusals import refused_everywhere
+    from planc.strategies.contract import PluginError
 
-    return refused_everywhere(plan, strategies)
+    try:
+        return refused_everywhere(plan, strategies)
+    except PluginError as error:  # a named plugin's enabled() or check() raised: point at its use block
+        return [SpecIssue(strategies.path_of(plan, error), error.message, error.hint)]
 
 
 def check_sink_names(plan: Plan) -> list[SpecIssue]:

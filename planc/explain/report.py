@@ -6,6 +6,8 @@ formulas behind each are in docs/cost-model.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from planc.cost.context import ContextCache
@@ -111,14 +113,44 @@ def bottleneck(est: Estimate, links: dict[str, GroupLink], hw: HardwareSpec) -> 
     return text
 
 
-def to_dict(plan: Plan, choice: Choice) -> dict[str, Any]:
-    """The ``--json`` object."""
+@dataclass(frozen=True)
+class TakingPart:
+    """A strategy the program for the chosen layout applies, as explain names it: installing a
+    plugin whose ``enabled`` says yes changes the program, and a plan's reader must see that."""
+
+    name: str
+    builtin: bool
+    distribution: str
+    version: str
+    named: bool
+    """Whether the plan names it in a ``use`` block (a built-in takes part by the layout's rule)."""
+
+
+def _plugins_lines(strategies: Sequence[TakingPart]) -> list[str]:
+    """``plugins   lowp_allreduce (planc-lowp-allreduce 0.1.0)``: the third-party strategies taking
+    part, those the plan does not name marked (nothing when only built-ins do, which the layout
+    line already implies)."""
+    plugins = [s for s in strategies if not s.builtin]
+    if not plugins:
+        return []
+    shown = [
+        f"{s.name} ({s.distribution} {s.version}"
+        + ("" if s.named else "; not named by the plan: the installed plugin joins on its own")
+        + ")"
+        for s in plugins
+    ]
+    return [f"  {'plugins':10}{' · '.join(visible(text) for text in shown)}"]
+
+
+def to_dict(plan: Plan, choice: Choice, strategies: Sequence[TakingPart] = ()) -> dict[str, Any]:
+    """The ``--json`` object; ``strategies``: those taking part in the chosen layout."""
     est, lay = choice.estimate, choice.layout
     links = shown_links(plan, lay, est.stage_style)
     return {
         "plan": plan.source,
         **_plan_dict(plan, est),
         "layout": layout_dict(lay),
+        "strategies": [asdict(s) for s in strategies],
         "rung": rung_name(choice.layout),
         "fits": choice.fits,
         "fixed": choice.fixed,
@@ -248,13 +280,13 @@ def _alternative_dict(a: Candidate) -> dict[str, Any]:
     }
 
 
-def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None) -> str:
-    """The human-readable explanation: the plan, the choice, memory, time, why not simpler,
-    the alternatives, the pipeline timeline and the notes."""
+def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None, strategies: Sequence[TakingPart] = ()) -> str:
+    """The human-readable explanation: the plan, the choice (with the plugins taking part),
+    memory, time, why not simpler, the alternatives, the pipeline timeline and the notes."""
     est, lay = choice.estimate, choice.layout
     links = shown_links(plan, lay, est.stage_style)
     sections = [
-        _header(plan, choice),
+        _header(plan, choice) + _plugins_lines(strategies),
         memory_table(est, plan),
         _time_lines(est, links, plan),
         [

@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import difflib
 import types
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
-from planc.errors import PlanError, did_you_mean, one_of
+from planc.errors import PlanError, debug_traceback, did_you_mean, one_of
 from planc.spec.build import unit_mismatch
 from planc.spec.fields import unit_kind_of
+from planc.spec.invalid import describe_invalid, invalid_hint
 from planc.spec.issues import SpecError, SpecIssue
 from planc.strategies import api
 from planc.strategies.composition import BUILTIN_ORDER
+from planc.units import Quantity, QuantityKind
 
 if TYPE_CHECKING:
     from planc.cost.context import CostContext
@@ -49,6 +53,34 @@ class _NoOptions(BaseModel):
     model_config = {"extra": "forbid", "frozen": True}
 
 
+class PluginError(PlanError):
+    """A third-party plugin's plan-time hook raised; ``strategy`` names the plugin, so a caller that
+    knows the plan's ``use`` blocks can point at the one that names it."""
+
+    def __init__(self, strategy: str, detail: str, *, origin: str, hint: str | None = None) -> None:
+        super().__init__(f"strategy plugin '{strategy}' ({origin}) {detail}", hint=hint)
+        self.strategy = strategy
+        self.detail = detail
+        """What failed, without the plugin's name: ``failed in check() at f.py:8: KeyError: 'x'``."""
+
+
+def raised_at(exc: BaseException, module: str) -> str | None:
+    """``file:line`` of the innermost frame of ``exc``'s traceback that runs code of ``module``'s
+    top-level package (a plugin's own code, however deep in pydantic or planc the exception was
+    finally raised), or of the file a SyntaxError points into; None when no frame is the plugin's."""
+    package = module.split(".")[0]
+    where = None
+    tb = exc.__traceback__
+    while tb is not None:
+        name = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if name == package or name.startswith(package + "."):
+            where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    if where is None and isinstance(exc, SyntaxError) and exc.filename:
+        where = f"{exc.filename}:{exc.lineno}"
+    return where
+
+
 @dataclass(frozen=True)
 class PluginProblem:
     """Something wrong with one registered strategy; the strategy was skipped unless ``skipped`` is False."""
@@ -63,6 +95,9 @@ class PluginProblem:
     """What is wrong and what to do."""
     skipped: bool = True
     """Whether the strategy was left out of the registry (False for warnings)."""
+    notice: bool = False
+    """Whether ``planc check`` and ``explain`` show it too (it changes every plan, not only the ones
+    that name the plugin; :meth:`~planc.strategies.registry.Registry.notices`)."""
 
     def __str__(self) -> str:
         verdict = "skipped" if self.skipped else "warning"
@@ -102,14 +137,14 @@ class LoadedStrategy:
         rule = getattr(self.module, "enabled", None)
         if rule is None:
             return any(use.name == self.name for use in plan.uses)
-        return bool(self._call("enabled", rule, plan, layout))
+        return bool(self._call("enabled", plan, rule, plan, layout))
 
     def check(self, plan: Plan, layout: Layout, options: BaseModel) -> str | None:
         """None when the strategy can apply, else the module's message saying why not."""
         rule = getattr(self.module, "check", None)
         if rule is None:
             return None
-        message: str | None = self._call("check", rule, plan, layout, options)
+        message: str | None = self._call("check", plan, rule, plan, layout, options)
         return message
 
     def cost(self, ctx: CostContext, estimate: Estimate, options: BaseModel) -> Estimate:
@@ -117,22 +152,36 @@ class LoadedStrategy:
         rule = getattr(self.module, "cost", None)
         if rule is None:
             return estimate
-        result: Estimate = self._call("cost", rule, ctx, estimate, options)
+        result: Estimate = self._call("cost", ctx.plan, rule, ctx, estimate, options)
         return result
 
-    def _call(self, hook: str, function: Callable[..., _T], *args: Any) -> _T:
-        """Run a plan-time hook; a third-party plugin's exception becomes a PlanError that names it
-        (a built-in's is a bug in planc and propagates)."""
+    def _call(self, hook: str, plan: Plan, function: Callable[..., _T], *args: Any) -> _T:
+        """Run a plan-time hook; a third-party plugin's exception becomes a :class:`PluginError`
+        that names it and the line of its own code that failed (a built-in's is a bug in planc
+        and propagates). The hint depends on whether ``plan`` names the plugin: leaving it out
+        with PLANC_PLUGINS would turn the plan's ``use`` block into an unknown name."""
         if self.builtin:
             return function(*args)
         try:
             return function(*args)
         except Exception as exc:
-            raise PlanError(
-                f"strategy plugin '{self.name}' (from {self.distribution} {self.version}) failed in "
-                f"{hook}(): {type(exc).__name__}: {exc}",
-                hint=f"report it to the plugin's authors; PLANC_PLUGINS can leave it out "
-                f"(e.g. PLANC_PLUGINS={','.join(BUILTIN_ORDER)})",
+            debug_traceback(exc)
+            where = raised_at(exc, self.module.__name__)
+            if self.use_index(plan) is not None:
+                hint = (
+                    f"fix the plugin (or report it to its authors, {self.distribution}), "
+                    f"or remove the `use {self.name}` block from the plan"
+                )
+            else:
+                hint = (
+                    "report it to the plugin's authors; PLANC_PLUGINS can leave it out "
+                    f"(e.g. PLANC_PLUGINS={','.join(BUILTIN_ORDER)})"
+                )
+            raise PluginError(
+                self.name,
+                f"failed in {hook}(){f' at {where}' if where else ''}: {type(exc).__name__}: {exc}",
+                origin=f"from {self.distribution} {self.version}",
+                hint=hint,
             ) from exc
 
     def apply(self, job: Job, options: BaseModel) -> None:
@@ -188,19 +237,46 @@ class LoadedStrategy:
         if issues:
             raise SpecError(issues)
         try:
-            return model.model_validate(raw, context=context)
+            # Strict, as the core keys are: true is not a number, "7" is not a count and 3.0 is not
+            # a whole one. pydantic's lax mode would quietly make them 1, 7 and 3 -- and a plugin's
+            # author should not have to ask for strictness to get the language's rules.
+            return model.model_validate(raw, strict=True, context=context)
         except ValidationError as exc:
+            by_option: dict[str | None, list[ErrorDetails]] = {}
             for err in exc.errors():
-                loc = str(err["loc"][0]) if err["loc"] else None
-                doc = model.model_fields[loc].description if loc in model.model_fields else None
-                issues.append(
-                    SpecIssue(
-                        base + ((loc,) if loc is not None else ()),
-                        f"option '{loc}' of strategy '{self.name}': {err['msg']}",
-                        doc.splitlines()[0] if doc else None,
-                    )
-                )
+                by_option.setdefault(str(err["loc"][0]) if err["loc"] else None, []).append(err)
+            for loc, errors in by_option.items():
+                issues.append(self._option_issue(base, loc, raw, errors, (units or {}).get(loc or "")))
             raise SpecError(issues) from None
+
+    def _option_issue(
+        self,
+        base: tuple[str | int, ...],
+        loc: str | None,
+        raw: dict[str, Any],
+        errors: list[ErrorDetails],
+        unit: tuple[str, str] | None,
+    ) -> SpecIssue:
+        """One option's validation errors, worded as the core language words a bad key's
+        (:func:`planc.spec.build.describe_invalid`), with the option's doc as the hint."""
+        model = self.options_model
+        if loc is None or loc not in model.model_fields:
+            return SpecIssue(base, f"the options of strategy '{self.name}': {errors[0]['msg']}")
+        field = model.model_fields[loc]
+        value = raw.get(loc)
+        if any(e["type"] == "missing" for e in errors):
+            required = (field.description or "required").splitlines()[0]
+            return SpecIssue(
+                base[:2], f"use {self.name} is missing the option '{loc}'", f"add {loc} = ...  ({required})"
+            )
+        shown = Quantity(value, cast(QuantityKind, unit[0]), unit[1]) if unit and isinstance(value, float) else value
+        doc = field.description.splitlines()[0] if field.description else None
+        hint = invalid_hint(value, errors)
+        return SpecIssue(
+            base + (loc,),
+            describe_invalid(f"option '{loc}' of strategy '{self.name}'", shown, errors, field),
+            f"{hint} ({doc})" if hint and doc else hint or doc,
+        )
 
 
 def contract_problems(name: str, module: types.ModuleType) -> list[str]:
@@ -238,6 +314,46 @@ def contract_problems(name: str, module: types.ModuleType) -> list[str]:
             "silently ignored, so the plugin is skipped until it is renamed"
         )
     return messages
+
+
+def unwritable_options(module: types.ModuleType) -> list[str]:
+    """A message for each field of the module's ``Options`` that no ``.plan`` value can fill: a use
+    block holds numbers, quantities, true/false, words, strings and lists of those -- no mapping,
+    set, tuple, enum member or null -- and a plugin's author should hear so from ``planc plugins``,
+    not from a user's "Input should be a valid dictionary"."""
+    options = getattr(module, "Options", None)
+    if not (isinstance(options, type) and issubclass(options, BaseModel)):
+        return []
+    return [
+        f"option '{name}' has the type {_type_text(field.annotation)}, which no value in a .plan can have "
+        "(a use block holds numbers, quantities, true/false, words, strings and lists of them); "
+        "give it one of those types"
+        for name, field in options.model_fields.items()
+        if not _writable(field.annotation)
+    ]
+
+
+def _writable(annotation: Any) -> bool:
+    """Whether a .plan value can fill a field of this type (validated strictly, as planc does)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation in (bool, int, float, str, Any):
+        return True
+    if origin is typing.Literal:
+        return all(isinstance(a, (bool, int, float, str)) for a in args)
+    if origin is typing.Annotated:
+        return _writable(args[0])
+    if origin is list:
+        return not args or _writable(args[0])
+    if origin is typing.Union or isinstance(annotation, types.UnionType):
+        return any(_writable(a) for a in args if a is not type(None))
+    return False
+
+
+def _type_text(annotation: Any) -> str:
+    """``dict[str, int]``, ``set``: the type as its author wrote it."""
+    if typing.get_args(annotation):
+        return str(annotation).replace("typing.", "")
+    return str(getattr(annotation, "__name__", annotation))
 
 
 def _iterable(value: Any) -> Iterable[Any]:

@@ -28,6 +28,7 @@ import functools
 import importlib
 import importlib.metadata as metadata
 import os
+import sys
 import threading
 import types
 from collections.abc import Callable, Iterable
@@ -37,16 +38,31 @@ import networkx as nx
 
 from planc import stages
 from planc.cost.estimate import CostPass, Passes
-from planc.errors import PlanError, did_you_mean, one_of
+from planc.errors import PlanError, debug_traceback, did_you_mean, one_of
+from planc.spec.build import unknown_strategy_hint
 from planc.spec.issues import SpecError, SpecIssue
 from planc.stages import StageStyle
 from planc.strategies import api
 from planc.strategies.composition import BUILTIN_ORDER, composition_graph
-from planc.strategies.contract import LoadedStrategy, PluginProblem, contract_problems
+from planc.strategies.conflicts import drop_cycles, settle_collision
+from planc.strategies.contract import (
+    LoadedStrategy,
+    PluginError,
+    PluginProblem,
+    contract_problems,
+    raised_at,
+    unwritable_options,
+)
 
 if TYPE_CHECKING:
     from planc.spec.layout import Layout
     from planc.spec.plan import Plan
+
+#: What an emitted program says to do about a registered strategy that was skipped while loading.
+_UNLOADED_HINT = (
+    "fix or reinstall the plugin (`planc plugins` lists every problem), or remove its use block from the plan "
+    "and compile it again"
+)
 
 #: How many layouts' passes a registry remembers (the planner asks for thousands per plan).
 _PASSES_MEMO_LIMIT = 4096
@@ -101,11 +117,31 @@ class Registry:
         try:
             return self.strategies[name]
         except KeyError:
-            raise PlanError(
-                f"no strategy named '{name}' is installed",
-                hint=(did_you_mean(name, self.strategies) or "")
-                + " (run `planc plugins` to list installed strategies)",
-            ) from None
+            raise self.missing(name) from None
+
+    def missing(self, name: str) -> PlanError:
+        """Why ``name`` is not a loaded strategy: the problem that made the registry skip it (a
+        name clash, a failed import, ...) when a distribution registers it, else that none does."""
+        problem = self.skipped_problem(name)
+        if problem is not None:
+            return PlanError(
+                f"strategy plugin '{name}' (from {problem.distribution} {problem.version}) is installed but "
+                f"was not loaded: {problem.message}",
+                hint=_UNLOADED_HINT,
+            )
+        return PlanError(f"no strategy named '{name}' is installed", hint=unknown_strategy_hint(name, self.strategies))
+
+    def skipped_problem(self, name: str) -> PluginProblem | None:
+        """The first problem that made the registry skip a strategy registered as ``name``."""
+        return next((p for p in self.problems if p.name == name and p.skipped), None)
+
+    def notices(self) -> list[PluginProblem]:
+        """The problems every planning command shows, not only ``planc plugins``: they change what a
+        plan costs or which strategies take part in it (a plugin that imports torch at plan time,
+        one skipped because its ``enabled`` failed). Empty while no plugin module is imported."""
+        if self._load_modules is not None:
+            return []
+        return [p for p in self._problems if p.notice]
 
     def active(self, plan: Plan, layout: Layout) -> list[LoadedStrategy]:
         """The strategies taking part in ``layout``, in composition order.
@@ -115,7 +151,32 @@ class Registry:
         active strategies are taken in that order -- a sub-sequence of a topological order is a
         topological order of the sub-graph, and the planner asks this for thousands of layouts.
         """
-        return [s for s in self.order() if s.enabled(plan, layout)]
+        return [s for s in self.order() if self._takes_part(s, plan, layout)]
+
+    def _takes_part(self, strategy: LoadedStrategy, plan: Plan, layout: Layout) -> bool:
+        """``strategy.enabled``; a third-party ``enabled`` that raises is the plugin's problem, not
+        the plan's: for a plan that does not name it the plugin is skipped (from now on, as a
+        plugin that fails to load is) and the problem recorded as a notice; a plan that names it
+        gets the error."""
+        try:
+            return strategy.enabled(plan, layout)
+        except PluginError as error:
+            if strategy.use_index(plan) is not None:
+                raise
+            with self._lock:
+                if self._strategies.pop(strategy.name, None) is not None:
+                    self._passes.clear()
+                    self._problems.append(
+                        PluginProblem(
+                            strategy.name,
+                            strategy.distribution,
+                            strategy.version,
+                            f"{error.detail}; it is left out of every plan that does not name it "
+                            "(report it to the plugin's authors)",
+                            notice=True,
+                        )
+                    )
+            return False
 
     def order(self) -> list[LoadedStrategy]:
         """Every loaded strategy in composition order; a cycle is a PlanError naming it."""
@@ -151,13 +212,13 @@ class Registry:
 
     def _unloaded_use(self, index: int, name: str) -> list[SpecIssue]:
         """The issue for ``use NAME`` when NAME is registered but was skipped while loading."""
-        problems = [p for p in self.problems if p.name == name and p.skipped]
-        if not problems:
+        problem = self.skipped_problem(name)
+        if problem is None:
             return []
         return [
             SpecIssue(
                 ("uses", index, "name"),
-                f"strategy plugin '{name}' is installed but was not loaded: {problems[0].message}",
+                f"strategy plugin '{name}' is installed but was not loaded: {problem.message}",
                 "fix or reinstall the plugin, or remove this use block (`planc plugins` lists every problem)",
             )
         ]
@@ -212,29 +273,39 @@ class Registry:
                     SpecIssue(
                         ("uses", index, "name"),
                         f"unknown strategy plugin '{use.name}'",
-                        (
-                            (did_you_mean(use.name, self.strategies) or "") + " (run `planc plugins` to list "
-                            "installed strategies)"
-                        ).strip(),
+                        unknown_strategy_hint(use.name, self.strategies),
                     )
                 ]
         issues += self.missing_builtins(plan, layout)
         try:
             active = self.active(plan, layout)
         except PlanError as error:
-            return issues + [SpecIssue(("uses",), error.message, error.hint)]
+            return issues + [SpecIssue(self.path_of(plan, error), error.message, error.hint)]
         for strategy in active:
             try:
                 options = strategy.options_for(plan, layout)
             except SpecError as error:
                 issues += error.issues
                 continue
-            message = strategy.check(plan, layout, options)
+            try:
+                message = strategy.check(plan, layout, options)
+            except PluginError as error:
+                issues.append(SpecIssue(self.path_of(plan, error), error.message, error.hint))
+                continue
             if message:
                 block = strategy.use_index(plan)
                 path: tuple[str | int, ...] = ("uses", block) if block is not None else ("layout",)
                 issues.append(SpecIssue(path, f"{strategy.name}: {message}"))
         return issues
+
+    @staticmethod
+    def path_of(plan: Plan, error: PlanError) -> tuple[str | int, ...]:
+        """Where in the plan ``error`` belongs: the ``use`` block naming the plugin that raised it."""
+        if isinstance(error, PluginError):
+            for index, use in enumerate(plan.uses):
+                if use.name == error.strategy:
+                    return ("uses", index, "name")
+        return ("uses",)
 
     def require(self, plan: Plan, layout: Layout) -> None:
         """Raise a PlanError with every :meth:`check` problem of ``layout`` (what compile and explain
@@ -307,6 +378,17 @@ _cache: dict[tuple[str, ...] | None, Registry] = {}
 _lock = threading.Lock()
 
 
+def load_strategy(name: str) -> LoadedStrategy:
+    """The installed strategy ``name``, for an emitted program. When it cannot be had (not
+    installed, skipped for a name clash, failed to import) the program prints why, as planc prints
+    any error, and exits 1: whoever runs it gets the registry's reason, not a traceback."""
+    try:
+        return load_registry()[name]
+    except PlanError as error:
+        print(str(error), file=sys.stderr)
+        raise SystemExit(1) from None
+
+
 def load_registry(restrict: Iterable[str] | None = None, *, refresh: bool = False) -> Registry:
     """Load every registered strategy (cached per restriction and ``PLANC_PLUGINS``).
 
@@ -374,11 +456,18 @@ def _import_strategies(
     for ep in entry_points:
         distribution, version = _dist_of(ep)
         problem = functools.partial(PluginProblem, ep.name, distribution, version)
+        had_torch = "torch" in sys.modules
         try:
             module = ep.load()
         except Exception as exc:  # a broken plugin must not take planc down
-            problems.append(problem(f"import of '{ep.value}' failed: {type(exc).__name__}: {exc}"))
+            debug_traceback(exc)
+            where = raised_at(exc, ep.module)
+            problems.append(
+                problem(f"import of '{ep.value}' failed{f' at {where}' if where else ''}: {type(exc).__name__}: {exc}")
+            )
             continue
+        if not had_torch and "torch" in sys.modules:
+            problems.append(problem(_TORCH_AT_PLAN_TIME.format(module=ep.value), skipped=False, notice=True))
         if not isinstance(module, types.ModuleType):
             problems.append(
                 problem(
@@ -391,76 +480,18 @@ def _import_strategies(
         if messages:
             problems += [problem(m) for m in messages]
             continue
+        problems += [problem(m, skipped=False) for m in unwritable_options(module)]
         candidates.setdefault(ep.name, []).append(LoadedStrategy(ep.name, module, distribution, version))
 
     for name, claims in sorted(candidates.items()):
-        strategies.update(_settle_collision(name, claims, problems))
+        strategies.update(settle_collision(name, claims, problems))
 
-    _drop_cycles(registry, registered_names)
-
-
-def _settle_collision(
-    name: str, claims: list[LoadedStrategy], problems: list[PluginProblem]
-) -> dict[str, LoadedStrategy]:
-    if len(claims) == 1:
-        return {name: claims[0]}
-    builtins = [c for c in claims if c.builtin]
-    winner = builtins[0] if builtins else None
-    for claim in claims:
-        if claim is winner:
-            continue
-        if winner is not None:
-            message = (
-                f"the name '{name}' belongs to planc's built-in strategy; this plugin cannot replace it "
-                "(rename it, e.g. '{}_{}')".format(claim.distribution.replace("-", "_"), name)
-            )
-        else:
-            others = ", ".join(f"{c.distribution} {c.version}" for c in claims if c is not claim)
-            message = (
-                f"the name '{name}' is also registered by {others}; planc cannot tell which one "
-                "`use` means, so both are skipped (uninstall one, or ask an author to rename it)"
-            )
-        problems.append(PluginProblem(name, claim.distribution, claim.version, message))
-    return {name: winner} if winner is not None else {}
+    drop_cycles(registry, registered_names)
 
 
-def _drop_cycles(registry: Registry, registered_names: set[str]) -> None:
-    """Report unknown AFTER names (a warning) and skip third-party strategies caught in an AFTER cycle."""
-    for strategy in registry.strategies.values():
-        for before in strategy.after:
-            if before not in registered_names:
-                registry.problems.append(
-                    PluginProblem(
-                        strategy.name,
-                        strategy.distribution,
-                        strategy.version,
-                        f"AFTER names '{before}', which no installed distribution registers; that ordering "
-                        "constraint is ignored"
-                        + (
-                            f" ({did_you_mean(before, registered_names)})"
-                            if did_you_mean(before, registered_names)
-                            else ""
-                        ),
-                        skipped=False,
-                    )
-                )
-    graph = composition_graph(registry.strategies.values())
-    while True:
-        try:
-            cycle = nx.find_cycle(graph)
-        except nx.NetworkXNoCycle:
-            return
-        names = [edge[0] for edge in cycle]
-        path = " -> ".join(names + [names[0]])
-        culprits = [n for n in names if not registry.strategies[n].builtin] or names
-        for name in culprits:
-            strategy = registry.strategies.pop(name)
-            graph.remove_node(name)
-            registry.problems.append(
-                PluginProblem(
-                    name,
-                    strategy.distribution,
-                    strategy.version,
-                    f"its AFTER declaration closes an ordering cycle ({path}); fix AFTER so the order is a chain",
-                )
-            )
+#: A plugin whose plan-time module imports torch: planc can use it, but every plan pays for it.
+_TORCH_AT_PLAN_TIME = (
+    "importing '{module}' imported torch, which planning never needs: every `planc check`, `explain` "
+    "and `compile` of a plan with a use block now waits seconds for torch to load; import torch "
+    'inside apply() or in the run-time module only (docs/plugins.md, "two faces")'
+)

@@ -24,7 +24,7 @@ NAME = "powersgd"
 API_VERSION = 1
 DESCRIPTION = "PowerSGD low-rank compression of DDP's gradient all-reduce (Vogels et al. 2019)"
 #: DDP must exist before a communication hook can be registered on it.
-AFTER = ("ddp", "zero1")
+AFTER: tuple[str, ...] = ("ddp", "zero1")
 
 
 class Options(BaseModel):

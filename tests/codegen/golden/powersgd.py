@@ -19,10 +19,10 @@ from planc.runtime.loop import leave, shutdown, train
 from planc.spec import Layout, Plan
 from planc.strategies import ddp
 from planc.units import format_bytes
-from planc.strategies.registry import load_registry
+from planc.strategies.registry import load_strategy
 
 # Third-party strategies come through the same entry-point registry planc planned with.
-powersgd = load_registry()['powersgd'].module
+powersgd = load_strategy('powersgd')
 
 # The validated plan, as plain data (`planc check --json` prints it with the derived values,
 # such as the parameter count, which are recomputed here on load).
@@ -136,7 +136,7 @@ def main() -> None:
     # ddp: Data parallelism: DistributedDataParallel, bucketed gradient all-reduce (ZeRO-0)
     ddp.apply(job, ddp.Options())
     # powersgd: PowerSGD low-rank compression of DDP's gradient all-reduce (Vogels et al. 2019)
-    powersgd.apply(job, powersgd.Options(rank=2))
+    powersgd.apply(job, powersgd.options_model(rank=2))
 
     # Same starting weights on every layout: each parameter depends only on (seed, its name).
     job.init_weights()
