@@ -31,7 +31,7 @@ from planc.spec.checks import run_checks
 from planc.spec.data_paths import check_data_files, check_data_paths, weights_root
 from planc.spec.fields import unit_kind_of
 from planc.spec.hardware import CUSTOM_DEVICE_REQUIRED, HardwareSpec
-from planc.spec.hardware_profile import profile_defaults
+from planc.spec.hardware_profile import process_count_note, profile_defaults
 from planc.spec.hf_config import HFConfigError, read_hf_config
 from planc.spec.issues import SpecError, SpecIssue
 from planc.spec.layout import LayoutSpec
@@ -101,6 +101,9 @@ def build_plan(
         section = _build_section(block, model_cls, values, issues, defaults) if values is not None else None
         if section is not None:
             sections[block] = section
+        if block == "hardware" and defaults and section is not None:
+            note = process_count_note(section, base_dir)
+            notes.extend([note] if note else [])
 
     uses = _build_uses(raw.get("uses", []), known_strategies, issues)
     issues = explained_elsewhere(raw, issues, _all_keys())
