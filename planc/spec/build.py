@@ -101,7 +101,7 @@ def build_plan(
         section = _build_section(block, model_cls, values, issues, defaults) if values is not None else None
         if section is not None:
             sections[block] = section
-        if block == "hardware" and defaults and section is not None:
+        if defaults and isinstance(section, HardwareSpec):  # a profile was read: does it match the plan?
             note = process_count_note(section, base_dir)
             notes.extend([note] if note else [])
 
