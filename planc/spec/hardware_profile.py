@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 if TYPE_CHECKING:
     from planc.spec.hardware import HardwareSpec
+    from planc.spec.plan import Plan
 
 #: Bump when a field changes meaning; readers refuse other versions with a clear message.
 SCHEMA_VERSION = 1
@@ -354,6 +355,12 @@ def process_count_note(hardware: HardwareSpec, base_dir: Path) -> str | None:
         f"{hardware.per_node}{runs}: its rates are those of {profile.per_node} process(es) sharing a node, so "
         f"the predictions may be off by more than their band; calibrate as the plan runs: {again}"
     )
+
+
+def with_process_count_note(plan: Plan, base_dir: Path) -> Plan:
+    """``plan`` with :func:`process_count_note`'s note added to its notes, when there is one."""
+    note = process_count_note(plan.hardware, base_dir)
+    return plan.model_copy(update={"notes": plan.notes + (note,)}) if note else plan
 
 
 def fit_notes(fits) -> list[str]:
