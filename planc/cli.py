@@ -86,10 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         if stop.code and errors and _asks_for_json(words):  # a usage error, not --help
             command = next((a for a in words if a in COMMANDS), None)
             help_text = f"planc {command} --help" if command else "planc --help"
-            _json_error(
-                argparse.Namespace(json=True),
-                {"message": errors[-1], "location": None, "hint": f"run `{help_text}` for the options"},
-            )
+            usage = PlanError(errors[-1], hint=f"run `{help_text}` for the options")
+            _json_error(argparse.Namespace(json=True), error_dict(usage))
         raise
     if not getattr(args, "_run", None):
         parser.print_help()
@@ -113,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             "This is a bug in planc; set PLANC_DEBUG=1 to see the traceback and please report it.",
             file=sys.stderr,
         )
-        _json_error(args, {"message": f"internal error: {type(exc).__name__}: {exc}", "location": None, "hint": None})
+        _json_error(args, error_dict(PlanError(f"internal error: {type(exc).__name__}: {exc}")))
         return 2
 
 

@@ -54,18 +54,18 @@ class PlanError(Exception):
 
 
 def error_dict(error: PlanError) -> dict[str, object]:
-    """An error as ``--json`` prints it: ``{"message", "location", "hint"}`` (location None or
-    ``{"file", "line", "col"}``), with ``"errors"`` listing each one when there are several."""
+    """An error as ``--json`` prints it: ``{"message", "location", "hint", "errors"}`` (location None
+    or ``{"file", "line", "col"}``). ``errors`` lists every error found, the first being the top-level
+    one: a list of one for a single error, so a script reads ``["error"]["errors"]`` whatever failed
+    (docs/language.md, `planc check`)."""
 
     def one(e: PlanError) -> dict[str, object]:
         loc = e.location
         where = None if loc is None else {"file": loc.file, "line": loc.line, "col": loc.col}
         return {"message": e.message, "location": where, "hint": e.hint}
 
-    out = one(error)
-    if isinstance(error, PlanErrors):
-        out["errors"] = [one(e) for e in error.errors]
-    return out
+    found = error.errors if isinstance(error, PlanErrors) else [error]
+    return {**one(error), "errors": [one(e) for e in found]}
 
 
 class PlanErrors(PlanError):

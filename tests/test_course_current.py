@@ -4,7 +4,8 @@ has a page.
 Each page's ``<!-- planc:begin ... -->`` blocks are re-rendered (planc explain, in this process,
 cached per plan and setting) and compared; a stale page fails with its name. The stored
 ``planc run`` outputs of topics 17-18 are not re-run here (slow, and their timings vary): only
-their plans are checked to parse. Regenerate with ``python tools/refresh_docs.py``.
+their plans are checked to parse, except a run that planc refuses before launching (quick and
+fixed), which is re-run. Regenerate with ``python tools/refresh_docs.py`` (``--runs`` for the runs).
 """
 
 import importlib.util
@@ -56,3 +57,27 @@ def test_every_course_plan_is_used_and_every_topic_has_a_page():
     index = (ROOT / "docs" / "course" / "README.md").read_text(encoding="utf-8")
     for page in PAGES:
         assert f"({page.name})" in index, f"docs/course/README.md does not link {page.name}"
+
+
+def _refused_runs():
+    """The run blocks of `planc run` that planc refuses before it launches anything (no run directory
+    banner in the stored output): quick and the same every time, so re-run here. Topic 18's out-of-memory
+    refusal is one; its hint's advice must stay what the page says (docs review, finding 2)."""
+    for page in PAGES:
+        for m in BLOCKS.BLOCK.finditer(page.read_text(encoding="utf-8")):
+            if m.group(2).startswith("run ") and "run directory" not in m.group(3):
+                _options, command = BLOCKS.run_command(m.group(2))
+                if command.startswith("planc run "):
+                    yield pytest.param(command, m.group(3), id=f"{page.stem}: {command}")
+
+
+@pytest.mark.parametrize(("command", "stored"), list(_refused_runs()))
+def test_refused_run_outputs_are_current(command, stored, monkeypatch, capsys):
+    from planc.cli import main
+
+    monkeypatch.chdir(ROOT)
+    assert main(command.split()[1:]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""  # a refusal writes standard error only: its order needs no interleaving
+    expected = BLOCKS.fenced(f"$ {command}\n{BLOCKS.masked(captured.err, [])}(exit status 1)\n")
+    assert stored == expected, "a stored refusal is out of date: run `python tools/refresh_docs.py --runs`"

@@ -36,7 +36,7 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--plan", metavar="FILE", help="measure the shapes and message sizes this plan needs")
     parser.add_argument("--nproc", type=int, default=None, help="processes to start (default: GPUs here, or 2 on CPU)")
-    parser.add_argument("--quick", action="store_true", help="fewer shapes and sizes, shorter timing (a few seconds)")
+    parser.add_argument("--quick", action="store_true", help="fewer shapes and sizes, shorter timing (under a minute)")
     parser.add_argument("--cpu", action="store_true", help="measure CPU processes (gloo) even when GPUs are present")
 
 

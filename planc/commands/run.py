@@ -188,7 +188,7 @@ def _report(args, compiled, run_dir: Path, outcome) -> int:
         records = launch_records(run_dir)
         done = f"{records[-1]['step']} step(s) finished" if records else "no step finished"
         if plan.checkpoint is not None:
-            hint = f"fix the cause, then `{again}` resumes from the newest complete checkpoint"
+            hint = _rerun_hint(args, compiled, run_dir, again)
         else:
             hint = (
                 "the plan has no checkpoint block, so a new run starts over; "
@@ -215,6 +215,30 @@ def _report(args, compiled, run_dir: Path, outcome) -> int:
             )
     record_event(run_dir, "end", status="stopped" if stopped or outcome.stop_signal else "done", exit=status)
     return status
+
+
+def _rerun_hint(args, compiled, run_dir: Path, again: str) -> str:
+    """What running ``again`` after a failure will do, as :func:`check_existing_run` will decide it.
+
+    Before the first checkpoint is saved there is nothing to resume: the same command is refused
+    once steps are logged (it would mix two runs in metrics.jsonl), so the hint must name --fresh.
+    """
+    from planc.commands.run_checks import check_existing_run
+    from planc.errors import PlanError
+    from planc.rundir.state import inspect_run
+
+    state = inspect_run(run_dir)
+    newest = state.newest_checkpoint
+    try:
+        check_existing_run(state, plan_json(compiled), fresh=False, **_target(args, compiled))
+    except PlanError:
+        why = "no checkpoint was saved before the failure" if newest is None else "the plan sets resume = false"
+        return f"{why}, so `{again}` is refused: fix the cause, then `{again} --fresh` starts over"
+    if newest is not None:
+        return f"fix the cause, then `{again}` resumes from the newest complete checkpoint (step {newest.step})"
+    if state.resume_source is not None:
+        return f"fix the cause, then `{again}` starts again from the checkpoint it was resumed from"
+    return f"fix the cause, then `{again}` starts over (no checkpoint was saved before the failure)"
 
 
 def _report_unsaved_finish(run_dir: Path, finished: dict, again: str, restarts: int) -> NoReturn:

@@ -31,7 +31,7 @@ from planc.spec.checks import run_checks
 from planc.spec.data_paths import check_data_files, check_data_paths, weights_root
 from planc.spec.fields import unit_kind_of
 from planc.spec.hardware import CUSTOM_DEVICE_REQUIRED, HardwareSpec
-from planc.spec.hardware_profile import profile_defaults
+from planc.spec.hardware_profile import profile_defaults, with_process_count_note
 from planc.spec.hf_config import HFConfigError, read_hf_config
 from planc.spec.invalid import describe_invalid, invalid_hint
 from planc.spec.issues import SpecError, SpecIssue
@@ -114,7 +114,7 @@ def build_plan(
     check_issues = run_checks(plan)
     if check_issues:
         raise SpecError(_apply_aliases(check_issues, aliases))
-    return check_data_files(plan)
+    return with_process_count_note(check_data_files(plan), base_dir)
 
 
 def _block_names(raw: dict[str, Any]) -> list[SpecIssue]:

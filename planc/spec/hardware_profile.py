@@ -14,9 +14,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+if TYPE_CHECKING:
+    from planc.spec.hardware import HardwareSpec
+    from planc.spec.plan import Plan
 
 #: Bump when a field changes meaning; readers refuse other versions with a clear message.
 SCHEMA_VERSION = 1
@@ -318,6 +322,45 @@ def profile_defaults(values: dict, base_dir: Path, issues: list, notes: list | N
     if notes is not None:
         notes.extend(f"profile {written}: {note}" for note in profile.notes)
     return {k: v for k, v in hardware_values(profile).items() if k not in values}
+
+
+def process_count_note(hardware: HardwareSpec, base_dir: Path) -> str | None:
+    """A note when the plan runs another number of processes per node, or of nodes, than its profile
+    was measured with (None when they agree, or when the profile cannot be read: that is an error
+    reported at ``hardware.profile`` already).
+
+    The measured rates are per process and depend on how many processes share a machine: CPU
+    processes share the cores (GEMM, memory bandwidth, seconds per op), a node's GPUs share its links,
+    and each collective fit is of the group size it ran at. A profile of 2 processes prices a
+    4-process plan at rates 4 processes do not get (docs/calibrate.md, "Limits").
+    """
+    written = hardware.profile
+    if written is None:
+        return None
+    path = Path(written)
+    try:
+        profile = load_profile(path if path.is_absolute() else base_dir / path)
+    except ProfileError:
+        return None
+    if (profile.nodes, profile.per_node) == (hardware.nodes, hardware.per_node):
+        return None
+    nodes = f" on {profile.nodes} node(s)" if (profile.nodes, hardware.nodes) != (1, 1) else ""
+    runs = f" on {hardware.nodes} node(s)" if nodes else ""
+    cpu = " --cpu" if profile.device_kind == "cpu" else ""
+    again = f"`planc calibrate --nproc {hardware.per_node}{cpu}`"
+    if hardware.nodes > 1:
+        again += f" as the program of a {hardware.nodes}-node torchrun (docs/calibrate.md, Across nodes)"
+    return (
+        f"profile {written}: measured with {profile.per_node} process(es) per node{nodes}, but the plan runs "
+        f"{hardware.per_node}{runs}: its rates are those of {profile.per_node} process(es) sharing a node, so "
+        f"the predictions may be off by more than their band; calibrate as the plan runs: {again}"
+    )
+
+
+def with_process_count_note(plan: Plan, base_dir: Path) -> Plan:
+    """``plan`` with :func:`process_count_note`'s note added to its notes, when there is one."""
+    note = process_count_note(plan.hardware, base_dir)
+    return plan.model_copy(update={"notes": plan.notes + (note,)}) if note else plan
 
 
 def fit_notes(fits) -> list[str]:

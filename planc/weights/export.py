@@ -15,6 +15,9 @@ full state dict of planc's own model (``build_model(spec).load_state_dict``; pad
 and ``plan.json``. Both load without pickled code: safetensors holds only tensors, and
 ``model.pt`` holds only tensors, so ``torch.load(..., weights_only=True)`` reads it.
 
+The checkpoint is first checked against its ``manifest.json`` (every file's size and SHA-256, as a
+resume checks it): a damaged checkpoint is refused, not exported as a model that silently differs.
+
 The directory is written under a temporary name beside ``to`` and renamed when complete, so an
 interrupted export leaves nothing that looks finished.
 """
@@ -122,7 +125,29 @@ def _checkpoint_dir(run_dir: Path, plan: Plan, step: int | None) -> tuple[Path, 
     elif step not in steps:
         listed = ", ".join(map(str, steps[-10:]))
         raise PlanError(f"no checkpoint of step {step} in {directory}", hint=f"checkpoints exist for steps {listed}")
+    _refuse_damaged(run_dir, step_dir(directory, step), [s for s in steps if s < step])
     return step_dir(directory, step), step
+
+
+def _refuse_damaged(run_dir: Path, checkpoint: Path, older: list[int]) -> None:
+    """Refuse a checkpoint that fails its manifest (a changed byte, a truncated or missing file).
+
+    DCP would load a flipped byte without complaint, and the export would be a model whose weights
+    differ from the trained ones; resume checks the same manifest before it loads
+    (:mod:`planc.runtime.resume`). Every file is hashed -- optimizer state too, since DCP's files mix
+    it with the weights -- so this reads the checkpoint once more.
+    """
+    from planc.rundir.checkpoints import integrity_problems
+
+    problems = integrity_problems(checkpoint)
+    if not problems:
+        return
+    verify = f"`planc doctor --verify {run_dir}` checks every checkpoint"
+    if older:
+        hint = f"export the newest older checkpoint instead: --step {older[-1]}; {verify}"
+    else:
+        hint = f"it is the run's only complete checkpoint, so there is no older one to export; {verify}"
+    raise PlanError(f"the checkpoint {checkpoint} is damaged: {'; '.join(problems)}", hint=hint)
 
 
 def _stored_model_tensors(checkpoint: Path) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:

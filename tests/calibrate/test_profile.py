@@ -285,3 +285,20 @@ def test_a_fit_with_a_problem_is_priced_with_the_data_sheet_and_noted(tmp_path, 
 
     assert main(["explain", str(plan_file)]) == 0
     assert "all_reduce over 2 ranks (intra_node) was not fitted: the time does not grow" in capsys.readouterr().out
+
+
+def test_a_profile_of_another_process_count_gets_a_note(tmp_path):
+    """docs/calibrate.md: calibrate with one process per device, as the plan runs. A profile of 2 processes
+    per node (profile_dict) named by a 4-process plan says so, and how to measure the plan's count."""
+    assert plan_with(tmp_path, profile_dict()).notes == ()  # 2 per node, as measured: nothing to say
+    four = plan_with(tmp_path, profile_dict(), per_node=4)
+    assert four.notes == (
+        "profile cal.json: measured with 2 process(es) per node, but the plan runs 4: its rates are those of "
+        "2 process(es) sharing a node, so the predictions may be off by more than their band; calibrate as "
+        "the plan runs: `planc calibrate --nproc 4 --cpu`",
+    )
+    two_nodes = plan_with(tmp_path, profile_dict(), nodes=2)
+    assert len(two_nodes.notes) == 1
+    assert "measured with 2 process(es) per node on 1 node(s), but the plan runs 2 on 2 node(s)" in two_nodes.notes[0]
+    assert "as the program of a 2-node torchrun" in two_nodes.notes[0]
+    assert plan_with(tmp_path, None, per_node=4).notes == ()  # no profile, no note

@@ -56,3 +56,22 @@ def test_the_documented_example_is_a_valid_plan():
     first_block = re.search(r"```\n(# GPT-3 175B.*?)```", text, re.DOTALL).group(1)
     plan = load_plan_text(first_block, "docs-example.plan", strategies=load_registry())
     assert plan.model.name == "gpt3-175b" and plan.world_size == 1024
+
+
+def test_the_example_of_a_model_the_presets_do_not_have_is_not_a_preset():
+    """docs/language.md's example of "a model the presets do not have" must be a name planc refuses, with its
+    family's presets in the hint (it once named llama3.2-1b, which the preset table lists)."""
+    from planc.spec import build_plan
+    from planc.spec.issues import SpecError
+
+    text = " ".join(DOC.read_text(encoding="utf-8").split())
+    name = re.search(
+        r"A model the presets do not have gets its family's presets \(`([^`]+)`: the (\w+) presets\)", text
+    )
+    assert name, "docs/language.md no longer gives an example of a model the presets do not have"
+    assert name.group(1) not in MODEL_PRESETS
+    with pytest.raises(SpecError) as refused:
+        build_plan(
+            {"model": {"preset": name.group(1)}, "hardware": {"device": "H100-SXM"}, "train": {"global_batch": 8}}
+        )
+    assert f"planc's {name.group(2)} presets are" in refused.value.issues[0].hint

@@ -157,6 +157,7 @@ def test_argument_errors_under_json_print_one_json_error(tmp_path, capsys, bad, 
     error = json.loads(captured.out)["error"]
     assert error["message"].startswith(says) and error["location"] is None
     assert "planc explain --help" in error["hint"]
+    assert error["errors"] == [{k: error[k] for k in ("message", "location", "hint")}]  # the documented shape
     assert says in captured.err and "usage: planc" in captured.err
 
 

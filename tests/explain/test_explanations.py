@@ -228,7 +228,12 @@ def test_json_output_is_one_object_with_an_error_on_failure(command, case, tmp_p
     if case == "cannot fit" and command == "check":
         assert code == 0 and "error" not in document  # a valid plan; fitting is explain's question
         return
-    assert code == 1 and set(document["error"]) >= {"message", "location", "hint"}
+    # docs/language.md: {"error": {"message", "location", "hint", "errors"}}, errors a list whatever failed
+    assert code == 1 and set(document["error"]) == {"message", "location", "hint", "errors"}
+    first = {k: document["error"][k] for k in ("message", "location", "hint")}
+    assert isinstance(document["error"]["errors"], list) and document["error"]["errors"][0] == first
+    if case == "missing file":
+        assert document["error"]["errors"] == [first] and "no such file" in first["message"]
     if case == "bad plan":
         assert document["error"]["location"]["line"] == 4
     if case == "cannot fit":
@@ -239,6 +244,7 @@ def test_doctor_json_prints_an_error_object_for_a_missing_run(tmp_path, capsys):
     assert main(["doctor", "--json", str(tmp_path / "no-run")]) == 1
     document = json.loads(capsys.readouterr().out)
     assert "is not a directory" in document["error"]["message"] and document["error"]["hint"]
+    assert [e["message"] for e in document["error"]["errors"]] == [document["error"]["message"]]
 
 
 def test_with_tp_pp_and_dp_fixed_dp_follows_tp_and_pp():

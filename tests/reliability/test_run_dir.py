@@ -287,3 +287,58 @@ def test_a_run_whose_last_save_failed_is_not_finished(tmp_path, capsys):
     (out / "checkpoints" / "step-00000004").mkdir()  # once the step-4 checkpoint exists, the run is finished
     (out / "checkpoints" / "step-00000004" / "planc.json").write_text(json.dumps({"format": 1, "step": 4}))
     assert inspect_run(out).finished_at(4) == 4
+
+
+def _failed_report(plan, out):
+    """planc run's report of a training that failed (torchrun exited 1) after the steps in metrics.jsonl."""
+    from types import SimpleNamespace
+
+    from planc.commands.run import _report
+    from planc.dsl.load import load_plan
+    from planc.strategies.registry import load_registry
+
+    record_event(out, "launch", steps=4, layout="TP 1 × PP 1 × DP 2 · DDP", world_size=2)
+    record_event(out, "attempt", attempt=0, start_step=0)
+    args = SimpleNamespace(file=str(plan), steps=None)
+    compiled = SimpleNamespace(plan=load_plan(plan, strategies=load_registry()))
+    with pytest.raises(PlanError) as failed:
+        _report(args, compiled, out, SimpleNamespace(stop_signal=None, status=1))
+    return failed.value
+
+
+def test_a_failure_before_the_first_checkpoint_hints_at_fresh_since_a_plain_rerun_is_refused(tmp_path, capsys):
+    """2 steps logged and the step-2 checkpoint never saved (the failure came first): the command the hint gives
+    must be one that runs, and the plain rerun is refused (it would log a second step 1)."""
+    plan, out = _plan(tmp_path), tmp_path / "run"
+    assert main(["run", str(plan), "--out", str(out), "--print"]) == 0
+    _metrics(out, [1, 2])
+    hint = _failed_report(plan, out).hint
+    again = f"planc run {plan} --out {out}"
+    assert "resumes" not in hint
+    assert hint.endswith(
+        f"no checkpoint was saved before the failure, so `{again}` is refused: fix the cause, "
+        f"then `{again} --fresh` starts over"
+    )
+    capsys.readouterr()
+    assert main(["run", str(plan), "--out", str(out)]) == 1  # what the hint says: refused ...
+    assert "no checkpoint to resume from" in capsys.readouterr().err
+    assert main(["run", str(plan), "--out", str(out), "--fresh", "--print"]) == 0  # ... and --fresh goes ahead
+
+
+def test_a_failure_after_a_checkpoint_hints_at_the_step_it_resumes_from(tmp_path):
+    plan, out = _plan(tmp_path), tmp_path / "run"
+    assert main(["run", str(plan), "--out", str(out), "--print"]) == 0
+    _metrics(out, [1, 2, 3])
+    (out / "checkpoints" / "step-00000002").mkdir(parents=True)
+    (out / "checkpoints" / "step-00000002" / "planc.json").write_text(json.dumps({"format": 1, "step": 2}))
+    assert _failed_report(plan, out).hint.endswith(
+        f"then `planc run {plan} --out {out}` resumes from the newest complete checkpoint (step 2)"
+    )
+
+
+def test_a_failure_before_any_step_and_checkpoint_starts_over(tmp_path):
+    plan, out = _plan(tmp_path), tmp_path / "run"
+    assert main(["run", str(plan), "--out", str(out), "--print"]) == 0
+    assert _failed_report(plan, out).hint.endswith(
+        f"then `planc run {plan} --out {out}` starts over (no checkpoint was saved before the failure)"
+    )

@@ -186,3 +186,35 @@ def test_exporting_a_checkpoint_older_than_the_logged_steps_warns(tmp_path, caps
     assert "lacks the last 3 step(s)" in out.err
     assert main(["export", str(run), "--to", str(tmp_path / "hf2"), "--step", "2"]) == 0  # asked for: no warning
     assert "warning" not in capsys.readouterr().err
+
+
+def _flip_a_byte(checkpoint):
+    """One changed byte in the middle of the shard, size unchanged: DCP itself would load it silently."""
+    shard = checkpoint / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+
+
+def test_a_damaged_checkpoint_is_refused_with_the_older_step_to_export(tmp_path, capsys):
+    """The export checks the manifest as a resume does: a corrupted shard is named, and --step offers the
+    newest older checkpoint (step 2 of 1, 2, 3), which then exports."""
+    run, _, _ = _run_dir(tmp_path, steps=(1, 2, 3))
+    _flip_a_byte(run / "checkpoints" / "step-00000003")
+    assert main(["export", str(run), "--to", str(tmp_path / "hf")]) == 1
+    err = capsys.readouterr().err
+    assert f"the checkpoint {run / 'checkpoints' / 'step-00000003'} is damaged" in err
+    assert "__0_0.distcp does not match its SHA-256 in the manifest (corrupted)" in err
+    assert "--step 2" in err and f"planc doctor --verify {run}" in err
+    assert not (tmp_path / "hf").exists()  # nothing written
+    assert main(["export", str(run), "--to", str(tmp_path / "pt"), "--step", "3", "--format", "torch"]) == 1
+    assert "is damaged" in capsys.readouterr().err
+    assert main(["export", str(run), "--to", str(tmp_path / "hf"), "--step", "2"]) == 0
+
+
+def test_a_damaged_only_checkpoint_says_there_is_no_older_one(tmp_path, capsys):
+    run, _, _ = _run_dir(tmp_path, steps=(2,))
+    (run / "checkpoints" / "step-00000002" / "__0_0.distcp").unlink()
+    assert main(["export", str(run), "--to", str(tmp_path / "hf")]) == 1
+    err = capsys.readouterr().err
+    assert "is damaged: __0_0.distcp is missing" in err and "no older one" in err
