@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from planc.cost.dispatch import MICRO_BATCH_OPS, block_ops, combine
+from planc.cost.dispatch import GPU_SECONDS_PER_OP, MICRO_BATCH_OPS, block_ops, combine
 from planc.cost.memory import gemm_input_copies, loss_checkpointed, loss_in_forward
 from planc.cost.profile import RuntimeProfile
 from planc.spec.hardware import HardwareSpec
@@ -136,8 +136,11 @@ class Device:
 
     @property
     def seconds_per_op(self) -> float:
-        """Measured host overhead per eager op (0 without a profile: :mod:`planc.cost.dispatch`)."""
-        return self.measured.seconds_per_op if self.measured is not None else 0.0
+        """Measured host overhead per eager op; without a profile a GPU's typical host cost, a CPU's 0
+        (:mod:`planc.cost.dispatch`)."""
+        if self.measured is not None:
+            return self.measured.seconds_per_op
+        return 0.0 if self.sms is None else GPU_SECONDS_PER_OP
 
     def seconds_per_model_op(self, compute_bytes: int, residual_bytes: int) -> float:
         """:attr:`seconds_per_op` for the model's own ops (blocks, embedding, head, loss) in the

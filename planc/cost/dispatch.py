@@ -3,8 +3,12 @@
 Eager PyTorch pays a host cost for every aten op (dispatch, autograd recording, launch) whatever
 the tensor's size. It matters when kernels are small: on a CPU it adds to the compute, on a GPU
 it bounds it from below (the device idles when the host cannot queue kernels fast enough). The
-cost per op is what ``planc calibrate`` measured (``MeasuredRates.seconds_per_op``); without a
-profile it is 0 and this term vanishes (the data-sheet model of large GPU runs is unchanged).
+cost per op is what ``planc calibrate`` measured (``MeasuredRates.seconds_per_op``). Without a
+profile a GPU takes :data:`GPU_SECONDS_PER_OP`, what planc calibrate measured on the hosts of the
+GPUs planc ran on: large kernels hide it (it changes no large run's prediction), and a small
+model's step is what it sets (a 4-layer, 256-wide model on one H100: 30 ms measured, 1.4 ms
+predicted with this term at 0). A CPU without a profile keeps 0: its uncalibrated prediction is
+the data sheet's, and says so.
 
 The op counts are planc's own program, counted with a ``TorchDispatchMode`` on one process by
 ``tools/count_eager_ops.py`` (torch 2.13; ``tests/cost/test_dispatch_counts.py`` recounts the
@@ -42,6 +46,11 @@ MICRO_BATCH_OPS = 75
 #: Once per step: the optimizer and clipping of the embedding, final norm and head, zeroing
 #: gradients, clipping's total norm, the learning-rate schedule, metrics.
 STEP_OPS = 66
+#: Host seconds per eager op on a GPU machine without a profile: `planc calibrate` measured
+#: 11.8 and 11.9 us on the H100 machine's host and 14.7 us on the H200's
+#: (docs/gpu-runs/2026-11-27-h100/*.json, docs/gpu-runs/2026-11-27-h200/h200-plan.json); the
+#: lower figure, as a host at least that fast is what a GPU node has.
+GPU_SECONDS_PER_OP = 12e-6
 
 
 def block_ops(model: ModelSpec) -> tuple[int, int]:
@@ -62,6 +71,12 @@ def combine(device_seconds: float, host_seconds: float, cpu: bool) -> float:
     return device_seconds + host_seconds if cpu else max(device_seconds, host_seconds)
 
 
-def step_host_ops(model: ModelSpec, layers: int) -> float:
-    """Ops a step runs outside the blocks' forward and backward for ``layers`` blocks on a rank."""
+def step_host_ops(model: ModelSpec, layers: int, cpu: bool = True) -> float:
+    """Ops a step runs outside the blocks' forward and backward for ``layers`` blocks on a rank.
+
+    On a GPU planc's optimizer is fused AdamW (``fused=True``) and clipping runs torch's foreach
+    norm: each is a handful of ops over all tensors at once, not ops per tensor as the CPU's
+    single-tensor path, so only the per-step ops remain."""
+    if not cpu:
+        return STEP_OPS
     return STEP_OPS + OPS_PER_PARAMETER_TENSOR * tensors_per_block(model) * layers
