@@ -76,16 +76,22 @@ def test_tiny_model_on_4_cpu_processes_gets_ddp_and_explain_says_why():
     assert choose(p, REGISTRY, tolerance=0.0).layout.zero > 0  # --tolerance 0: the fastest
 
 
-def test_explain_prints_the_advice_and_json_carries_it(tmp_path, capsys):
-    import json
-
-    from planc.cli import main
-
+def tiny_cpu_plan_file(tmp_path):
+    """A 4-process CPU plan at the cpu preset's rates (no calibration), where DDP is kept within the margin."""
     path = tmp_path / "tiny.plan"
     path.write_text(
         "model { layers = 4  hidden = 64  heads = 4  vocab = 256  seq_len = 64 }\n"
         'hardware { device = "cpu"  per_node = 4 }\ntrain { global_batch = 16  precision = fp32 }\n'
     )
+    return path
+
+
+def test_explain_prints_the_advice_and_json_carries_it(tmp_path, capsys):
+    import json
+
+    from planc.cli import main
+
+    path = tiny_cpu_plan_file(tmp_path)
     assert main(["explain", str(path)]) == 0
     text = capsys.readouterr().out
     band = f"margin ±{CPU_CALIBRATED_RELATIVE:.0%} or 5 ms per step"  # the CPU matrix's: CPU processes
@@ -304,11 +310,7 @@ def test_an_uncalibrated_cpu_plan_says_whose_band_its_margin_is(tmp_path, capsys
 
     from planc.cli import main
 
-    path = tmp_path / "tiny.plan"
-    path.write_text(
-        "model { layers = 4  hidden = 64  heads = 4  vocab = 256  seq_len = 64 }\n"
-        'hardware { device = "cpu"  per_node = 4 }\ntrain { global_batch = 16  precision = fp32 }\n'
-    )
+    path = tiny_cpu_plan_file(tmp_path)
     assert main(["explain", str(path)]) == 0
     text = capsys.readouterr().out
     assert "(uncalibrated)" in text  # the step time's own band: none

@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 
+from planc.spec import Layout, build_plan
 from planc.strategies import registry
 
 GOOD_PLUGIN = '''
@@ -65,3 +66,22 @@ def install_plugin(tmp_path, monkeypatch):
 
 def good_plugin(name: str, after: tuple = ()) -> str:
     return GOOD_PLUGIN.format(name=name, after=after)
+
+
+def tiny_plan(uses=(), precision="fp32", world=8):
+    """An 8-layer CPU plan on ``world`` processes with the strategy ``uses`` [(name, options)]."""
+    return build_plan(
+        {
+            "model": {"layers": 8, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 32},
+            "hardware": {"device": "cpu", "per_node": world},
+            "train": {"global_batch": 16, "precision": precision},
+            "uses": [{"name": n, "options": o} for n, o in uses],
+        }
+    )
+
+
+def tiny_layout(**fields):
+    """A layout with one process in every dimension unless ``fields`` say otherwise."""
+    values = dict(tp=1, pp=1, dp=1, zero=0, recompute="none", schedule=None, micro_batch=1)
+    values.update(fields)
+    return Layout(**values)

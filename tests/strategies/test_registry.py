@@ -6,10 +6,10 @@ import subprocess
 import sys
 
 import pytest
-from plugin_fixtures import good_plugin
+from plugin_fixtures import good_plugin, tiny_layout, tiny_plan
 
 from planc.errors import PlanError
-from planc.spec import Layout, build_plan
+from planc.spec import build_plan
 from planc.spec.issues import SpecError
 from planc.strategies import api
 from planc.strategies.composition import BUILTIN_ORDER
@@ -18,21 +18,7 @@ from planc.strategies.registry import load_registry
 BUILTINS = {"ddp", "zero1", "fsdp", "tensor_parallel", "pipeline", "recompute", "bf16"}
 
 
-def plan(uses=(), precision="fp32", world=8):
-    return build_plan(
-        {
-            "model": {"layers": 8, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 32},
-            "hardware": {"device": "cpu", "per_node": world},
-            "train": {"global_batch": 16, "precision": precision},
-            "uses": [{"name": n, "options": o} for n, o in uses],
-        }
-    )
-
-
-def layout(**fields):
-    values = dict(tp=1, pp=1, dp=1, zero=0, recompute="none", schedule=None, micro_batch=1)
-    values.update(fields)
-    return Layout(**values)
+plan, layout = tiny_plan, tiny_layout
 
 
 def problems_of(reg, name):

@@ -11,14 +11,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from plugin_fixtures import good_plugin
+from plugin_fixtures import good_plugin, tiny_layout, tiny_plan
 from pydantic import BaseModel
 
 from planc.cli import main
 from planc.codegen import compile_plan
 from planc.dsl.load import load_plan_text
 from planc.errors import PlanError
-from planc.spec import Layout, build_plan
 from planc.spec.issues import SpecError
 from planc.strategies.composition import BUILTIN_ORDER
 from planc.strategies.registry import load_registry
@@ -47,20 +46,11 @@ def line_of(name: str, marker: str) -> int:
 
 
 def plan(uses=()):
-    return build_plan(
-        {
-            "model": {"layers": 8, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 32},
-            "hardware": {"device": "cpu", "per_node": 8},
-            "train": {"global_batch": 16, "precision": "fp32"},
-            "uses": [{"name": n, "options": o} for n, o in uses],
-        }
-    )
+    return tiny_plan(uses)
 
 
 def layout(**fields):
-    values = dict(tp=1, pp=1, dp=8, zero=0, recompute="none", schedule=None, micro_batch=1)
-    values.update(fields)
-    return Layout(**values)
+    return tiny_layout(**{"dp": 8, **fields})
 
 
 # -- 1: a plugin without Options ---------------------------------------------------------------
