@@ -242,6 +242,9 @@ class LayerTimes:
     """What selective recomputation redoes: the elementwise kernels and the attention-out GEMM
     (planc's op-level policy) or, for materialized attention, the s x s part (Korthikanti et
     al. 2022, Sec. 5)."""
+    host_bound: bool = False
+    """On a GPU: the host takes longer to queue the block's eager ops than its kernels take to run
+    (forward and backward together), so the host's dispatch sets the block's time."""
 
 
 def block_gemms(model: ModelSpec, tokens: int, tp: int) -> list[tuple[int, int, int]]:
@@ -361,11 +364,13 @@ def block_times(
     per_op = device.seconds_per_model_op(compute_bytes, residual_bytes)
     host_fwd, host_bwd = (ops * per_op for ops in block_ops(model))
     cpu = device.sms is None
+    kernels_fwd, kernels_bwd = gemm + attn_fwd + elementwise, 2.0 * gemm + attn_bwd + 2.0 * elementwise
     return LayerTimes(
-        forward=combine(gemm + attn_fwd + elementwise, host_fwd, cpu),
-        backward=combine(2.0 * gemm + attn_bwd + 2.0 * elementwise, host_bwd, cpu),
+        forward=combine(kernels_fwd, host_fwd, cpu),
+        backward=combine(kernels_bwd, host_bwd, cpu),
         backward_weight=gemm,
         selective_recompute=selective,
+        host_bound=not cpu and host_fwd + host_bwd > kernels_fwd + kernels_bwd,
     )
 
 

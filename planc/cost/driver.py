@@ -130,6 +130,7 @@ def base_estimate(ctx: CostContext) -> Estimate:
         hardware_flops=_flops(model, tokens, ctx.layout.recompute, ctx.profile.attention),
         peak=ctx.device.peak,
         stage_style=ctx.stage_style,
+        host_bound=ctx.layer.host_bound,
     )
 
 

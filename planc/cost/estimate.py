@@ -262,6 +262,9 @@ class Estimate:
     """Bytes of the worst stage, filled in by finalisation (0 before)."""
     stage_style: StageStyle = "looped"
     """Where the pipeline stages sit (:mod:`planc.stages`), as the context placed them."""
+    host_bound: bool = False
+    """A block's compute is the host's eager dispatch, not its kernels (a GPU with little work per
+    block: :attr:`planc.cost.compute.LayerTimes.host_bound`)."""
 
     # -- helpers for cost passes -----------------------------------------------------------
 

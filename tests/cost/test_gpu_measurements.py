@@ -90,3 +90,20 @@ def test_a_small_models_step_is_the_hosts_not_the_kernels():
     layout = Layout(tp=1, pp=1, dp=1, zero=0, recompute="none", schedule=None, micro_batch=plan.train.micro_batch)
     ctx, est = estimate_for(plan, layout, REGISTRY)
     assert abs(est.step_s / median - 1.0) < 0.20, f"{est.step_s * 1e3:.1f} ms against {median * 1e3:.1f} ms"
+
+
+def test_explain_says_when_the_host_sets_the_step():
+    """The tiny plan's blocks run ~1 ms of kernels behind ~30 ms of eager dispatch: its bottleneck is
+    the host's, and explain says so; the 8B-shaped plan's kernels are ~50x its host time and its
+    bottleneck stays plain compute."""
+    from planc.explain.report import bottleneck
+
+    words = {}
+    for name in ("tiny-1xh100", "llama3-8b-4layers-1xh100"):
+        plan = load_plan_text((ROOT / f"plans/gpu/{name}.plan").read_text(), f"{name}.plan", strategies=REGISTRY)
+        layout = Layout(tp=1, pp=1, dp=1, zero=0, recompute="none", schedule=None, micro_batch=plan.train.micro_batch)
+        _, est = estimate_for(plan, layout, REGISTRY)
+        words[name] = (est.host_bound, bottleneck(est, {}, plan.hardware))
+    assert words["tiny-1xh100"][0] and "set by the host's eager dispatch" in words["tiny-1xh100"][1]
+    assert not words["llama3-8b-4layers-1xh100"][0]
+    assert words["llama3-8b-4layers-1xh100"][1].startswith("compute (")
