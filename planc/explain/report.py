@@ -103,9 +103,9 @@ def bottleneck(est: Estimate, links: dict[str, GroupLink], hw: HardwareSpec) -> 
 
     runner_up = max(parts, key=lambda k: parts[k]) if parts else None
     if runner_up is None or compute >= parts[runner_up]:
-        text = f"compute ({compute / step:.0%} of the step)"
-        if est.host_bound:  # the kernels are shorter than their launch: the GPU waits on Python
-            text = f"compute, set by the host's eager dispatch, not the kernels ({compute / step:.0%} of the step)"
+        # Kernels shorter than their launch: the GPU waits on the host's Python, not on arithmetic.
+        what = "compute, set by the host's eager dispatch, not the kernels" if est.host_bound else "compute"
+        text = f"{what} ({compute / step:.0%} of the step)"
         if compute < 0.5 * step and runner_up is not None:  # no part is most of the step: name the next
             text += f", then {named(runner_up)}"
     else:

@@ -81,6 +81,11 @@ def raised_at(exc: BaseException, module: str) -> str | None:
     return where
 
 
+def use_index(plan: Plan, name: str) -> int | None:
+    """Index of the plan's ``use NAME`` block, if it has one."""
+    return next((index for index, use in enumerate(plan.uses) if use.name == name), None)
+
+
 @dataclass(frozen=True)
 class PluginProblem:
     """Something wrong with one registered strategy; the strategy was skipped unless ``skipped`` is False."""
@@ -190,10 +195,7 @@ class LoadedStrategy:
 
     def use_index(self, plan: Plan) -> int | None:
         """Index of this strategy's ``use`` block in the plan, if it has one."""
-        for index, use in enumerate(plan.uses):
-            if use.name == self.name:
-                return index
-        return None
+        return use_index(plan, self.name)
 
     def options_for(self, plan: Plan, layout: Layout | None = None) -> BaseModel:
         """Validate the plan's ``use NAME { ... }`` options with the module's ``Options`` (defaults if absent).

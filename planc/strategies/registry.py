@@ -52,6 +52,7 @@ from planc.strategies.contract import (
     contract_problems,
     raised_at,
     unwritable_options,
+    use_index,
 )
 
 if TYPE_CHECKING:
@@ -301,11 +302,8 @@ class Registry:
     @staticmethod
     def path_of(plan: Plan, error: PlanError) -> tuple[str | int, ...]:
         """Where in the plan ``error`` belongs: the ``use`` block naming the plugin that raised it."""
-        if isinstance(error, PluginError):
-            for index, use in enumerate(plan.uses):
-                if use.name == error.strategy:
-                    return ("uses", index, "name")
-        return ("uses",)
+        index = use_index(plan, error.strategy) if isinstance(error, PluginError) else None
+        return ("uses", index, "name") if index is not None else ("uses",)
 
     def require(self, plan: Plan, layout: Layout) -> None:
         """Raise a PlanError with every :meth:`check` problem of ``layout`` (what compile and explain
