@@ -13,6 +13,19 @@ def root() -> Path:
     return ROOT
 
 
+PROCESS_GROUP = "starts-processes"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``--dist loadgroup``, the project's default), every ``dist`` test goes to
+    one worker, so no two launches ever share the 2 cores: the fault tests' hang deadlines and
+    heartbeats were set for one launch at a time. The single-process tests spread over the
+    workers beside them."""
+    for item in items:
+        if item.get_closest_marker("dist") is not None:
+            item.add_marker(pytest.mark.xdist_group(PROCESS_GROUP))
+
+
 @pytest.fixture(autouse=True)
 def _a_process_needs_the_dist_marker(request, monkeypatch):
     """Every test that starts a process (a subprocess, torchrun, spawned ranks) carries the ``dist``
