@@ -69,6 +69,7 @@ def train(
         print_every=plan.train.log_every,
         device=job.device,
         stream=io.StringIO() if quiet else None,
+        step_band=str((predicted or {}).get("step_band", "")),  # explain's words for the band
     )
     sinks = _open_sinks(job, [*plan.train.log, *log], out_dir, start, predicted)
     records = []
