@@ -57,6 +57,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from planc import launch
     from planc.codegen import compile_plan
+    from planc.commands.explain import plugins_taking_part
     from planc.commands.runtime import require_torch
     from planc.dsl.load import load_plan
     from planc.errors import PlanError
@@ -95,6 +96,9 @@ def run(args) -> int:
         f"{hw.world_size} process(es) · run directory {run_dir}",
         file=sys.stderr,
     )
+    plugins = plugins_taking_part(compiled.plan, compiled.layout, registry)
+    if plugins:  # as explain names them: an installed plugin may join a plan that does not name it
+        print(f"planc: plugins {plugins}", file=sys.stderr)
 
     if args.slurm or hw.nodes > 1 or args.print_only:
         return _print_launch(args, compiled, run_dir, max_restarts)
