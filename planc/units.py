@@ -90,12 +90,25 @@ def format_bytes(n: float, binary: bool = True) -> str:
     raise AssertionError("unreachable")
 
 
-def format_size_literal(value: float) -> str:
-    """``25e6 -> '25 MB'``: a size as a .plan would write it (decimal units, no trailing zeros)."""
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if value >= size:
+#: The units :func:`format_literal` writes each kind in, largest first (decimal sizes, as
+#: PyTorch's ``bucket_cap_mb`` and the presets' GB/s are).
+_LITERAL_UNITS: dict[str, tuple[tuple[str, float], ...]] = {
+    "bytes": (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3), ("B", 1.0)),
+    "bandwidth": (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("KB/s", 1e3), ("B/s", 1.0)),
+    "compute": (("PFLOPS", 1e15), ("TFLOPS", 1e12), ("GFLOPS", 1e9)),
+    "time": (("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3), ("us", 1e-6)),
+}
+
+
+def format_literal(value: float, kind: str) -> str:
+    """``(25e6, 'bytes') -> '25 MB'``, ``(0.5, 'time') -> '500 ms'``: a quantity as a .plan would
+    write it (the largest unit it is at least one of, no trailing zeros; zero in the base unit)."""
+    units = _LITERAL_UNITS[kind]
+    for unit, size in units:
+        if value >= size or (value == 0 and size == 1.0):
             return f"{value / size:g} {unit}"
-    return f"{value:g} B"
+    unit, size = units[-1]
+    return f"{value / size:g} {unit}"
 
 
 def format_seconds(s: float) -> str:

@@ -304,7 +304,7 @@ def refresh(text: str) -> str:
 
 RUN_NOISE = (  # what varies from run to run: timings, pids, ports, clock times, host names
     (re.compile(r"\b\d+(\.\d+)? (k |M )?tok/s"), "_ tok/s"),
-    (re.compile(r"\b\d+\.\d+ s/step( \(pred [0-9.]+\))?"), "_ s/step"),
+    (re.compile(r"\b\d+\.\d+ s/step( \(pred [0-9.]+( ±\d+%|, uncalibrated)?\))?"), "_ s/step"),
     (re.compile(r"mfu [0-9.]+%( \(pred [0-9.]+%\))?"), "mfu _"),
     (re.compile(r"\b\d+:\d\d elapsed, \d+:\d\d left"), "_ elapsed"),
     (re.compile(r"\b(mem|rss) [0-9.]+ GiB"), r"\1 _ GiB"),

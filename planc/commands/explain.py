@@ -128,6 +128,14 @@ def taking_part_in(plan: Plan, layout: Layout, registry: Registry) -> list[Takin
     ]
 
 
+def plugins_taking_part(plan: Plan, layout: Layout, registry: Registry) -> str:
+    """explain's words for the third-party plugins the program for ``layout`` applies, for the
+    layout lines of ``planc run`` and ``planc verify`` ("" when only built-ins take part)."""
+    from planc.explain.report import plugins_text
+
+    return plugins_text(taking_part_in(plan, layout, registry))
+
+
 def run(args) -> int:
     from planc.explain.report import render_text, to_dict
     from planc.planner import NoLegalLayout, choose

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from planc.spec.fields import unit_kind_of
-from planc.units import format_size_literal
+from planc.units import format_literal
 
 HELP = "list the installed strategy plugins (built-in and third-party), their options, and any problems"
 DESCRIPTION = (
@@ -97,8 +97,8 @@ def render(data: dict) -> str:
 
 
 def _show(value, unit: str | None = None) -> str:
-    if unit == "bytes" and isinstance(value, (int, float)):
-        return format_size_literal(value)
+    if unit and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format_literal(value, unit)
     if value is None:
         return "from the layout"
     if isinstance(value, bool):

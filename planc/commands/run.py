@@ -90,11 +90,7 @@ def run(args) -> int:
     for warning in compiled.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     hw = plan.hardware
-    print(
-        f"planc: {plan.model.name or 'model'} · {compiled.layout.describe()} · "
-        f"{hw.world_size} process(es) · run directory {run_dir}",
-        file=sys.stderr,
-    )
+    _print_start(compiled, registry, run_dir)
 
     if args.slurm or hw.nodes > 1 or args.print_only:
         return _print_launch(args, compiled, run_dir, max_restarts)
@@ -112,6 +108,22 @@ def run(args) -> int:
     )
     outcome = launch.launch_local(compiled, run_dir, steps=args.steps, max_restarts=max_restarts)
     return _report(args, compiled, run_dir, outcome)
+
+
+def _print_start(compiled, registry, run_dir: Path) -> None:
+    """The layout line, then the third-party plugins taking part as explain names them (an
+    installed plugin may join a plan that does not name it)."""
+    from planc.commands.explain import plugins_taking_part
+
+    plan = compiled.plan
+    print(
+        f"planc: {plan.model.name or 'model'} · {compiled.layout.describe()} · "
+        f"{plan.hardware.world_size} process(es) · run directory {run_dir}",
+        file=sys.stderr,
+    )
+    plugins = plugins_taking_part(plan, compiled.layout, registry)
+    if plugins:
+        print(f"planc: plugins {plugins}", file=sys.stderr)
 
 
 def _print_launch(args, compiled, run_dir: Path, max_restarts: int) -> int:

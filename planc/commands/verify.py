@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 HELP = "run the plan's program for a few measured steps and compare with the prediction"
@@ -60,6 +61,7 @@ def run(args) -> int:
 def _run_program(args) -> int:
     from planc import launch
     from planc.codegen import compile_plan
+    from planc.commands.explain import plugins_taking_part
     from planc.commands.verify_io import load_for_verify, print_result
     from planc.errors import PlanError
     from planc.verify import results
@@ -90,6 +92,9 @@ def _run_program(args) -> int:
         f"planc verify: {compiled.layout.describe()} · {compiled.plan.world_size} process(es) · {run_dir}",
         file=sys.stderr,
     )
+    plugins = plugins_taking_part(compiled.plan, compiled.layout, registry)
+    if plugins:
+        print(f"planc verify: plugins {plugins}", file=sys.stderr)
 
     with _measuring_program_on_stderr():
         outcome = launch.launch_local(compiled, run_dir, steps=args.steps)
@@ -148,6 +153,7 @@ def _cuda_devices() -> int:
 
 def collect(plan, layout, registry, run_dir: Path) -> dict:
     """Read every rank's ``verify/rank<R>.json`` and put the prediction beside each number."""
+    from planc.commands.explain import taking_part_in
     from planc.errors import PlanError
     from planc.verify.predicted import estimate_for, predicted_for_rank
     from planc.verify.report import rows_for_rank, step_time_basis
@@ -172,6 +178,7 @@ def collect(plan, layout, registry, run_dir: Path) -> dict:
     return {
         "layout": layout.model_dump(mode="json"),
         "describe": layout.describe(),
+        "strategies": [asdict(s) for s in taking_part_in(plan, layout, registry)],  # as explain --json
         "world_size": plan.world_size,
         "device": records[0].get("device", "cpu"),
         "rows": [row.as_dict() for row in rows],
@@ -181,10 +188,12 @@ def collect(plan, layout, registry, run_dir: Path) -> dict:
 
 
 def render(result: dict) -> str:
+    from planc.explain.report import TakingPart, plugins_lines
     from planc.verify.report import Row, format_rows
 
     rows = [Row(**{k: v for k, v in r.items() if k != "error"}) for r in result["rows"]]
     head = [f"verify  {result['describe']} · {result['world_size']} process(es) on {result['device']}"]
+    head += plugins_lines([TakingPart(**s) for s in result.get("strategies", [])])  # explain's line
     for change in result.get("stand_in", []):
         head.append(f"  stand-in: {change}")
     head.append("  error = predicted / measured - 1")

@@ -128,20 +128,24 @@ class TakingPart:
     """Whether the plan names it in a ``use`` block (a built-in takes part by the layout's rule)."""
 
 
-def _plugins_lines(strategies: Sequence[TakingPart]) -> list[str]:
-    """``plugins   lowp_allreduce (planc-lowp-allreduce 0.1.0)``: the third-party strategies taking
-    part, those the plan does not name marked (nothing when only built-ins do, which the layout
-    line already implies)."""
-    plugins = [s for s in strategies if not s.builtin]
-    if not plugins:
-        return []
+def plugins_text(strategies: Sequence[TakingPart]) -> str:
+    """``lowp_allreduce (planc-lowp-allreduce 0.1.0)``: the third-party strategies taking part,
+    those the plan does not name marked; empty when only built-ins do, which the layout already
+    implies. explain's ``plugins`` line, and ``planc run``'s and ``planc verify``'s, say this."""
     shown = [
         f"{s.name} ({s.distribution} {s.version}"
         + ("" if s.named else "; not named by the plan: the installed plugin joins on its own")
         + ")"
-        for s in plugins
+        for s in strategies
+        if not s.builtin
     ]
-    return [f"  {'plugins':10}{' · '.join(visible(text) for text in shown)}"]
+    return " · ".join(visible(text) for text in shown)
+
+
+def plugins_lines(strategies: Sequence[TakingPart]) -> list[str]:
+    """``plugins   lowp_allreduce (planc-lowp-allreduce 0.1.0)``, or nothing (:func:`plugins_text`)."""
+    text = plugins_text(strategies)
+    return [f"  {'plugins':10}{text}"] if text else []
 
 
 def to_dict(plan: Plan, choice: Choice, strategies: Sequence[TakingPart] = ()) -> dict[str, Any]:
@@ -288,7 +292,7 @@ def render_text(plan: Plan, choice: Choice, *, top_k: int | None = None, strateg
     est, lay = choice.estimate, choice.layout
     links = shown_links(plan, lay, est.stage_style)
     sections = [
-        _header(plan, choice) + _plugins_lines(strategies),
+        _header(plan, choice) + plugins_lines(strategies),
         memory_table(est, plan),
         _time_lines(est, links, plan),
         [

@@ -49,7 +49,6 @@ def train(
     ``data_dir`` the directory its relative paths resolve against; ``log`` adds metrics sinks to the
     plan's; ``predicted`` (the program's ``PREDICTED``) is logged beside the measured step time.
     """
-    from planc.runtime.metrics import MetricsLogger
     from planc.runtime.run_data import open_run_data
     from planc.runtime.utilisation import Utilisation
 
@@ -61,15 +60,7 @@ def train(
     start = attempt.start()
     utilisation = Utilisation(plan, predicted)
 
-    logger = MetricsLogger(
-        Path(out_dir) / "metrics.jsonl" if out_dir is not None else None,
-        tokens_per_step=plan.tokens_per_step,
-        total_steps=total,
-        rank=dist.get_rank(),
-        print_every=plan.train.log_every,
-        device=job.device,
-        stream=io.StringIO() if quiet else None,
-    )
+    logger = _metrics_logger(job, out_dir, total, quiet, predicted)
     sinks = _open_sinks(job, [*plan.train.log, *log], out_dir, start, predicted)
     records = []
     run_step, rows = _step_function(job, out_dir), NextRows(job, run_data.train)
@@ -97,6 +88,23 @@ def train(
         else:
             attempt.finish()
     return records
+
+
+def _metrics_logger(job, out_dir: str | Path | None, total: int, quiet: bool, predicted: dict | None):
+    """metrics.jsonl, and rank 0's progress lines with the predicted step time's band in explain's
+    words, as the program's ``PREDICTED`` carries it (its start-up line prints the same)."""
+    from planc.runtime.metrics import MetricsLogger
+
+    return MetricsLogger(
+        Path(out_dir) / "metrics.jsonl" if out_dir is not None else None,
+        tokens_per_step=job.plan.tokens_per_step,
+        total_steps=total,
+        rank=dist.get_rank(),
+        print_every=job.plan.train.log_every,
+        device=job.device,
+        stream=io.StringIO() if quiet else None,
+        step_band=str((predicted or {}).get("step_band", "")),
+    )
 
 
 class NextRows:

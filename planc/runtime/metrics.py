@@ -66,8 +66,10 @@ class MetricsLogger:
         print_every: int = 1,
         device: torch.device | str | None = None,
         stream: TextIO | None = None,
+        step_band: str = "",
     ):
         self.tokens_per_step = tokens_per_step
+        self.step_band = step_band
         self.total_steps = total_steps
         self.active = rank == 0
         self.print_every = print_every
@@ -111,7 +113,11 @@ class MetricsLogger:
         if step % self.print_every == 0 or step == self.total_steps:
             print(
                 format_progress(
-                    record, self.total_steps, eta_s=self._eta(step, elapsed), memory=memory_label(self.device)
+                    record,
+                    self.total_steps,
+                    eta_s=self._eta(step, elapsed),
+                    memory=memory_label(self.device),
+                    step_band=self.step_band,
                 ),
                 file=self.stream,
                 flush=True,
@@ -140,11 +146,17 @@ class MetricsLogger:
 
 
 def format_progress(
-    record: dict[str, Any], total_steps: int | None = None, *, eta_s: float | None = None, memory: str = "mem"
+    record: dict[str, Any],
+    total_steps: int | None = None,
+    *,
+    eta_s: float | None = None,
+    memory: str = "mem",
+    step_band: str = "",
 ) -> str:
-    """``step 12/100 | loss 3.2145 | val 3.3012 | lr 3.00e-04 | 12.3 k tok/s | 0.412 s/step (pred 0.380) |
+    """``step 12/100 | loss 3.2145 | val 3.3012 | lr 3.00e-04 | 12.3 k tok/s | 0.412 s/step (pred 0.380 ±9%) |
     mfu 31.0% (pred 33.6%) | grad 0.870 | mem 1.23 GiB | 0:05 elapsed, 0:36 left`` (parts shown when known;
-    ``memory``: the memory's label, :func:`memory_label`)."""
+    ``memory``: the memory's label, :func:`memory_label`; ``step_band``: the predicted step time's
+    band as explain prints it, the program's ``PREDICTED["step_band"]``)."""
     width = len(str(total_steps)) if total_steps else 1
     step = f"step {record['step']:>{width}}" + (f"/{total_steps}" if total_steps else "")
     loss = record["loss"]
@@ -155,7 +167,8 @@ def format_progress(
     if record.get("tokens_per_s"):
         parts.append(f"{record['tokens_per_s'] / 1000:.1f} k tok/s")
     predicted = record.get("predicted_step_s")
-    parts.append(f"{record['step_s']:.3f} s/step" + (f" (pred {predicted:.3f})" if predicted else ""))
+    step_s = f"{record['step_s']:.3f} s/step"
+    parts.append(f"{step_s} ({_predicted_step(predicted, step_band)})" if predicted else step_s)
     if record.get("mfu") is not None:
         pred_mfu = record.get("predicted_mfu")
         parts.append(f"mfu {record['mfu']:.1%}" + (f" (pred {pred_mfu:.1%})" if pred_mfu is not None else ""))
@@ -167,6 +180,16 @@ def format_progress(
             f"{_clock(record['elapsed_s'])} elapsed" + (f", {_clock(eta_s)} left" if eta_s is not None else "")
         )
     return " | ".join(parts)
+
+
+def _predicted_step(predicted: float, band: str) -> str:
+    """``pred 0.380 ±9%``, or ``pred 0.129, uncalibrated`` (explain's "(uncalibrated)", without
+    parentheses inside the line's own): a measured step outside the band is news, one inside it not."""
+    if not band:
+        return f"pred {predicted:.3f}"
+    if band.startswith("±"):
+        return f"pred {predicted:.3f} {band}"
+    return f"pred {predicted:.3f}, {band.strip('()')}"
 
 
 def _clock(seconds: float) -> str:

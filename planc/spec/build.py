@@ -255,20 +255,23 @@ def _check_keys_and_units(block: str, values: dict, model_cls: type[BaseModel]) 
     return issues
 
 
-def unit_mismatch(label: str, expected: str | None, written: str | None, text: str | None) -> tuple[str, str] | None:
+def unit_mismatch(
+    label: str, expected: str | None, written: str | None, text: str | None, example: str | None = None
+) -> tuple[str, str] | None:
     """(message, hint) when a value's unit does not suit its key, else None. ``label`` names the
     key (``memory``, ``option 'bucket' of strategy 'ddp'``); ``expected`` is the key's unit kind
-    (None: a plain value); ``written`` the kind of the unit written with ``text`` (None: none)."""
+    (None: a plain value); ``written`` the kind of the unit written with ``text`` (None: none);
+    ``example`` a value to suggest (a plugin option's default), else one of the kind's."""
     if expected and written is None:
         return (
             f"{label} needs a unit: {KIND_DESCRIPTIONS[expected]}",
-            f"write the unit after the number, e.g. {_unit_example(expected)}",
+            f"write the unit after the number, e.g. {example or _unit_example(expected)}",
         )
     if expected and written is not None and written != expected:
         return (
             f"{label} is {KIND_DESCRIPTIONS[expected].split(',')[0]}, but {text} is "
             f"{KIND_DESCRIPTIONS[written].split(',')[0]}",
-            f"use a unit like {_unit_example(expected)}",
+            f"use a unit like {example or _unit_example(expected)}",
         )
     if not expected and written is not None:
         return f"{label} takes a plain value, not a quantity ({text})", "drop the unit"
@@ -339,7 +342,8 @@ def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
         units: dict[str, tuple[str, str]] = {
             k: (v.kind, v.text or f"{v.value:g}") for k, v in item.get("options", {}).items() if isinstance(v, Quantity)
         }
-        uses.append(PluginUse(name=name, options=options, units=units))
+        unitless = tuple(k for k, v in item.get("options", {}).items() if _is_number(v))
+        uses.append(PluginUse(name=name, options=options, units=units, unitless=unitless))
     return uses
 
 
@@ -372,6 +376,11 @@ def _base_units(value: Any) -> Any:
     if isinstance(value, list):
         return [_base_units(item) for item in value]
     return value.value if isinstance(value, Quantity) else value
+
+
+def _is_number(value: Any) -> bool:
+    """A bare number as the .plan reader hands it over (true and false are not numbers)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _about_dropped(issue: SpecIssue, dropped: set) -> bool:

@@ -25,6 +25,10 @@ class PluginUse(SpecModel):
     units: dict[str, tuple[str, str]] = Field(default_factory=dict, exclude=True)
     """For each option written with a unit in a .plan file: (unit kind, the text as written), so
     the strategy's Options can reject ``bucket = 5 ms`` for a size (not stored in plan.json)."""
+    unitless: tuple[str, ...] = Field(default=(), exclude=True)
+    """The options a .plan file wrote as a bare number, so the strategy's Options can reject
+    ``bucket = 25`` for a size (25 what? PyTorch's ``bucket_cap_mb=25`` means megabytes). Not
+    stored in plan.json, whose numbers are in base units."""
 
 
 class Plan(SpecModel):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from planc.errors import PlanError, debug_traceback, did_you_mean, one_of
@@ -27,7 +28,7 @@ from planc.spec.invalid import describe_invalid, invalid_hint
 from planc.spec.issues import SpecError, SpecIssue
 from planc.strategies import api
 from planc.strategies.composition import BUILTIN_ORDER
-from planc.units import Quantity, QuantityKind
+from planc.units import Quantity, QuantityKind, format_literal
 
 if TYPE_CHECKING:
     from planc.cost.context import CostContext
@@ -209,7 +210,10 @@ class LoadedStrategy:
         index = self.use_index(plan)
         raw = dict(plan.uses[index].options) if index is not None else {}
         units = dict(plan.uses[index].units) if index is not None else {}
-        return self.validate_options(raw, index, context={"plan": plan, "layout": layout}, units=units)
+        unitless = plan.uses[index].unitless if index is not None else ()
+        return self.validate_options(
+            raw, index, context={"plan": plan, "layout": layout}, units=units, unitless=unitless
+        )
 
     def validate_options(
         self,
@@ -217,11 +221,16 @@ class LoadedStrategy:
         index: int | None = None,
         context: dict[str, Any] | None = None,
         units: dict[str, tuple[str, str]] | None = None,
+        unitless: Iterable[str] = (),
     ) -> BaseModel:
-        """``units``: the unit kind and text of each option written with a unit (from a .plan)."""
+        """``units``: the unit kind and text of each option written with a unit (from a .plan);
+        ``unitless``: the options a .plan wrote as a bare number. A number in neither (plan.json)
+        is in base units."""
         model = self.options_model
         fields = list(model.model_fields)
         base = ("uses", index if index is not None else 0, "options")
+        written: dict[str, tuple[str | None, str | None]] = {key: (None, None) for key in unitless}
+        written.update(units or {})
         issues: list[SpecIssue] = []
         for key in raw:
             if key not in fields:
@@ -230,9 +239,11 @@ class LoadedStrategy:
                 else:
                     hint = did_you_mean(key, fields) or f"'{self.name}' takes {one_of(fields)}"
                 issues.append(SpecIssue(base + (key,), f"unknown option '{key}' for strategy '{self.name}'", hint))
-            elif units and key in units:  # a plain number is taken in base units, as from plan.json
+            elif key in written:
+                field = model.model_fields[key]
+                kind = unit_kind_of(field)
                 problem = unit_mismatch(
-                    f"option '{key}' of strategy '{self.name}'", unit_kind_of(model.model_fields[key]), *units[key]
+                    f"option '{key}' of strategy '{self.name}'", kind, *written[key], _default_literal(field, kind)
                 )
                 if problem:
                     issues.append(SpecIssue(base + (key,), *problem))
@@ -279,6 +290,15 @@ class LoadedStrategy:
             describe_invalid(f"option '{loc}' of strategy '{self.name}'", shown, errors, field),
             f"{hint} ({doc})" if hint and doc else hint or doc,
         )
+
+
+def _default_literal(field: FieldInfo, kind: str | None) -> str | None:
+    """``25 MB (the default)``: an option's default in its unit, the example a unit error
+    suggests; None when it has no number for a default (required, or from the layout)."""
+    default = None if field.is_required() else field.get_default(call_default_factory=True)
+    if kind is None or not isinstance(default, (int, float)) or isinstance(default, bool):
+        return None
+    return f"{format_literal(default, kind)} (the default)"
 
 
 def contract_problems(name: str, module: types.ModuleType) -> list[str]:

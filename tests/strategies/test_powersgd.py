@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 from importlib.util import find_spec
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,7 @@ if find_spec("planc_powersgd") is None:
 
 from planc_powersgd.compression import gradient_shapes, matrix_elements, traffic_ratio  # noqa: E402
 
+from planc.cli import main  # noqa: E402
 from planc.cost.driver import evaluate  # noqa: E402
 from planc.spec import Layout, build_plan  # noqa: E402
 from planc.spec.issues import SpecError  # noqa: E402
@@ -174,3 +177,40 @@ def test_the_compute_that_overlapped_traffic_slows_shrinks_with_it():
     ratio = traffic_ratio(used_plan.model, tp=1, rank=4)
     assert plain[CONTENTION] > 0
     assert used[CONTENTION] == pytest.approx(plain[CONTENTION] * ratio)
+
+
+POWERSGD_PLAN = Path(__file__).resolve().parents[1] / "codegen" / "data" / "powersgd.plan"  # 2 CPU processes
+#: explain's plugins line for that plan: its one third-party strategy, named by its use block.
+TAKES_PART = "powersgd (planc-powersgd 0.1.0)"
+STATES = ("params", "grads", "optimizer")
+
+
+def test_run_names_the_plugins_taking_part_as_explain_does(tmp_path, capsys):
+    assert main(["explain", str(POWERSGD_PLAN)]) == 0
+    assert f"  plugins   {TAKES_PART}\n" in capsys.readouterr().out
+    assert main(["run", str(POWERSGD_PLAN), "--out", str(tmp_path / "run"), "--print"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    layout_line = next(i for i, line in enumerate(err) if line.startswith("planc: tiny-powersgd · "))
+    assert err[layout_line + 1] == f"planc: plugins {TAKES_PART}"
+
+
+def test_verify_names_the_plugins_taking_part_as_explain_does(tmp_path, capsys, monkeypatch):
+    """At launch and in the report (text: explain's plugins line; --json: explain's strategies)."""
+    from planc import launch
+
+    def measured(compiled, run_dir, steps):  # each rank's record, as the program writes it
+        (run_dir / "verify").mkdir()
+        for rank in range(2):
+            record = {"rank": rank, "coordinates": {"pp": 0, "dp": rank}, "model_states": dict.fromkeys(STATES, 1)}
+            (run_dir / "verify" / f"rank{rank}.json").write_text(json.dumps(record))
+        return 0
+
+    monkeypatch.setattr(launch, "launch_local", measured)
+    monkeypatch.setenv("PLANC_VERIFY_DIR", str(tmp_path / "results"))
+    assert main(["verify", str(POWERSGD_PLAN), "--out", str(tmp_path / "v")]) == 0
+    out, err = capsys.readouterr()
+    assert f"planc verify: plugins {TAKES_PART}" in err.splitlines()
+    assert out.splitlines()[1] == f"  plugins   {TAKES_PART}"
+    assert main(["verify", str(POWERSGD_PLAN), "--out", str(tmp_path / "v2"), "--json"]) == 0
+    names = [(s["name"], s["builtin"], s["named"]) for s in json.loads(capsys.readouterr().out)["strategies"]]
+    assert names == [("ddp", True, False), ("powersgd", False, True)]  # DDP first: powersgd is AFTER it

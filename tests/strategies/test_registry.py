@@ -14,6 +14,7 @@ from planc.spec.issues import SpecError
 from planc.strategies import api
 from planc.strategies.composition import BUILTIN_ORDER
 from planc.strategies.registry import load_registry
+from planc.units import Quantity
 
 BUILTINS = {"ddp", "zero1", "fsdp", "tensor_parallel", "pipeline", "recompute", "bf16"}
 
@@ -258,7 +259,7 @@ def test_registry_check_reports_use_blocks():
     messages = [(i.path, i.message) for i in issues]
     assert any(path == ("uses", 0, "name") and "unknown strategy plugin 'dpp'" in m for path, m in messages)
     assert any("contradicts layout zero = 3" in m for _, m in messages)
-    unused_plan = plan(uses=[("ddp", {"bucket": 1e6})])
+    unused_plan = plan(uses=[("ddp", {"bucket": Quantity.of(1, "MB")})])
     assert not reg.check(unused_plan, layout(dp=8, zero=3))  # a warning, not an error:
     (warning,) = reg.unused_uses(unused_plan, layout(dp=8, zero=3))
     assert "'ddp' does not take part" in warning

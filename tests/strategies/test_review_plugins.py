@@ -19,6 +19,7 @@ from planc.codegen import compile_plan
 from planc.dsl.load import load_plan_text
 from planc.errors import PlanError
 from planc.spec.issues import SpecError
+from planc.spec.plan_json import plan_from_json_text
 from planc.strategies.composition import BUILTIN_ORDER
 from planc.strategies.registry import load_registry
 
@@ -104,7 +105,59 @@ def test_a_builtin_option_is_not_coerced():
     with pytest.raises(SpecError) as info:
         ddp.options_for(plan(uses=[("ddp", {"bucket": True})]))
     assert [i.message for i in info.value.issues] == ["option 'bucket' of strategy 'ddp' must be a number, got true"]
-    assert ddp.options_for(plan(uses=[("ddp", {"bucket": 25})])).bucket == 25.0  # a whole number is a number
+    assert ddp.validate_options({"bucket": 25}).bucket == 25.0  # a whole number is a number (plan.json: bytes)
+
+
+TIMED_PLUGIN = """
+from pydantic import BaseModel, ConfigDict
+from planc.spec.fields import Bandwidth, Seconds
+
+NAME = "timed"
+API_VERSION = 1
+DESCRIPTION = "a plugin whose options carry units"
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    link: Bandwidth = 50e9
+    pause: Seconds = 0.25
+
+
+def apply(job, options):
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("written", "where", "message", "hint"),
+    [
+        # 50e9 B/s = 50 GB/s; 0.25 s = 250 ms: each option's own default, in its unit. The column
+        # is the number's: "use timed { " is 12 characters, then "link = " (7) or "pause = " (8).
+        ("link = 50", "5:20", "needs a unit: a bandwidth, e.g. 300 GB/s or 200 Gb/s", "e.g. 50 GB/s (the default)"),
+        ("pause = 2", "5:21", "needs a unit: a time, e.g. 500 ms or 2 h", "e.g. 250 ms (the default)"),
+    ],
+)
+def test_a_plugin_option_with_a_unit_written_without_one_is_refused(install_plugin, written, where, message, hint):
+    """A bare number for a unit option is 25 what? Refused, not taken in base units (bucket = 25
+    would be 25-byte buckets), as the core keys refuse ``memory = 16``."""
+    install_plugin("planc-timed", "1.0", {"timed": TIMED_PLUGIN})
+    text = TINY + f"use timed {{ {written} }}\n"
+    with pytest.raises(PlanError) as info:
+        load_plan_text(text, "t.plan", strategies=load_registry(refresh=True))
+    key = written.split()[0]
+    assert str(info.value).startswith(f"t.plan:{where}: error: option '{key}' of strategy 'timed' {message}")
+    assert info.value.hint == f"write the unit after the number, {hint}"
+
+
+def test_a_plugin_option_with_its_unit_and_from_plan_json_is_taken(install_plugin):
+    """Written with a unit in a .plan, or as base units in plan.json (no unit syntax there)."""
+    install_plugin("planc-timed", "1.0", {"timed": TIMED_PLUGIN})
+    registry = load_registry(refresh=True)
+    written = load_plan_text(TINY + "use timed { link = 10 GB/s  pause = 5 ms }\n", "t.plan", strategies=registry)
+    assert registry.strategies["timed"].options_for(written).model_dump() == {"link": 10e9, "pause": 0.005}
+    from_json = plan_from_json_text(json.dumps(written.model_dump(mode="json")), "plan.json")
+    assert from_json.uses[0].options == {"link": 10e9, "pause": 0.005}
+    assert registry.strategies["timed"].options_for(from_json).model_dump() == {"link": 10e9, "pause": 0.005}
 
 
 def test_every_shipped_plan_still_loads():
