@@ -219,27 +219,63 @@ def chunks_in_flight(schedule: str | None, pp: int, v: int, m: int, rank: int, s
     raise ValueError(f"unknown schedule {schedule!r}")
 
 
-def zero_bubble_peaks(pp: int, v: int, m: int, rank: int, style: StageStyle = "looped") -> tuple[tuple[int, int], ...]:
+def zero_bubble_peaks(
+    pp: int, v: int, m: int, rank: int, style: StageStyle = "looped"
+) -> tuple[tuple[int, int, int], ...]:
     """Where a zero-bubble rank's peak can be: (stage-micro-batches holding activations, of them
-    those whose output gradients wait for the weight-gradient pass), one pair per candidate; the
-    peak is the largest of a x activations + d x output gradients
-    (:func:`planc.cost.memory.split_backward_output_grads`).
+    those whose output gradients wait for the weight-gradient pass, other stages of the rank whose
+    weight gradients wait for their next input pass), one triple per candidate; the peak is the
+    largest of a x activations + d x output gradients
+    (:func:`planc.cost.memory.split_backward_output_grads`) + w x a stage's weight gradients
+    (:func:`planc.cost.data_parallel.weight_pass_gradient_bytes`).
 
     A stage-micro-batch keeps its output gradients from the start of its input-gradient pass to
-    the end of its weight-gradient pass. Read off torch's own order (tests/test_stages.py checks
-    every legal p <= 8, v <= 4, m at several ratios of the two sizes):
+    the end of its weight-gradient pass. A stage's weight gradients wait from its weight pass to
+    its next input pass, where FSDP2's post-backward hook adds them into the accumulated ones; the
+    stage running is the backward's own term, so w counts the rank's *other* stages. The first
+    stage (its input is token ids) has no input pass: torch runs its whole backward in the weight
+    pass, hook included, so it keeps no output gradients and its weight gradients never wait.
+    Read off torch's own order (tests/test_stages.py checks every legal p <= 8, v <= 4, m at
+    several ratios of the three sizes):
 
-    - looped: at the activations' peak (:func:`chunks_in_flight`) rank i has i + 1 waiting;
-    - V: either all 2 p stage-micro-batches with one waiting, or, on the later ranks, p + i with
-      2 i + 1 waiting (the V's second stage runs its input passes ahead of its weight passes).
-      Exact from 2 p - 1 micro-batches on (the number torch plans the V for); with fewer, torch
-      drops the missing ones from the plan and the peak is lower: this is an upper bound there.
+    - looped: at the activations' peak (:func:`chunks_in_flight`) rank i > 0 has i + 1 waiting.
+      With two rounds of micro-batches or more (m >= 2 p) every other stage has run a weight pass
+      since its last input pass there: w = v - 1. With one round a stage's next input pass (the
+      next micro-batch's) comes before its weight pass: weight gradients wait only once a stage's
+      backwards are done, while the activations fall -- with k stages done (k = 1 .. v - 1) the
+      rank holds p - i + (k - 1) g fewer stage-micro-batches (g = m). Rank 0 peaks either in an
+      input pass of a later stage (1 waiting, the first stage not among w) or in the first
+      stage's weight pass (none waiting, every other stage's weight gradients);
+    - V: either all 2 p stage-micro-batches with one waiting and the other stage's weight
+      gradients (rank 0: one waiting, or the other stage's weight gradients in the first stage's
+      weight pass, there with one stage-micro-batch fewer when m = 2 p - 1), or, on the later
+      ranks, p + i with 2 i + 1 waiting and none (the V's second stage runs its input passes
+      ahead of its weight passes), or 2 i - 1 with as many waiting and the first stage's weight
+      gradients (ranks i >= 2, as the second stage's backwards end). Exact from 2 p - 1
+      micro-batches on (the number torch plans the V for); with fewer, torch drops the missing ones
+      from the plan and the peak is lower: this is an upper bound there.
     """
     held = chunks_in_flight("zero-bubble", pp, v, m, rank, style)
-    if style != "v":
-        return ((held, min(rank + 1, held)),)
-    late = min(pp + rank, held)
-    return ((held, 1), (late, min(2 * rank + 1, late)))
+    if style == "v":
+        if rank == 0:
+            return ((held, 1, 0), (held - (m == 2 * pp - 1), 0, 1))
+        late = min(pp + rank, held)
+        candidates = [(late, min(2 * rank + 1, late), 0), (held, 1, 1)]
+        if rank >= 2:
+            candidates.append((2 * rank - 1, 2 * rank - 1, 1))
+        return tuple(candidates)
+    waiting = 1 if rank == 0 else min(rank + 1, held)
+    if v == 1:
+        return ((held, 0 if rank == 0 else waiting, 0),)
+    if interleaved_rounds(m, pp) > 1:
+        if rank == 0:
+            return ((held, waiting, v - 2), (held, 0, v - 1))
+        return ((held, waiting, v - 1),)
+    candidates = [(held, waiting, 0)]
+    for k in range(1, v):
+        last = rank == 0 and k == v - 1  # the first stage's weight pass
+        candidates.append((held - (pp - rank) - (k - 1) * m, 0 if last else waiting, k))
+    return tuple(candidates)
 
 
 def flush_bubble_slots(pp: int, v: int, m: int) -> float:

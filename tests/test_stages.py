@@ -1,6 +1,8 @@
 """Stage arithmetic (planc.stages): the split, the placements, and the closed forms of the schedules
 checked against the timeline simulator that replays them (planc.explain.timeline)."""
 
+import itertools
+
 import pytest
 
 from planc.cost.memory import micro_batches_holding_logits
@@ -136,27 +138,39 @@ def _torch_order(p: int, v: int, m: int, style: str) -> dict[int, list]:
     return schedule._add_bubbles_to_actions(v * p)
 
 
-def _weighted_peak(actions: list, ratio: float) -> float:
-    """Largest activations + ``ratio`` x output gradients over torch's order: a stage-micro-batch
-    holds its activations from its forward to its weight pass, its output gradients from its
-    input pass to its weight pass."""
+def _weighted_peak(actions: list, ratio: float, weight_ratio: float = 0.0) -> float:
+    """Largest activations + ``ratio`` x output gradients + ``weight_ratio`` x waiting weight
+    gradients over torch's order: a stage-micro-batch holds its activations from its forward to
+    its weight pass, its output gradients from its input pass to its weight pass; a stage's weight
+    gradients wait from its weight pass to its next input pass (FSDP2's post-backward hook fires in
+    the input pass), counted for the stages other than the one the action runs. The first stage's
+    input pass does nothing and its weight pass is its whole backward (torch's
+    ``backward_one_chunk``: ``if not self.is_first``), hook included."""
     from torch.distributed.pipelining.schedules import _ComputationType as Kind
 
     alive: set[tuple[int, int]] = set()
     waiting: set[tuple[int, int]] = set()
+    weights_wait: set[int] = set()
     peak = 0.0
     for action in actions:
         if action is None:
             continue
-        key = (action.stage_index, action.microbatch_index)
-        if action.computation_type == Kind.FORWARD:
+        stage, kind = action.stage_index, action.computation_type
+        key = (stage, action.microbatch_index)
+        if kind == Kind.FORWARD:
             alive.add(key)
-        elif action.computation_type == Kind.BACKWARD_INPUT:
+        elif kind == Kind.BACKWARD_INPUT and stage != 0:
             waiting.add(key)
-        elif action.computation_type in (Kind.BACKWARD_WEIGHT, Kind.FULL_BACKWARD):
+            weights_wait.discard(stage)
+        elif kind in (Kind.BACKWARD_WEIGHT, Kind.FULL_BACKWARD):
             alive.discard(key)
             waiting.discard(key)
-        peak = max(peak, len(alive) + ratio * len(waiting))
+            if kind == Kind.BACKWARD_WEIGHT and stage != 0:
+                weights_wait.add(stage)
+            else:
+                weights_wait.discard(stage)
+        others = len(weights_wait - {stage})
+        peak = max(peak, len(alive) + ratio * len(waiting) + weight_ratio * others)
     return peak
 
 
@@ -167,16 +181,34 @@ def test_zero_bubble_holds_what_torchs_order_holds(vs, style):
         order = _torch_order(p, v, m, style)
         held = [_weighted_peak(order[r], ratio=0.0) for r in range(p)]  # activations alone
         assert [chunks_in_flight("zero-bubble", p, v, m, r, style) for r in range(p)] == held, (p, v, m)
-        for ratio in (0.25, 1.0, 1.5, 4.0):  # output gradients / activations of a stage-micro-batch
+        # output gradients and waiting weight gradients of a stage(-micro-batch) / its activations
+        for ratio, weight_ratio in itertools.product((0.25, 1.0, 1.5, 4.0), (0.0, 0.5, 1.0, 3.0, 10.0)):
             for r in range(p):
-                predicted = max(a + ratio * d for a, d in zero_bubble_peaks(p, v, m, r, style))
-                replayed = _weighted_peak(order[r], ratio)
+                candidates = zero_bubble_peaks(p, v, m, r, style)
+                predicted = max(a + ratio * d + weight_ratio * w for a, d, w in candidates)
+                replayed = _weighted_peak(order[r], ratio, weight_ratio)
                 if style == "v" and m < 2 * p - 1:  # torch drops the micro-batches it planned for: a bound
-                    assert predicted >= replayed, (p, v, m, r, ratio)
+                    assert predicted >= replayed, (p, v, m, r, ratio, weight_ratio)
                 else:
-                    assert predicted == pytest.approx(replayed), (p, v, m, r, ratio)
+                    assert predicted == pytest.approx(replayed), (p, v, m, r, ratio, weight_ratio)
         checked += 1
     assert checked > 20
+
+
+def test_zero_bubble_weight_gradients_waiting_by_hand():
+    # torch's ScheduleInterleavedZeroBubble, p 4, v 2, 16 micro-batches (rank 1: stages 1 and 5):
+    # ... 1I4 1W4 5F8 ... 5I8 ... -- from the second round on, while stage 5 runs its input pass
+    # stage 1 has run a weight pass (1W7) whose gradients wait for 1I8, and the other way round:
+    # one other stage waits at the peak, 8 stage-micro-batches held, 2 output gradients waiting.
+    assert zero_bubble_peaks(4, 2, 16, 1) == ((8, 2, 1),)
+    # One round (m = 4 = p): a stage's gradients wait only once its backwards are done; on rank 1
+    # stage 5 finishes first (5W3), when the rank holds 8 - (4 - 1) = 5 stage-micro-batches.
+    assert zero_bubble_peaks(4, 2, 4, 1) == ((8, 2, 0), (5, 2, 1))
+    # Rank 0 holds stage 0, whose whole backward (hook included) is its weight pass: in stage 4's
+    # input pass nothing else waits; in stage 0's weight pass stage 4's gradients wait.
+    assert zero_bubble_peaks(4, 2, 16, 0) == ((8, 1, 0), (8, 0, 1))
+    # v = 3 keeps both other stages waiting (rank 2 of p 4, 12 micro-batches, g = 4).
+    assert zero_bubble_peaks(4, 3, 12, 2) == ((12, 3, 2),)
 
 
 def _head_micro_batches_alive(actions: list, head_stage: int) -> int:

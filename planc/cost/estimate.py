@@ -98,6 +98,11 @@ class StageMemory:
     embedding_grads: float = 0.0
     """Gradient bytes of the token embedding on this rank: its backward comes last, after every
     block's, so they do not exist while a block runs backward in the first micro-batch."""
+    weight_grads_waiting: int = 0
+    """Zero-bubble: the rank's stages (other than the one running) whose weight-pass gradients
+    wait in compute precision for the stage's next input pass at the peak
+    (:func:`planc.stages.zero_bubble_peaks`); the data-parallel wrapper that keeps them apart
+    prices them (:func:`planc.cost.data_parallel.weight_pass_gradient_bytes`)."""
 
     def _peak(self) -> tuple[str, float, float, float]:
         """(phase, gradient bytes, block activation bytes, bytes of the phase's own terms) at the

@@ -56,10 +56,11 @@ def _plan(
     batch: int = 32,
     precision: str = "fp32",
     seq_len: int = 64,
+    hidden: int = 128,
 ):
     text = PLAN.format(
         layers=layers, vocab=vocab, nodes=nodes, batch=batch, precision=precision, layout=layout, seq_len=seq_len
-    )
+    ).replace("hidden = 128", f"hidden = {hidden}")
     return load_plan_text(text, "pp.plan", strategies=REGISTRY)
 
 
@@ -233,3 +234,29 @@ def test_under_ddp_over_tp_the_embedding_gradient_and_its_local_rows_are_priced(
         result = simulate(plan, layout, REGISTRY, default_ranks(layout))
         peaks = [r for r in result["rows"] if r["section"] == "peak memory"]
         assert len(peaks) == 2 and all(abs(r["error"]) < 0.05 for r in peaks), (precision, peaks)
+
+
+def test_a_zero_bubble_middle_stage_holds_its_other_stages_weight_pass_gradients():
+    # FSDP2's post-backward hook fires in the input pass, so a stage's weight pass leaves its
+    # gradients in the unsharded parameters' .grad, in bf16, until that stage's next input pass.
+    # PP 4 x DP 2, v = 2, one block per stage, 8 micro-batches (two rounds): at the middle rank's
+    # peak (stages 1 and 5, in stage 5's input pass) stage 1 has run a weight pass since its last
+    # input pass (torch's order: ... 1W3 5F6 5I4 ... 1I4), so its block's gradients wait beside
+    # the running block's. Blocks of hidden 512 hold 3,152,384 parameters (two layernorms 2,048;
+    # wq, wk, wv, wo with bias 4 x 262,656; w1 1,050,624; w2 1,049,088): 2 x 3,152,384 B = 6.0 MiB
+    # waiting, 6.3% of the 96 MiB peak, which the cost model missed (-5.2%). What is left is
+    # the other terms' (+1.0%): 2.5% holds it with the missing block well outside.
+    plan = _plan(
+        "tp = 1  pp = 4  dp = 2  zero = 2  schedule = zero-bubble  virtual_stages = 2  recompute = none",
+        layers=8,
+        vocab=512,
+        nodes=2,
+        batch=16,
+        precision="bf16",
+        hidden=512,
+    )
+    layout = Layout(tp=1, pp=4, dp=2, zero=2, recompute="none", schedule="zero-bubble", virtual_stages=2, micro_batch=1)
+    assert refusal(plan, layout, REGISTRY) is None
+    result = simulate(plan, layout, REGISTRY, [2])  # pipeline rank 1, data-parallel rank 0
+    (peak,) = [r for r in result["rows"] if r["section"] == "peak memory"]
+    assert abs(peak["error"]) < 0.025, peak

@@ -6,7 +6,7 @@ from functools import partial
 
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
 from planc.cost.context import CostContext
-from planc.cost.data_parallel import shard_states, with_contention
+from planc.cost.data_parallel import shard_states, weight_pass_gradient_bytes, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import fsdp_gather_bytes, model_state_bytes
 from planc.cost.params import StageParams, embedding_params_per_shard, whole_embedding_gradient_rows
@@ -58,7 +58,8 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
     if lay.pp > 1 and deferred:
         sharded = model_state_bytes(st.params, lay.shard_degree, zero, ctx.state_bytes).grads
         largest = root if root else ctx.model.ffn * ctx.model.hidden / lay.tp
-        return _pipelined_buffers(st, head, largest, zero, e, g, sharded, accumulated) + embedding_terms
+        pipelined = _pipelined_buffers(st, head, largest, zero, e, g, sharded, accumulated)
+        return pipelined + _waiting_weight_gradients(ctx, s) + embedding_terms
     held, per_block = fsdp_gather_bytes(st.layer_params, root, head, zero, e, g)
     terms = [Term(f"FSDP block backward: 2 gathered + gradients (ZeRO-{zero})", per_block, "backward")]
     if held:
@@ -157,6 +158,25 @@ def _pipelined_buffers(
     if zero == 3:  # not resharded after backward (see parameter_gathers)
         terms.append(Term("parameters left unsharded between micro-batches", e * st.params))
     return tuple(terms)
+
+
+def _waiting_weight_gradients(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
+    """Zero-bubble: the weight-pass gradients of the rank's other stages that wait, in compute
+    precision, for their stage's next input pass, whose post-backward hook adds them into the
+    accumulated fp32 ones (:func:`~planc.cost.data_parallel.weight_pass_gradient_bytes`); how many
+    stages wait at the peak is the schedule's (``StageMemory.weight_grads_waiting``, from
+    :func:`planc.stages.zero_bubble_peaks`). ``planc verify --simulate`` found them at the peak of
+    every rank that runs a later stage's input pass from the second round of micro-batches on; the
+    block the running stage writes is :func:`_pipelined_buffers`' own term."""
+    if not s.weight_grads_waiting:
+        return ()
+    lay, st = ctx.layout, ctx.stage(s.rank)
+    chunk = st.layers / lay.virtual_stages * st.layer_params
+    nbytes = weight_pass_gradient_bytes(chunk, lay.zero, lay.dp, ctx.compute_bytes, ctx.grad_reduce_bytes)
+    if not nbytes:
+        return ()
+    name = f"weight-pass gradients waiting for their stage's next input pass ({s.weight_grads_waiting} stages)"
+    return (Term(name, s.weight_grads_waiting * nbytes),)
 
 
 def _traffic_text(lay: Layout, n_gathers: int, scatters: int) -> str:

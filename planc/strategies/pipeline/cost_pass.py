@@ -9,6 +9,7 @@ from __future__ import annotations
 from planc import stages
 from planc.cost.comm import all_gather_seconds, p2p_seconds
 from planc.cost.context import CostContext
+from planc.cost.data_parallel import weight_pass_gradient_bytes
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import (
     SCHEDULES_HOLDING_LOGITS,
@@ -29,8 +30,11 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
       of (its layers / v) blocks each.
     - **Zero-bubble** keeps each stage-micro-batch's graph from its forward to its weight pass,
       and from its input pass on the output gradients of its linears and norms
-      (:func:`~planc.cost.memory.split_backward_output_grads`): the rank's peak is the larger of
-      the placements :func:`~planc.stages.zero_bubble_peaks` reads off torch's order.
+      (:func:`~planc.cost.memory.split_backward_output_grads`), and under FSDP its other stages'
+      weight-pass gradients wait for their next input pass
+      (:func:`~planc.cost.data_parallel.weight_pass_gradient_bytes`; the fsdp pass prices them): the
+      rank's peak is the largest of the placements :func:`~planc.stages.zero_bubble_peaks` reads
+      off torch's order.
     - **Losses**: under GPipe the last stage runs every micro-batch's forward and loss before any
       backward, so m - 1 more losses wait with their saved tensors
       (:func:`~planc.cost.memory.loss_saved_bytes`); under zero-bubble those in flight, or all m
@@ -77,8 +81,9 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         buffers = (not st.embedding or v > 1) + (not st.head or v > 1)
         label = "pipeline send/receive buffers"
     terms: tuple[Term, ...] = (Term(label, buffers * ctx.boundary_bytes),) if buffers else ()
+    weights_waiting = 0
     if lay.schedule == "zero-bubble":
-        chunks, split = _zero_bubble_terms(ctx, s)
+        chunks, weights_waiting, split = _zero_bubble_terms(ctx, s)
         terms += split
     turn = stages.holds_turn(s.rank, lay.pp, ctx.stage_style)
     sent = _outputs_held(v, chunks, st.head, turn) if ctx.profile.pp_outputs_kept else 0
@@ -108,6 +113,7 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         act_layers=chunks * st.layers / v,
         transient=terms,
         first_backward_frees=st.layers / v if before_any_backward else 0.0,
+        weight_grads_waiting=weights_waiting,
     )
 
 
@@ -160,10 +166,12 @@ def _outputs_held(v: int, chunks: int, head: bool, turn: bool = False) -> int:
     return max(0, held)
 
 
-def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[int, tuple[Term, ...]]:
-    """(chunk-micro-batches holding activations at the peak, the split backward's own terms) of
-    a zero-bubble rank: the output gradients waiting for the weight pass and the input gradients
-    kept on the received activations."""
+def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[int, int, tuple[Term, ...]]:
+    """(chunk-micro-batches holding activations at the peak, the rank's other chunks whose weight
+    gradients wait for their next input pass there, the split backward's own terms) of a
+    zero-bubble rank: the output gradients waiting for the weight pass and the input gradients
+    kept on the received activations. The waiting weight gradients are the data-parallel
+    wrapper's to price (:func:`~planc.cost.data_parallel.weight_pass_gradient_bytes`: FSDP's)."""
     lay, st = ctx.layout, ctx.stage(s.rank)
     v, m = lay.virtual_stages, ctx.micro_batches
     terms: tuple[Term, ...] = ()
@@ -175,13 +183,15 @@ def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[int, tuple[Ter
             ctx.model, ctx.tokens_per_microbatch, lay.tp, lay.sequence_parallel, ctx.compute_bytes
         )
     )
-    chunks, waiting = _zero_bubble_peak(ctx, s, s.act_per_layer * st.layers / v, chunk_grads)
-    if st.embedding and v == 1:
-        # Stage 0's input is token ids: no input gradient, so torch's schedule gives it no
-        # input pass and its weight pass runs the whole backward -- nothing waits between the
-        # halves (simulated: the first stage of a 4-layer Llama 3 8B, +6.2% -> -0.6%). With
-        # v > 1 the rank's other chunks have both halves: counted as they are, an upper bound.
-        waiting = 0
+    chunk_weights = weight_pass_gradient_bytes(
+        st.layers / v * st.layer_params, lay.zero, lay.dp, ctx.compute_bytes, ctx.grad_reduce_bytes
+    )
+    # Stage 0's input is token ids: torch gives it no input pass and runs its whole backward in
+    # the weight pass, so nothing of it waits between the halves (simulated: the first stage of a
+    # 4-layer Llama 3 8B, +6.2% -> -0.6%); zero_bubble_peaks counts it so.
+    chunks, waiting, weights_waiting = _zero_bubble_peak(
+        ctx, s, s.act_per_layer * st.layers / v, chunk_grads, chunk_weights
+    )
     if waiting:
         name = f"output gradients kept for the weight pass ({waiting} chunk-micro-batches)"
         terms += (Term(name, waiting * chunk_grads),)
@@ -198,16 +208,19 @@ def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[int, tuple[Ter
     if receiving:
         name = f"input gradients kept on the received activations ({receiving} chunk-micro-batches)"
         terms += (Term(name, receiving * ctx.boundary_bytes),)
-    return chunks, terms
+    return chunks, weights_waiting, terms
 
 
-def _zero_bubble_peak(ctx: CostContext, s: StageMemory, activations: float, grads: float) -> tuple[int, int]:
-    """(chunk-micro-batches holding activations, of them waiting for the weight pass) at the
-    rank's peak under zero-bubble (:func:`~planc.stages.zero_bubble_peaks`), for ``activations``
-    and output ``grads`` bytes per chunk-micro-batch."""
+def _zero_bubble_peak(
+    ctx: CostContext, s: StageMemory, activations: float, grads: float, weights: float
+) -> tuple[int, int, int]:
+    """(chunk-micro-batches holding activations, of them waiting for the weight pass, other chunks
+    whose weight gradients wait) at the rank's peak under zero-bubble
+    (:func:`~planc.stages.zero_bubble_peaks`), for ``activations`` and output ``grads`` bytes per
+    chunk-micro-batch and waiting ``weights`` bytes per chunk."""
     lay = ctx.layout
     candidates = stages.zero_bubble_peaks(lay.pp, lay.virtual_stages, ctx.micro_batches, s.rank, ctx.stage_style)
-    return max(candidates, key=lambda c: c[0] * activations + c[1] * grads)
+    return max(candidates, key=lambda c: c[0] * activations + c[1] * grads + c[2] * weights)
 
 
 def _bubble(ctx: CostContext) -> float:
