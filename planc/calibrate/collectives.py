@@ -170,7 +170,9 @@ def time_collective(fn, group, device: torch.device, repeats: int) -> float:
         fn()
         synchronize(device)
         samples.append(time.perf_counter() - began)
-    local = torch.tensor([statistics.median(samples)], dtype=torch.float64)
+    # On the group's device: an NCCL group takes no CPU tensor (torch: "No backend type associated
+    # with device type cpu").
+    local = torch.tensor([statistics.median(samples)], dtype=torch.float64, device=device)
     dist.all_reduce(local, op=dist.ReduceOp.MAX, group=group)
     return float(local.item())
 

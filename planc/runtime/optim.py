@@ -115,6 +115,7 @@ def grad_norm(
     parameters: Iterable[WithGrad],
     norm_type: float = 2.0,
     pp_group: dist.ProcessGroup | None = None,
+    device: torch.device | str = "cpu",
 ) -> torch.Tensor:
     """The norm of all gradients as one vector, over every shard and every pipeline stage.
 
@@ -123,6 +124,8 @@ def grad_norm(
     ``full_tensor()`` reduces over its mesh with DTensor's own collective); the group norms are
     combined, and with pipeline stages the stages' p-th powers are summed (max for inf) with
     ``torch.distributed.all_reduce`` over ``pp_group``. Returns a plain 0-dim float tensor.
+    ``device``: where a rank that holds no gradient makes its zero, which it still all-reduces
+    with the other stages: NCCL takes only tensors on the rank's own GPU.
     """
     grads = [p.grad for p in parameters if p.grad is not None]
     groups: dict[object, list[torch.Tensor]] = {}
@@ -134,7 +137,6 @@ def grad_norm(
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
         norms.append(norm.float())
-    device = norms[0].device if norms else torch.device("cpu")
     total = torch.linalg.vector_norm(torch.stack(norms), norm_type) if norms else torch.zeros((), device=device)
     if pp_group is not None:
         if math.isinf(norm_type):

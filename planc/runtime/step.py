@@ -195,7 +195,7 @@ def clip_grad_norm(job, max_norm: float) -> torch.Tensor:
             else SimpleNamespace(grad=p.grad, counted=id(p) not in uncounted)
         )
     pp_group = job.group("pp") if job.layout.pp > 1 else None
-    total = grad_norm([v for v in views if v.counted], 2.0, pp_group)
+    total = grad_norm([v for v in views if v.counted], 2.0, pp_group, device=job.device)
     if max_norm > 0:
         for group in _by_mesh(views):
             torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)

@@ -88,3 +88,13 @@ def test_clip_with_zero_max_norm_only_measures():
     manual = torch.sqrt(sum((g.double() ** 2).sum() for g in before))
     assert norm.item() == pytest.approx(manual.item(), rel=1e-5)
     assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), before))
+
+
+def test_a_rank_without_gradients_makes_its_zero_norm_on_its_own_device():
+    """A pipeline rank with no gradient still all-reduces its norm with the other stages; under NCCL
+    that tensor must be on the rank's GPU, not the CPU (found by reading, never run on NCCL). The
+    meta device stands in for the GPU: the zero is made where the caller says."""
+    from planc.runtime.optim import grad_norm
+
+    assert grad_norm([], device="meta").device.type == "meta"
+    assert grad_norm([]).device.type == "cpu"
