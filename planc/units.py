@@ -11,7 +11,7 @@ Decimal prefixes are powers of 1000 and binary prefixes powers of 1024, as in IE
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeGuard
 
 QuantityKind = Literal["bytes", "bandwidth", "compute", "time"]
 
@@ -90,14 +90,23 @@ def format_bytes(n: float, binary: bool = True) -> str:
     raise AssertionError("unreachable")
 
 
-#: The units :func:`format_literal` writes each kind in, largest first (decimal sizes, as
-#: PyTorch's ``bucket_cap_mb`` and the presets' GB/s are).
-_LITERAL_UNITS: dict[str, tuple[tuple[str, float], ...]] = {
-    "bytes": (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3), ("B", 1.0)),
-    "bandwidth": (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("KB/s", 1e3), ("B/s", 1.0)),
-    "compute": (("PFLOPS", 1e15), ("TFLOPS", 1e12), ("GFLOPS", 1e9)),
-    "time": (("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3), ("us", 1e-6)),
-}
+def _literal_units(kind: QuantityKind) -> tuple[tuple[str, float], ...]:
+    """The units :func:`format_literal` writes ``kind`` in, largest first: those of :data:`UNITS`
+    with decimal prefixes in bytes (as PyTorch's ``bucket_cap_mb`` and the presets' GB/s are)."""
+    decimal = [
+        (name, scale)
+        for name, (of_kind, scale) in UNITS.items()
+        if of_kind == kind and not name.startswith(tuple(_BINARY)) and not name.endswith("b/s")
+    ]
+    return tuple(sorted(decimal, key=lambda unit: -unit[1]))
+
+
+_LITERAL_UNITS = {kind: _literal_units(kind) for kind in ("bytes", "bandwidth", "compute", "time")}
+
+
+def is_bare_number(value: object) -> TypeGuard[int | float]:
+    """An int or float with no unit (true and false are not numbers, though Python's bools are ints)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def format_literal(value: float, kind: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from planc.spec.fields import unit_kind_of
-from planc.units import format_literal
+from planc.units import format_literal, is_bare_number
 
 HELP = "list the installed strategy plugins (built-in and third-party), their options, and any problems"
 DESCRIPTION = (
@@ -97,7 +97,7 @@ def render(data: dict) -> str:
 
 
 def _show(value, unit: str | None = None) -> str:
-    if unit and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if unit and is_bare_number(value):
         return format_literal(value, unit)
     if value is None:
         return "from the layout"

@@ -18,11 +18,9 @@ from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import DDP_BUCKET_BYTES, model_state_bytes
 
 
-def weight_pass_gradient_bytes(
-    stage_params: float, zero: int, dp: int, compute_bytes: int, grad_reduce_bytes: int
-) -> float:
-    """Bytes of one pipeline stage's weight gradients that wait for the stage's next input pass
-    under a zero-bubble schedule, for ``stage_params`` parameters in its blocks (per device).
+def weight_pass_gradient_bytes(ctx: CostContext, rank: int) -> float:
+    """Bytes of one of ``rank``'s pipeline stages' weight gradients that wait for the stage's next
+    input pass under a zero-bubble schedule: its blocks' parameters (per device) in compute precision.
 
     FSDP2 (ZeRO-2 over ``dp`` > 1, the only data parallelism zero-bubble runs with; ZeRO-3's
     hooks alike) hangs its post-backward hook on each unit's forward inputs
@@ -37,9 +35,10 @@ def weight_pass_gradient_bytes(
     (:func:`planc.stages.zero_bubble_peaks` counts the stages). ``planc verify --simulate`` of a
     Llama 3 70B plan cut to 40 layers (TP 8 x PP 4, v = 2, 16 micro-batches): at the middle
     stage's peak, its other stage's five blocks' gradients in bf16, 1.0 GiB, all the gap."""
-    if zero < 2 or dp == 1 or compute_bytes == grad_reduce_bytes:
+    lay, st = ctx.layout, ctx.stage(rank)
+    if lay.zero < 2 or lay.dp == 1 or ctx.compute_bytes == ctx.grad_reduce_bytes:
         return 0.0
-    return compute_bytes * stage_params
+    return ctx.compute_bytes * st.layers / lay.virtual_stages * st.layer_params
 
 
 def bucket_bytes(options: object) -> float:

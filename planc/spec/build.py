@@ -42,7 +42,7 @@ from planc.spec.model_hints import label_meant_as_preset, model_preset_hint
 from planc.spec.plan import Plan, PluginUse
 from planc.spec.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from planc.spec.train import TrainSpec
-from planc.units import KIND_DESCRIPTIONS, Quantity
+from planc.units import KIND_DESCRIPTIONS, Quantity, is_bare_number
 from planc.weights.plan_checks import resolve_weights
 
 #: Block name -> the section model that validates it.
@@ -342,7 +342,7 @@ def _build_uses(raw_uses, known_strategies, issues) -> list[PluginUse]:
         units: dict[str, tuple[str, str]] = {
             k: (v.kind, v.text or f"{v.value:g}") for k, v in item.get("options", {}).items() if isinstance(v, Quantity)
         }
-        unitless = tuple(k for k, v in item.get("options", {}).items() if _is_number(v))
+        unitless = tuple(k for k, v in item.get("options", {}).items() if is_bare_number(v))
         uses.append(PluginUse(name=name, options=options, units=units, unitless=unitless))
     return uses
 
@@ -376,11 +376,6 @@ def _base_units(value: Any) -> Any:
     if isinstance(value, list):
         return [_base_units(item) for item in value]
     return value.value if isinstance(value, Quantity) else value
-
-
-def _is_number(value: Any) -> bool:
-    """A bare number as the .plan reader hands it over (true and false are not numbers)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _about_dropped(issue: SpecIssue, dropped: set) -> bool:

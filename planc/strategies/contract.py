@@ -28,7 +28,7 @@ from planc.spec.invalid import describe_invalid, invalid_hint
 from planc.spec.issues import SpecError, SpecIssue
 from planc.strategies import api
 from planc.strategies.composition import BUILTIN_ORDER
-from planc.units import Quantity, QuantityKind, format_literal
+from planc.units import Quantity, QuantityKind, format_literal, is_bare_number
 
 if TYPE_CHECKING:
     from planc.cost.context import CostContext
@@ -296,7 +296,7 @@ def _default_literal(field: FieldInfo, kind: str | None) -> str | None:
     """``25 MB (the default)``: an option's default in its unit, the example a unit error
     suggests; None when it has no number for a default (required, or from the layout)."""
     default = None if field.is_required() else field.get_default(call_default_factory=True)
-    if kind is None or not isinstance(default, (int, float)) or isinstance(default, bool):
+    if kind is None or not is_bare_number(default):
         return None
     return f"{format_literal(default, kind)} (the default)"
 

@@ -170,9 +170,7 @@ def _waiting_weight_gradients(ctx: CostContext, s: StageMemory) -> tuple[Term, .
     block the running stage writes is :func:`_pipelined_buffers`' own term."""
     if not s.weight_grads_waiting:
         return ()
-    lay, st = ctx.layout, ctx.stage(s.rank)
-    chunk = st.layers / lay.virtual_stages * st.layer_params
-    nbytes = weight_pass_gradient_bytes(chunk, lay.zero, lay.dp, ctx.compute_bytes, ctx.grad_reduce_bytes)
+    nbytes = weight_pass_gradient_bytes(ctx, s.rank)
     if not nbytes:
         return ()
     name = f"weight-pass gradients waiting for their stage's next input pass ({s.weight_grads_waiting} stages)"

@@ -183,9 +183,7 @@ def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[int, int, tupl
             ctx.model, ctx.tokens_per_microbatch, lay.tp, lay.sequence_parallel, ctx.compute_bytes
         )
     )
-    chunk_weights = weight_pass_gradient_bytes(
-        st.layers / v * st.layer_params, lay.zero, lay.dp, ctx.compute_bytes, ctx.grad_reduce_bytes
-    )
+    chunk_weights = weight_pass_gradient_bytes(ctx, s.rank)
     # Stage 0's input is token ids: torch gives it no input pass and runs its whole backward in
     # the weight pass, so nothing of it waits between the halves (simulated: the first stage of a
     # 4-layer Llama 3 8B, +6.2% -> -0.6%); zero_bubble_peaks counts it so.
