@@ -323,13 +323,10 @@ def logits_bytes(
     (Recomputed, e = 2: 4 N + 10 c; e = 4: 8 N + 8 c.) The unchunked float32 loss held 12 N at its peak (the
     log-softmax output, its incoming and its outgoing gradient over all logits), whatever e --
     Korthikanti et al. 2022 count 4 s b V for the float32 logits alone. When every token fits in
-    one chunk, planc's loss is that unchunked loss: 12 N, below either bound -- and 16 N on
-    vocabulary-sharded logits (t > 1), whose ``loss_parallel`` backward is not log-softmax's fused
-    kernel but ``(grad_input + torch.exp(x)) * grad_output`` over the saved log-softmax output x
-    (torch 2.13, ``torch/distributed/tensor/parallel/loss.py``,
-    ``_nll_loss_and_log_softmax_backward``): x, the zeroed ``grad_input``, ``exp(x)`` and their
-    sum, 4 x 4 N at once (``planc verify --simulate``, hidden 128, vocabulary 8192, t = 2: 16 N in
-    fp32 and bf16, where 12 N was priced).
+    one chunk, planc's loss is that unchunked loss: 12 N, below either bound; 16 N on sharded logits
+    (t > 1): ``loss_parallel``'s backward (torch 2.13, ``tensor/parallel/loss.py``,
+    ``_nll_loss_and_log_softmax_backward``) holds the saved log-softmax output x, the zeroed
+    gradient, ``exp(x)`` and their sum (simulated, fp32 and bf16, where 12 N was priced).
 
     Other programs (``RuntimeProfile.loss``): ``whole`` is that unchunked loss, 12 N;
     ``megatron`` (Megatron's vocab-parallel cross-entropy, which computes the softmax in place in
@@ -481,9 +478,8 @@ def fsdp_gather_bytes(
     head's backward and stays gathered until the embedding's gradient at the end (e x root; issue
     13's simulation found it twice the one unit, the larger of embedding and head, that was
     modelled), and the head's unsharded gradient waits for the root's reduce-scatter at the end
-    (e x head). Neither exists in the forward or the loss: ZeRO-3 reshards the root after its
-    forward, and the head's gradient is made by its backward (``planc verify --simulate``, fp32,
-    hidden 128, vocabulary 8192: counting them at the loss put ZeRO-2's peak +13% high).
+    (e x head). Neither exists in the forward or the loss (ZeRO-3 reshards the root after its
+    forward; simulated, fp32, vocabulary 8192: counted at the loss, ZeRO-2's peak read +13%).
 
     While a block runs backward: the running block's gathered parameters and the prefetched next
     one's (ZeRO-3, 2 x e x block), and the block's unsharded gradients in compute precision; at its
@@ -501,24 +497,3 @@ def fsdp_gather_bytes(
     held = (root * compute_bytes if zero == 3 else 0.0) + head * compute_bytes
     per_block = (2 * block * compute_bytes if zero == 3 else 0.0) + block * (compute_bytes + g)
     return held, per_block
-
-
-def fsdp_forward_start_bytes(block: int, root: int, layers: int, zero: int, compute_bytes: int) -> float:
-    """Bytes of FSDP2's gathers as a micro-batch's forward starts, beyond the model states, for
-    ``layers`` blocks of ``block`` parameters and ``root`` parameters outside them.
-
-    In the forward FSDP2 prefetches implicitly: a unit's all-gather output is kept after its
-    copy-out until the next unit's ``wait_for_unshard`` (``comm_ctx.all_gather_state``), whose local
-    ``prev_all_gather_state`` holds it until that unit's own copy-out is done (torch 2.13,
-    ``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py``). So the root unit's all-gather
-    output (e x root) lives beside the first block's all-gather output and its copy (2 e x block)
-    and the root's gathered parameters; no activation exists yet. ZeRO-2 counts every parameter
-    gathered in its states (:func:`runtime_state_bytes`), but after the previous backward resharded
-    the blocks only the first is, (layers - 1) x e x block fewer; ZeRO-3 counts none gathered.
-    ``planc verify --simulate`` (fp32, hidden 128, vocabulary 8192, dp 8): the peak of ZeRO-2,
-    22.4 MiB, is here, 8 MiB of it the root's all-gather output.
-    """
-    e = compute_bytes
-    if zero == 3:
-        return 2 * e * root + 2 * e * block
-    return e * root + e * block - e * block * (layers - 1)

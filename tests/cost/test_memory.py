@@ -3,7 +3,6 @@
 import pytest
 
 from planc.cost.memory import (
-    fsdp_forward_start_bytes,
     fsdp_gather_bytes,
     layer_activation_bytes,
     logits_bytes,
@@ -12,6 +11,7 @@ from planc.cost.memory import (
 )
 from planc.cost.profile import MEGATRON_LM_2021, PLANC_RUNTIME, ZERO_PAPER_MIXED_ADAM
 from planc.spec import build_plan
+from planc.strategies.fsdp.cost_pass import fsdp_forward_start_bytes
 
 
 def gpt(**kw):

@@ -206,9 +206,10 @@ def test_fsdp_head_gradient_and_root_exist_from_the_heads_backward_not_at_the_lo
     _, terms = _fsdp_terms(3)
     assert terms["FSDP root unit and head gradient (from the head's backward)"] == (4 * ROOT + 4 * HEAD, after_head)
     # ZeRO-3 gathers the root again at the head's backward: its all-gather output beside its copy,
-    # 4 x (root - head) more than the head's gradient after it, and the logits' gradient 4 x 64 x 8192
-    name = "FSDP head backward: the logits' gradient, the root's all-gather output"
-    assert terms[name] == (4 * 64 * 8192 + 4 * (ROOT - HEAD), "head backward")
+    # 4 x (root - head) more than the head's gradient after it, beside the logits' gradient 4 x 64 x 8192
+    name = "FSDP head backward: the root's all-gather output beside its copy"
+    assert terms[name] == (4 * (ROOT - HEAD), "head backward")
+    assert terms["the logits' gradient, at the head's backward"] == (4 * 64 * 8192, "head backward")
 
 
 def test_fsdp_forward_start_and_embedding_moments_without_activations():

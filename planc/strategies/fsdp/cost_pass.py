@@ -8,7 +8,7 @@ from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatt
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import shard_states, with_contention
 from planc.cost.estimate import PHASES_JOINED, CommCost, Estimate, StageMemory, Term
-from planc.cost.memory import fsdp_forward_start_bytes, fsdp_gather_bytes, model_state_bytes
+from planc.cost.memory import fsdp_gather_bytes, model_state_bytes
 from planc.cost.params import StageParams, embedding_params_per_shard, whole_embedding_gradient_rows
 from planc.cost.wrappers import fsdp_seconds, with_dtensor_optimizer, with_wrapper_time
 from planc.hardware.topology import GroupLink
@@ -80,16 +80,37 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
 _AFTER_HEAD = PHASES_JOINED.join(("head backward", "backward", "embedding"))
 
 
+def fsdp_forward_start_bytes(block: int, root: int, layers: int, zero: int, compute_bytes: int) -> float:
+    """Bytes of FSDP2's gathers as a micro-batch's forward starts, beyond the model states, for
+    ``layers`` blocks of ``block`` parameters and ``root`` parameters outside them.
+
+    In the forward FSDP2 prefetches implicitly: a unit's all-gather output is kept after its
+    copy-out until the next unit's ``wait_for_unshard`` (``comm_ctx.all_gather_state``), whose local
+    ``prev_all_gather_state`` holds it until that unit's own copy-out is done (torch 2.13,
+    ``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py``). So the root unit's all-gather
+    output (e x root) lives beside the first block's all-gather output and its copy (2 e x block)
+    and the root's gathered parameters; no activation exists yet. ZeRO-2 counts every parameter
+    gathered in its states (:func:`~planc.cost.memory.runtime_state_bytes`), but after the previous backward resharded
+    the blocks only the first is, (layers - 1) x e x block fewer; ZeRO-3 counts none gathered.
+    ``planc verify --simulate`` (fp32, hidden 128, vocabulary 8192, dp 8): the peak of ZeRO-2,
+    22.4 MiB, is here, 8 MiB of it the root's all-gather output.
+    """
+    e = compute_bytes
+    if zero == 3:
+        return 2 * e * root + 2 * e * block
+    return e * root + e * block - e * block * (layers - 1)
+
+
 def _root_gathers(ctx: CostContext, st: StageParams, root: int, head: int) -> tuple[Term, ...]:
     """The moments FSDP gathers the root unit with every gathered tensor of it alive at once.
 
-    - As the forward starts (:func:`~planc.cost.memory.fsdp_forward_start_bytes`), with no
+    - As the forward starts (:func:`fsdp_forward_start_bytes`), with no
       activation yet (the finished micro-batch's are taken off: this phase holds none).
-    - At the head's backward, the logits' gradient has arrived (e N: log-softmax's backward freed
-      the rest of the loss's) and the head's weight gradient is written beside it, which the
-      phase's held term counts; under ZeRO-3 the root is first gathered again, its all-gather
-      output beside its copy until ``wait_for_unshard`` frees it after the copy-out (torch 2.13,
-      ``_fsdp_param_group.py``): e x (root - head) more than the gradient that comes after.
+    - At the head's backward, beside the logits' gradient (the base estimate's term), the head's
+      weight gradient is written, which the phase's held term counts; under ZeRO-3 the root is
+      first gathered again, its all-gather output beside its copy until ``wait_for_unshard`` frees
+      it after the copy-out (torch 2.13, ``_fsdp_param_group.py``): e x (root - head) more than the
+      gradient that comes after.
       ``planc verify --simulate`` (fp32, hidden 128, vocabulary 8192, ZeRO-3): the peak, 23.9 MiB.
     """
     lay, e = ctx.layout, ctx.compute_bytes
@@ -98,10 +119,9 @@ def _root_gathers(ctx: CostContext, st: StageParams, root: int, head: int) -> tu
     if start > 0:
         name = "FSDP forward start: the root's all-gather output kept to the first block's"
         terms.append(Term(name, start, "forward start"))
-    if st.head:
-        regather = e * (root - head) if lay.zero == 3 else 0.0
-        name = "FSDP head backward: the logits' gradient" + (", the root's all-gather output" if regather else "")
-        terms.append(Term(name, ctx.head_output_bytes + regather, "head backward"))
+    if st.head and lay.zero == 3:
+        name = "FSDP head backward: the root's all-gather output beside its copy"
+        terms.append(Term(name, e * (root - head), "head backward"))
     # The root's reduce-scatter, the backward's last: its unsharded gradients beside their copy in
     # the reduce dtype (foreach_reduce), the root resharded first (post_backward) and under ZeRO-2
     # the blocks too, the activations gone. bf16 ZeRO-3: the peak (e + g) x root, 12 MiB of 16.8.
