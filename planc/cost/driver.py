@@ -66,6 +66,9 @@ def _head_terms(ctx: CostContext) -> tuple[Term, ...]:
         Term("logits as the head's forward writes them", ctx.head_output_bytes, "forward"),
         # From the head's forward to its backward; a block's backward comes after the head's.
         Term("final norm's and output head's saved inputs", saved, PHASES_JOINED.join(HEAD_SAVED_PHASES)),
+        # The loss's backward has freed the rest of its tensors (simulated; FSDP's terms and
+        # autocast's join this phase with what the head's backward gathers and writes).
+        Term("the logits' gradient, at the head's backward", ctx.head_output_bytes, "head backward"),
     )
 
 

@@ -143,7 +143,7 @@ class StageMemory:
         # After the first micro-batch's backward: every gradient, its activations freed.
         after = (self.grads, blocks - self.act_per_layer * self.first_backward_frees)
         for phase in dict.fromkeys((*phases, "backward")):
-            if phase in ("forward", "loss"):  # before any backward
+            if phase in ("forward start", "forward", "loss"):  # before any backward
                 yield phase, 0.0, blocks
             elif phase == "head backward":  # the first micro-batch's; a later one's if the rank holds one
                 yield phase, 0.0, blocks

@@ -323,7 +323,10 @@ def logits_bytes(
     (Recomputed, e = 2: 4 N + 10 c; e = 4: 8 N + 8 c.) The unchunked float32 loss held 12 N at its peak (the
     log-softmax output, its incoming and its outgoing gradient over all logits), whatever e --
     Korthikanti et al. 2022 count 4 s b V for the float32 logits alone. When every token fits in
-    one chunk, planc's loss is that unchunked loss: 12 N, below either bound.
+    one chunk, planc's loss is that unchunked loss: 12 N, below either bound; 16 N on sharded logits
+    (t > 1): ``loss_parallel``'s backward (torch 2.13, ``tensor/parallel/loss.py``,
+    ``_nll_loss_and_log_softmax_backward``) holds the saved log-softmax output x, the zeroed
+    gradient, ``exp(x)`` and their sum (simulated, fp32 and bf16, where 12 N was priced).
 
     Other programs (``RuntimeProfile.loss``): ``whole`` is that unchunked loss, 12 N;
     ``megatron`` (Megatron's vocab-parallel cross-entropy, which computes the softmax in place in
@@ -338,8 +341,8 @@ def logits_bytes(
         return 2 * compute_bytes * n
     if loss == "megatron":
         return (compute_bytes + 8) * n
-    if one_chunk:
-        return 12 * n  # one chunk: run as the whole loss, without checkpointing (planc.runtime.loss)
+    if one_chunk:  # run as the whole loss, without checkpointing (planc.runtime.loss)
+        return (16 if tp > 1 else 12) * n
     local_vocab = max(1, model.padded_vocab // tp)
     c = min(n, max(1, chunk_elements // local_vocab) * local_vocab)
     e = compute_bytes
@@ -466,20 +469,29 @@ DDP_BUCKET_BYTES = 25e6
 def fsdp_gather_bytes(
     block: int, root: int, head: int, zero: int, compute_bytes: int, grad_reduce_bytes: int
 ) -> tuple[float, float]:
-    """(held through backward, held while a block runs backward) bytes of FSDP2's buffers, for
-    ``block`` parameters per block unit, ``root`` in the model part's root unit (embedding,
-    final norm and head together: the parameters outside the blocks) and ``head`` of them in
-    the final norm and head.
+    """(held from the head's backward to the embedding's, held while a block runs backward) bytes of
+    FSDP2's buffers, for ``block`` parameters per block unit, ``root`` in the model part's root unit
+    (embedding, final norm and head together: the parameters outside the blocks) and ``head`` of them
+    in the final norm and head.
 
-    Held through backward: under ZeRO-3 the root unit is gathered for the head's backward and
-    stays gathered until the embedding's gradient at the end (e x root; issue 13's simulation
-    found it twice the one unit, the larger of embedding and head, that was modelled), and the
-    head's unsharded gradient waits from the start of backward for the root's reduce-scatter at
-    the end (e x head). While a block runs backward: the running block's gathered parameters
-    and the prefetched next one's (ZeRO-3, 2 x e x block), and the block's unsharded gradients
-    in compute precision and their fp32 copy handed to reduce-scatter
-    (``MixedPrecisionPolicy(reduce_dtype=fp32)``). The root's own reduce-scatter comes after the
-    last block, when the activations are gone: never the peak.
+    From the head's backward to the end of backward: under ZeRO-3 the root unit is gathered for the
+    head's backward and stays gathered until the embedding's gradient at the end (e x root; issue
+    13's simulation found it twice the one unit, the larger of embedding and head, that was
+    modelled), and the head's unsharded gradient waits for the root's reduce-scatter at the end
+    (e x head). Neither exists in the forward or the loss (ZeRO-3 reshards the root after its
+    forward; simulated, fp32, vocabulary 8192: counted at the loss, ZeRO-2's peak read +13%).
+
+    While a block runs backward: the running block's gathered parameters and the prefetched next
+    one's (ZeRO-3, 2 x e x block), and the block's unsharded gradients in compute precision; at its
+    end ``FSDPParamGroup.post_backward`` reshards the block, then ``foreach_reduce`` copies the
+    gradients into a reduce-scatter input of its own in the reduce dtype (torch 2.13,
+    ``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py``): g x block more in mixed
+    precision; in fp32 the copy takes the resharded parameters' place (g = e), and the first block
+    to run backward, where the activations are at their most, holds no earlier block's input (a
+    later one holds the previous unit's until its own, ``comm_ctx.reduce_scatter_states``: the
+    embedding's backward, :func:`planc.strategies.fsdp.cost_pass.reduced_embedding_gradient`).
+    The root's own reduce-scatter comes after the last block, when the activations are gone
+    (:func:`planc.strategies.fsdp.cost_pass._root_gathers`).
     """
     g = grad_reduce_bytes if grad_reduce_bytes != compute_bytes else 0
     held = (root * compute_bytes if zero == 3 else 0.0) + head * compute_bytes

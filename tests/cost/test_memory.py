@@ -5,11 +5,13 @@ import pytest
 from planc.cost.memory import (
     fsdp_gather_bytes,
     layer_activation_bytes,
+    logits_bytes,
     model_state_bytes,
     runtime_state_bytes,
 )
 from planc.cost.profile import MEGATRON_LM_2021, PLANC_RUNTIME, ZERO_PAPER_MIXED_ADAM
 from planc.spec import build_plan
+from planc.strategies.fsdp.cost_pass import fsdp_forward_start_bytes
 
 
 def gpt(**kw):
@@ -125,6 +127,27 @@ def test_fsdp_buffers():
     assert fsdp_gather_bytes(10**6, 3 * 10**6, 2 * 10**6, 3, 2, 4) == (6e6 + 4e6, 2 * 2e6 + 6e6)
     # ZeRO-2 keeps the parameters gathered (counted as the working copy): no gathers here
     assert fsdp_gather_bytes(10**6, 3 * 10**6, 2 * 10**6, 2, 2, 4) == (4e6, 6e6)
+
+
+def test_fsdp_forward_start_holds_the_roots_all_gather_output_beside_the_first_blocks():
+    # blocks of 1e6 params, 4 of them, a root unit of 3e6, bf16 gathers (e = 2).
+    # ZeRO-3: the root's all-gather output and its copy 2 x 2 x 3e6 = 12e6, the first block's
+    # all-gather output and its copy 2 x 2 x 1e6 = 4e6: 16e6 beyond the sharded states.
+    assert fsdp_forward_start_bytes(10**6, 3 * 10**6, 4, 3, 2) == 16e6
+    # ZeRO-2 counts every parameter gathered in its states: beyond them the root's all-gather
+    # output 2 x 3e6 and the first block's 2 x 1e6, less the 3 blocks not gathered yet 3 x 2 x 1e6.
+    assert fsdp_forward_start_bytes(10**6, 3 * 10**6, 4, 2, 2) == 6e6 + 2e6 - 6e6
+
+
+def test_one_chunk_of_vocabulary_sharded_logits_holds_16_bytes_per_logit():
+    # hidden 128, vocabulary 8192, 64 tokens: N = 64 x 8192 / t logits, one chunk (2**26 elements).
+    model = gpt(hidden=128, heads=4, vocab=8192, seq_len=64)
+    # t = 1: log-softmax's output, its incoming and its outgoing gradient, 3 x 4 bytes per logit
+    assert logits_bytes(model, 1, 1, 4) == 12 * 64 * 8192
+    # t = 2 (loss_parallel): the saved log-softmax output, the zeroed gradient, exp and their sum,
+    # 4 x 4 bytes per local logit, N = 64 x 4096 -- whatever the logits' own dtype
+    for e in (2, 4):
+        assert logits_bytes(model, 1, 2, e) == 16 * 64 * 4096
 
 
 def test_peak_is_the_largest_phase_not_the_sum_of_phases():

@@ -166,3 +166,65 @@ def test_a_pipeline_stage_holds_its_outputs_in_flight_and_a_blocks_backward_temp
                 backward,
                 "backward",
             )
+
+
+VOCAB_HEAVY = """
+model "tiny" {
+  layers = 2
+  hidden = 128
+  heads = 4
+  vocab = 8192
+  seq_len = 64
+  mlp = gelu
+  norm = layernorm
+  position = learned
+}
+hardware { device = "cpu"  nodes = 2  per_node = 4 }
+train { global_batch = 16  micro_batch = 1  precision = fp32  optimizer = adamw  steps = 10 }
+layout { tp = 1  pp = 1  dp = 8  zero = ZERO  recompute = none }
+"""
+
+# The model's parameters, by hand (tests/verify/test_simulate.py's block): a block 198,272; the
+# root unit: token embedding 8192 x 128 = 1,048,576, positions 64 x 128 = 8,192, final norm 256,
+# head 8192 x 128 = 1,048,576 -- 2,105,600, of them the head and final norm 1,048,832.
+BLOCK, ROOT, HEAD = 198_272, 2_105_600, 1_048_832
+
+
+def _fsdp_terms(zero: int) -> tuple[StageMemory, dict[str, tuple[float, str]]]:
+    plan = load_plan_text(VOCAB_HEAVY.replace("ZERO", str(zero)), "vocab.plan", strategies=REGISTRY)
+    layout = Layout(tp=1, pp=1, dp=8, zero=zero, recompute="none", schedule=None, micro_batch=1)
+    (stage,) = estimate_for(plan, layout, REGISTRY)[1].stages
+    return stage, {t.name: (t.value, t.phase) for t in (*stage.transient, *stage.act_extra)}
+
+
+def test_fsdp_head_gradient_and_root_exist_from_the_heads_backward_not_at_the_loss():
+    # fp32 (e = g = 4). The head's gradient (ZeRO-3: and the gathered root) from the head's
+    # backward to the embedding's; counted at the loss too, ZeRO-2's peak read +13%.
+    after_head = "head backward, backward, embedding"
+    _, terms = _fsdp_terms(2)
+    assert terms["FSDP root unit and head gradient (from the head's backward)"] == (4 * HEAD, after_head)
+    _, terms = _fsdp_terms(3)
+    assert terms["FSDP root unit and head gradient (from the head's backward)"] == (4 * ROOT + 4 * HEAD, after_head)
+    # ZeRO-3 gathers the root again at the head's backward: its all-gather output beside its copy,
+    # 4 x (root - head) more than the head's gradient after it, beside the logits' gradient 4 x 64 x 8192
+    name = "FSDP head backward: the root's all-gather output beside its copy"
+    assert terms[name] == (4 * (ROOT - HEAD), "head backward")
+    assert terms["the logits' gradient, at the head's backward"] == (4 * 64 * 8192, "head backward")
+
+
+def test_fsdp_forward_start_and_embedding_moments_without_activations():
+    stage, terms = _fsdp_terms(2)
+    gone = stage.act_per_layer * 2  # the micro-batch's activations on the 2 blocks
+    # ZeRO-2: the root's all-gather output 4 x ROOT and the first block's 4 x BLOCK, less the
+    # second block, counted gathered in the states but not gathered yet
+    start = "FSDP forward start: the root's all-gather output kept to the first block's"
+    assert terms[start] == (4 * ROOT + 4 * BLOCK - 4 * BLOCK - gone, "forward start")
+    # the embedding's gradient (token rows and positions, 4 x 1,056,768), the last block's
+    # reduce-scatter input 4 x BLOCK, both blocks resharded (4 x 2 x BLOCK fewer than the states)
+    embedding = "embedding gradient, beyond the finished activations"
+    assert terms[embedding] == (4 * 1_056_768 + 4 * BLOCK - 8 * BLOCK - gone, "embedding")
+    # the root's reduce-scatter: its gradients and their copy, 8 x ROOT, the root and the blocks
+    # resharded first (4 x ROOT + 8 x BLOCK)
+    scatter = "FSDP root unit's reduce-scatter: its gradients and their copy"
+    assert terms[scatter] == (8 * ROOT - 4 * ROOT - 8 * BLOCK - gone, "root reduce-scatter")
+    assert stage.peak_phase == "forward start"

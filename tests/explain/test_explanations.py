@@ -388,9 +388,10 @@ def _followed(raw, s):
             "layout": {"tp": 1, "pp": 1},
         },
         # Case (b): tp x pp x dp = 16 fixed pins the device count: no larger cluster keeps all three.
+        # (70 GiB per device: with 80, TP 4 x DP 4 under ZeRO-3 fits the 16 devices, by 0.3 GiB.)
         {
             "model": {"preset": "llama3-70b", "seq_len": 4096},
-            "hardware": {"device": "H100-SXM", "nodes": 2, "per_node": 8},
+            "hardware": {"device": "H100-SXM", "nodes": 2, "per_node": 8, "memory": Quantity.of(70, "GiB")},
             "train": {"global_batch": 64},
             "layout": {"tp": 4, "pp": 4, "dp": 1},
         },
@@ -415,11 +416,12 @@ def test_following_a_more_devices_suggestion_leads_to_a_plan_that_fits(raw):
 
 
 def test_a_pinned_device_count_is_told_which_key_to_free():
-    # tp 4 x pp 4 x dp 1 = 16 devices: on 32 one of them must change, and the text names it.
+    # tp 4 x pp 4 x dp 1 = 16 devices: on 32 one of them must change, and the text names it (70 GiB
+    # per device: with 80, TP 4 x DP 4 under ZeRO-3 fits the 16 devices, by 0.3 GiB).
     p = build_plan(
         {
             "model": {"preset": "llama3-70b", "seq_len": 4096},
-            "hardware": {"device": "H100-SXM", "nodes": 2, "per_node": 8},
+            "hardware": {"device": "H100-SXM", "nodes": 2, "per_node": 8, "memory": Quantity.of(70, "GiB")},
             "train": {"global_batch": 64},
             "layout": {"tp": 4, "pp": 4, "dp": 1},
         }

@@ -116,7 +116,6 @@ def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
     head = 2.0 * vocab_matrix_per_shard(ctx.model, lay.tp)
     name = "autocast's bf16 copy of the output head's weight"
     terms += (Term(name + (f" ({waiting} micro-batches)" if waiting > 1 else ""), head * waiting, "loss"),)
-    logits = ctx.head_output_bytes
     # The forward's last GEMM writes the logits (the base estimate's "forward" term) beside the
     # head's copy, while the cache still holds every block's under recomputation (the waiting
     # micro-batches' head copies stay too).
@@ -125,8 +124,9 @@ def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
     # The final norm's output stays in fp32 beside the bf16 cast the head's GEMM reads (and saves).
     norm_output = ctx.residual_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
     terms += (Term("final norm's fp32 output, as the head's GEMM runs", norm_output, "forward"),)
-    # The head's GEMM backward: the logits' gradient, the weight's copy it multiplies by and the
-    # weight's bf16 gradient it writes, all alive at once; the (waiting - 1) other copies stay too.
-    name = "output head's backward: the logits' gradient, the weight's bf16 copy and bf16 gradient"
-    terms += (Term(name, logits + head * (waiting + 1), "head backward"),)
+    # The head's GEMM backward: the logits' gradient (the base estimate's term), the weight's copy
+    # it multiplies by and the weight's bf16 gradient it writes, all alive at once; the
+    # (waiting - 1) other copies stay too.
+    name = "output head's backward: the weight's bf16 copy and bf16 gradient"
+    terms += (Term(name, head * (waiting + 1), "head backward"),)
     return terms

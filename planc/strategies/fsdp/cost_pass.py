@@ -7,7 +7,7 @@ from functools import partial
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import shard_states, weight_pass_gradient_bytes, with_contention
-from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
+from planc.cost.estimate import PHASES_JOINED, CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import fsdp_gather_bytes, model_state_bytes
 from planc.cost.params import StageParams, embedding_params_per_shard, whole_embedding_gradient_rows
 from planc.cost.wrappers import fsdp_seconds, with_dtensor_optimizer, with_wrapper_time
@@ -52,9 +52,15 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
     # accumulated yet at that peak (the pipeline pass said so; FSDP's own terms take it from here).
     held_at_peak = deferred and not s.first_backward_frees
     # Under a pipeline's deferred reduction the embedding's own gradient in compute precision lives
-    # only in its backward, the backward's last (_pipelined_buffers).
-    own = e * embedding if lay.pp > 1 and deferred and e != g else 0.0
-    accumulated, embedding_terms = whole_embedding_gradient(ctx, st, held_at_peak, own)
+    # only in its backward, the backward's last (_pipelined_buffers): in fp32 too, where autograd
+    # makes the new gradient before adding it to the accumulated one (AccumulateGrad), beside the
+    # whole vocabulary's (simulated, TP 2 x PP 2, fp32: 4 MiB new beside 4 accumulated; -11%
+    # without its own rows).
+    own = e * embedding if lay.pp > 1 and deferred else 0.0
+    if deferred:
+        accumulated, embedding_terms = whole_embedding_gradient(ctx, st, held_at_peak, own)
+    else:
+        accumulated, embedding_terms = 0.0, reduced_embedding_gradient(ctx, st)
     if lay.pp > 1 and deferred:
         sharded = model_state_bytes(st.params, lay.shard_degree, zero, ctx.state_bytes).grads
         largest = root if root else ctx.model.ffn * ctx.model.hidden / lay.tp
@@ -63,10 +69,103 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
     held, per_block = fsdp_gather_bytes(st.layer_params, root, head, zero, e, g)
     terms = [Term(f"FSDP block backward: 2 gathered + gradients (ZeRO-{zero})", per_block, "backward")]
     if held:
-        terms.append(Term("FSDP root unit and head gradient (all backward)", held))
+        terms.append(Term("FSDP root unit and head gradient (from the head's backward)", held, _AFTER_HEAD))
+    terms += _root_gathers(ctx, st, root, head)
     if deferred:
         terms.append(Term(_ACCUMULATED, g * st.params + accumulated))
     return (*terms, *embedding_terms)
+
+
+#: The phases from the head's backward to the embedding's: FSDP's root unit under ZeRO-3 and the
+#: head's unsharded gradient exist only there (:func:`~planc.cost.memory.fsdp_gather_bytes`).
+_AFTER_HEAD = PHASES_JOINED.join(("head backward", "backward", "embedding"))
+
+
+def fsdp_forward_start_bytes(block: int, root: int, layers: int, zero: int, compute_bytes: int) -> float:
+    """Bytes of FSDP2's gathers as a micro-batch's forward starts, beyond the model states, for
+    ``layers`` blocks of ``block`` parameters and ``root`` parameters outside them.
+
+    In the forward FSDP2 prefetches implicitly: a unit's all-gather output is kept after its
+    copy-out until the next unit's ``wait_for_unshard`` (``comm_ctx.all_gather_state``), whose local
+    ``prev_all_gather_state`` holds it until that unit's own copy-out is done (torch 2.13,
+    ``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py``). So the root unit's all-gather
+    output (e x root) lives beside the first block's all-gather output and its copy (2 e x block)
+    and the root's gathered parameters; no activation exists yet. ZeRO-2 counts every parameter
+    gathered in its states (:func:`~planc.cost.memory.runtime_state_bytes`), but after the previous backward resharded
+    the blocks only the first is, (layers - 1) x e x block fewer; ZeRO-3 counts none gathered.
+    ``planc verify --simulate`` (fp32, hidden 128, vocabulary 8192, dp 8): the peak of ZeRO-2,
+    22.4 MiB, is here, 8 MiB of it the root's all-gather output.
+    """
+    e = compute_bytes
+    if zero == 3:
+        return 2 * e * root + 2 * e * block
+    return e * root + e * block - e * block * (layers - 1)
+
+
+def _root_gathers(ctx: CostContext, st: StageParams, root: int, head: int) -> tuple[Term, ...]:
+    """The moments FSDP gathers the root unit with every gathered tensor of it alive at once.
+
+    - As the forward starts (:func:`fsdp_forward_start_bytes`), with no
+      activation yet (the finished micro-batch's are taken off: this phase holds none).
+    - At the head's backward, beside the logits' gradient (the base estimate's term), the head's
+      weight gradient is written, which the phase's held term counts; under ZeRO-3 the root is
+      first gathered again, its all-gather output beside its copy until ``wait_for_unshard`` frees
+      it after the copy-out (torch 2.13, ``_fsdp_param_group.py``): e x (root - head) more than the
+      gradient that comes after.
+      ``planc verify --simulate`` (fp32, hidden 128, vocabulary 8192, ZeRO-3): the peak, 23.9 MiB.
+    """
+    lay, e = ctx.layout, ctx.compute_bytes
+    terms = []
+    start = fsdp_forward_start_bytes(st.layer_params, root, st.layers, lay.zero, e) - ctx.chunk_activations(st)
+    if start > 0:
+        name = "FSDP forward start: the root's all-gather output kept to the first block's"
+        terms.append(Term(name, start, "forward start"))
+    if st.head and lay.zero == 3:
+        name = "FSDP head backward: the root's all-gather output beside its copy"
+        terms.append(Term(name, e * (root - head), "head backward"))
+    # The root's reduce-scatter, the backward's last: its unsharded gradients beside their copy in
+    # the reduce dtype (foreach_reduce), the root resharded first (post_backward) and under ZeRO-2
+    # the blocks too, the activations gone. bf16 ZeRO-3: the peak (e + g) x root, 12 MiB of 16.8.
+    resharded = _resharded_blocks(ctx, st) + (e * root if lay.zero == 2 else 0.0)
+    scatter = (e + ctx.grad_reduce_bytes) * root - resharded - ctx.chunk_activations(st)
+    if root and scatter > 0:
+        name = "FSDP root unit's reduce-scatter: its gradients and their copy"
+        terms.append(Term(name, scatter, "root reduce-scatter"))
+    return tuple(terms)
+
+
+def _resharded_blocks(ctx: CostContext, st: StageParams) -> float:
+    """Bytes of gathered block parameters that ZeRO-2's states count (:func:`~planc.cost.memory.
+    runtime_state_bytes`) but that FSDP2 has resharded once every block has run backward
+    (``reshard_after_backward``, its default outside pipelines): at the embedding's backward and
+    the root's reduce-scatter."""
+    return ctx.compute_bytes * st.layer_params * st.layers if ctx.layout.zero == 2 else 0.0
+
+
+def reduced_embedding_gradient(ctx: CostContext, st: StageParams) -> tuple[Term, ...]:
+    """The embedding's backward when FSDP reduces every micro-batch: its gradient over this rank's
+    rows in compute precision (the unsharded parameter's, e x the embedding's parameters on the
+    rank), under TP the whole vocabulary's besides (e x V h: DTensor's ``embedding_dense_backward``
+    has no row-sharded strategy, :func:`~planc.cost.params.whole_embedding_gradient_rows`; the
+    local rows are a copy of it), and the last block's reduce-scatter input, kept until the root's
+    (g x block, :func:`~planc.cost.memory.fsdp_gather_bytes`) -- when that micro-batch's activations
+    on this chunk are gone: only what exceeds them counts, and only when no other phase holds more.
+    The head's gradient and the ZeRO-3 root are the phase's held term; ZeRO-2's blocks are
+    resharded by then (:func:`_resharded_blocks`). As DDP's over TP
+    (``tensor_parallel`` pass). ``planc verify --simulate`` (hidden 128, vocabulary 8192, fp32):
+    4 MiB + 0.76 at t = 1; at t = 2, 4 + 2 + 0.38 MiB, where 4 was priced ((e + g) x the rows beyond
+    this rank's); with ZeRO-2's resharded blocks, 21.6 and 17.2 MiB peaks within 0.2%."""
+    if not st.embedding:
+        return ()
+    model, e = ctx.model, ctx.compute_bytes
+    whole = model.padded_vocab * model.hidden if ctx.layout.tp > 1 else 0
+    reduce_input = ctx.grad_reduce_bytes * st.layer_params if st.layers else 0
+    own = embedding_params_per_shard(model, ctx.layout.tp)
+    arriving = e * (own + whole) + reduce_input - _resharded_blocks(ctx, st) - ctx.chunk_activations(st)
+    if arriving <= 0:
+        return ()
+    name = "embedding gradient" + (" over the whole vocabulary and its local rows" if whole else "")
+    return (Term(f"{name}, beyond the finished activations", arriving, "embedding"),)
 
 
 def whole_embedding_gradient(
@@ -77,22 +176,18 @@ def whole_embedding_gradient(
     vocabulary (:func:`~planc.cost.params.whole_embedding_gradient_rows`, r rows beyond this
     rank's): FSDP takes it as it comes.
 
-    - Reduced every micro-batch: at the end of the embedding's backward the gradient is whole in
-      compute precision and in the fp32 of the reduction, (e + g) r h bytes, when that
-      micro-batch's activations on this chunk are gone: only what exceeds them counts (under a
-      pipeline the other micro-batches' stay), and only when no other phase holds more (phase
-      "embedding"). Simulated at t = 2 and 4, in bf16 and fp32 (docs/verify.md).
-    - Deferred to the step's end (under pipelining, or ``accumulate_unsharded``): FSDP2 accumulates
-      the whole gradient (``to_accumulated_grad_if_needed``), g r h bytes from the first
-      micro-batch's embedding backward to the step's end, and each later micro-batch's arrives
-      beside it in compute precision, e r h bytes beyond the finished activations. Where a
-      forward follows a backward (``held_at_peak``: 1F1B, interleaved, zero-bubble, gradient
-      accumulation without a pipeline) the stage's activations are back at their most with the
-      accumulated gradient held; where every forward comes first (GPipe) the gradient first exists
-      at the first embedding backward, priced there as when reduced every micro-batch.
-      ``planc verify --simulate`` of Llama 3 70B at TP 8 × PP 4 × DP 2, ZeRO-2, zero-bubble: the
-      first stage held the [128256, 8192] fp32 gradient (3.9 GiB) through the step; priced only at
-      the embedding's backward, and there less the finished activations, the peak read -4.7%.
+    Reduced every micro-batch, :func:`reduced_embedding_gradient` prices it. Deferred to the step's
+    end (under pipelining, or ``accumulate_unsharded``), FSDP2 accumulates the whole gradient
+    (``to_accumulated_grad_if_needed``), g r h bytes from the first micro-batch's embedding backward
+    to the step's end, and each later micro-batch's arrives beside it in compute precision, e r h
+    bytes beyond the finished activations. Where a forward follows a backward (``held_at_peak``:
+    1F1B, interleaved, zero-bubble, gradient accumulation without a pipeline) the stage's
+    activations are back at their most with the accumulated gradient held; where every forward
+    comes first (GPipe) the gradient first exists at the first embedding backward, priced there,
+    (e + g) r h, the new gradient beside its first accumulation.
+    ``planc verify --simulate`` of Llama 3 70B at TP 8 × PP 4 × DP 2, ZeRO-2, zero-bubble: the
+    first stage held the [128256, 8192] fp32 gradient (3.9 GiB) through the step; priced only at
+    the embedding's backward, and there less the finished activations, the peak read -4.7%.
 
     ``own``: bytes of the embedding's gradient over its own rows that exist only in its backward
     (:func:`_pipelined_buffers`), priced at the same moment.
@@ -134,8 +229,9 @@ def _pipelined_buffers(
       unsharded gradients less the sharded ones;
     - in mixed precision a unit's gradients exist in compute precision (e bytes) until its
       post-backward adds them to the fp32 ones: one block's while it runs backward, and the root
-      unit's (``root`` parameters, the head on the last stage) from the backward's start until its
-      end, where the root's post-backward comes; the embedding's only in its own backward, the
+      unit's (``root`` parameters, the head on the last stage) from the head's backward until the
+      backward's end, where the root's post-backward comes -- not in the loss before it (simulated,
+      TP 2 x PP 2, bf16: +4% with it there); the embedding's only in its own backward, the
       backward's last (:func:`whole_embedding_gradient`; simulated: Llama 3 70B's first
       zero-bubble stage peaked in a block's backward without them);
     - in fp32 autograd adds each new gradient into the accumulated one: the transient is one
@@ -149,14 +245,23 @@ def _pipelined_buffers(
     terms = []
     if e != g:
         terms.append(Term("FSDP block backward: its gradients in compute precision", e * st.layer_params, "backward"))
-        if root:
-            terms.append(Term("FSDP root unit's gradients in compute precision (all backward)", e * root))
+        if root:  # made by the head's backward (the embedding's: only in its own, priced there)
+            terms.append(
+                Term(
+                    "FSDP root unit's gradients in compute precision (from the head's backward)", e * root, _AFTER_HEAD
+                )
+            )
     else:
         terms.append(Term("a new gradient before it is added to the accumulated one", e * largest, "backward"))
     unsharded = g * st.params + whole - sharded_grads
     terms.append(Term(f"{_ACCUMULATED} (less the sharded ones)", unsharded))
     if zero == 3:  # not resharded after backward (see parameter_gathers)
-        terms.append(Term("parameters left unsharded between micro-batches", e * st.params))
+        blocks = e * st.layers * st.layer_params
+        terms.append(Term("parameters left unsharded between micro-batches", e * st.params - blocks))
+        # A block still reshards after its forward (reshard_after_forward; the root does not under
+        # pipelining): in the forward and the loss only the root is gathered (simulated, TP 2 x
+        # PP 2, ZeRO-3: the last stage +2.7% in fp32 with its block counted at the loss).
+        terms.append(Term("blocks' parameters gathered from their backward on", blocks, _AFTER_HEAD))
     return tuple(terms)
 
 

@@ -14,6 +14,8 @@ from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import (
     SCHEDULES_HOLDING_LOGITS,
     head_saved_bytes,
+    loss_checkpointed,
+    loss_in_forward,
     loss_saved_bytes,
     micro_batches_holding_logits,
     split_backward_output_grads,
@@ -96,7 +98,7 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
             Term(f"stage outputs kept for their backward ({sent} chunk-micro-batches)", sent * ctx.boundary_bytes),
         )
     if st.head:
-        terms += _waiting_micro_batches(ctx)
+        terms += _waiting_micro_batches(ctx) + _kept_logits(ctx)
     if st.head and m > 1 and lay.schedule not in SCHEDULES_HOLDING_LOGITS:
         # torch's schedules keep the last forward's output in a loop variable (``output =
         # stage.forward_one_chunk(...)``) until the next forward returns: while the head writes a
@@ -123,6 +125,22 @@ def _receive_buffers_text(activations: int, gradients: int) -> str:
     is not its chunk-micro-batches (64 here), so the count says what it counts."""
     kinds = [f"{n} {what}" for n, what in ((activations, "activation"), (gradients, "gradient")) if n]
     return f"{' + '.join(kinds)}, one per chunk-micro-batch received"
+
+
+def _kept_logits(ctx: CostContext) -> tuple[Term, ...]:
+    """The running micro-batch's logits through its loss, where the loss's own term leaves them out.
+
+    torch's stage keeps its output (``fwd_cache``) until that micro-batch's backward, so the logits
+    live beside the loss that reads them. :func:`~planc.cost.memory.logits_bytes` counts them in
+    every loss but the unchunked one (one chunk, or ``whole``), whose float32 tensors replace them
+    where nothing else holds them (no pipeline: freed as the loss starts, simulated).
+    ``planc verify --simulate``, TP 2 x PP 2, one chunk: the last stage read -7% in fp32 without
+    them (1 MiB of 14)."""
+    model, b, tp, loss = ctx.model, ctx.layout.micro_batch, ctx.layout.tp, ctx.loss
+    chunked = loss_in_forward(model, b, tp, loss) or loss_checkpointed(model, b, tp, loss)
+    if loss not in ("chunked", "chunked_recompute", "whole") or chunked:
+        return ()
+    return (Term("the micro-batch's logits, kept by the stage through its loss", ctx.head_output_bytes, "loss"),)
 
 
 def _waiting_micro_batches(ctx: CostContext) -> tuple[Term, ...]:
