@@ -216,7 +216,7 @@ def _memory(state: RunState) -> list[str]:
     device = (((state.record or {}).get("plan") or {}).get("hardware") or {}).get("device", "?")
     line = f"predicted {format_bytes(predicted)} per device" if predicted else "no prediction"
     if measured:
-        line += f"; measured peak {format_bytes(measured)} on rank 0"
+        line += f"; measured peak {format_bytes(measured)} on the busiest rank"
         if predicted:
             line += f" ({measured / predicted:.2f}×)"
     lines = [line]

@@ -34,7 +34,7 @@ from planc.rundir.events import attempt_number, record_event
 from planc.rundir.heartbeats import Heartbeat, beat_step, newest_attempt, read_heartbeats
 from planc.rundir.metrics_file import rewind_metrics
 from planc.runtime import faults, hangs
-from planc.runtime.checkpoint_write import CheckpointSaveError, PendingSave, start_save
+from planc.runtime.checkpoint_write import CheckpointSaveError, PendingSave, background_stager, start_save
 from planc.runtime.local_shards import dtensor_parameters
 from planc.runtime.preemption import StopRequest, exit_after_deadline, stop_on_signals
 from planc.spec.checkpoint import DEFAULT_STOP_DEADLINE
@@ -53,6 +53,8 @@ class Attempt:
         self.deadline = spec.stop_deadline if spec is not None else DEFAULT_STOP_DEADLINE
         self.saved_step: int | None = None
         self.pending: PendingSave | None = None  # a background save not yet published
+        # One host copy for every background save of this attempt (refilled, not reallocated).
+        self.stager = background_stager(job.device) if self.background else None
         self.step = 0  # optimizer steps finished so far
         hangs.apply_timeout(job, plan.train.timeout)
         # Rank 0 reads why the previous attempt ended before any rank overwrites its heartbeat.
@@ -130,6 +132,7 @@ class Attempt:
                 self.job.lr_schedulers,
                 keep=spec.keep,
                 background=self.background and not blocking,
+                stager=self.stager,
             )
         pending.began = began
         if self.background and not blocking:
@@ -143,6 +146,7 @@ class Attempt:
         """Every rank agreed to stop after the step just finished: save there (unless just saved), record it."""
         step = self.step
         self._finish_background_save()
+        self._close_stager()
         needs_save = self.checkpoint_dir is not None and self.saved_step != step
         if self.rank == 0:
             how = "interrupted" if request.signal == "SIGINT" else f"{request.signal or 'stop'} received"
@@ -161,6 +165,7 @@ class Attempt:
         """Every step is trained: save the final state (unless saved at this step) and record it."""
         step = self.step
         self._finish_background_save()
+        self._close_stager()
         if self.checkpoint_dir is not None and self.saved_step != step:
             self.save(step, blocking=True)
         self._event("finished", step=step, checkpoint=self._path(step) if self.saved_step == step else None)
@@ -195,6 +200,12 @@ class Attempt:
         if self.pending is not None:
             pending, self.pending = self.pending, None
             self._publish(pending)
+
+    def _close_stager(self) -> None:
+        """The last save is blocking (or none is due): free the background saves' host copy."""
+        if self.stager is not None:
+            self.stager.close()
+            self.stager = None
 
     def _path(self, step: int) -> str | None:
         from planc.rundir.checkpoints import step_dir

@@ -49,6 +49,7 @@ def train(
     ``data_dir`` the directory its relative paths resolve against; ``log`` adds metrics sinks to the
     plan's; ``predicted`` (the program's ``PREDICTED``) is logged beside the measured step time.
     """
+    from planc.runtime import metrics
     from planc.runtime.run_data import open_run_data
     from planc.runtime.utilisation import Utilisation
 
@@ -67,6 +68,7 @@ def train(
     with logger, sinks, attempt.guard() as stop_requested:
         for step in range(start, total):
             attempt.before_step(step + 1)
+            metrics.reset_peak_memory(job.device)  # memory_bytes: this step's peak
             began = time.perf_counter()
             # The stop vote travels with the step's loss (runtime/step.py); the next rows are built meanwhile.
             result = run_step(job, rows.take(step), stop_requested, before_sync=rows.ahead_of(step, total))
@@ -74,9 +76,16 @@ def train(
             if job.device.type == "cuda":
                 torch.cuda.synchronize(job.device)
             elapsed = time.perf_counter() - began
+            memory = metrics.peak_memory_over_ranks(job.device)  # before evaluation adds its own peak
             extra = _fields_after_step(job, run_data, utilisation, step + 1, total, elapsed)
             record = logger.log(
-                step + 1, loss=result["loss"], lr=result["lr"], step_s=elapsed, grad_norm=result["grad_norm"], **extra
+                step + 1,
+                loss=result["loss"],
+                lr=result["lr"],
+                step_s=elapsed,
+                grad_norm=result["grad_norm"],
+                memory_bytes=memory,
+                **extra,
             )
             if record is not None:
                 sinks.log(record)

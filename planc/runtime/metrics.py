@@ -2,9 +2,11 @@
 
 Each line is flushed as it is written, so a crash loses no finished step. A resumed run appends.
 Fields of every record: ``step`` (1-based count of finished optimizer steps), ``loss``, ``lr``,
-``step_s``, ``tokens_per_s``, ``grad_norm``, ``memory_bytes`` (peak since the start: CUDA max
-allocated, or the process's peak resident set on CPU -- the interpreter, torch and every buffer, not
-the tensors planc predicts; the progress line calls it ``mem`` on CUDA and ``rss`` on CPU),
+``step_s``, ``tokens_per_s``, ``grad_norm``, ``memory_bytes`` (the largest over the ranks, as
+planc's prediction is for the worst device, of this step's peak: CUDA max allocated since the step
+began, or the process's peak resident set on CPU, which only grows -- the interpreter, torch and
+every buffer, not the tensors planc predicts; the progress line calls it ``mem`` on CUDA and ``rss``
+on CPU),
 ``elapsed_s`` (wall time since this launch began), plus whatever extra fields the caller adds (the
 loop adds ``mfu``, ``predicted_step_s``, ``predicted_mfu``, and ``val_loss``/``eval_s`` on
 evaluation steps). The progress line ends with the
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import torch
+import torch.distributed as dist
 
 GIB = 1024**3
 
@@ -35,6 +38,27 @@ def peak_memory_bytes(device: torch.device | str | None = None) -> int:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # Linux reports kilobytes, macOS bytes.
     return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak for :func:`peak_memory_bytes`: on CUDA from now, so the next reading is one
+    step's (not start-up's transients, such as initialisation or a checkpoint load); on CPU the kernel
+    keeps the process's peak resident set, which cannot be reset."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_over_ranks(device: torch.device) -> int:
+    """The largest :func:`peak_memory_bytes` of any rank, on every rank (collective when distributed).
+
+    Ranks differ: pipeline stages hold different activations and the last one the logits,
+    vocabulary padding and uneven FSDP shards fall on some ranks. planc predicts the worst device,
+    so that is the number to compare with it. int64: bytes are exact beyond float32's 2^24.
+    """
+    peak = torch.tensor([peak_memory_bytes(device)], dtype=torch.int64, device=device)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    return int(peak.item())
 
 
 def memory_label(device: torch.device | str | None = None) -> str:

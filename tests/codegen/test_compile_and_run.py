@@ -140,7 +140,7 @@ def test_multi_node_plan_prints_commands_and_slurm_script(tmp_path, in_root, cap
     assert main(["run", "plans/llama3-70b-64xh100.plan", "--out", str(out), "--slurm"]) == 0
     script = (out / "launch.slurm").read_text()
     assert "#SBATCH --nodes=8" in script and "#SBATCH --gpus-per-node=8" in script
-    assert "srun torchrun --nnodes 8 --nproc-per-node 8" in script
+    assert "python -m planc.runtime.torchrun \\\n    --nnodes 8 --nproc-per-node 8" in script
 
 
 def test_print_shows_the_local_command(tmp_path, in_root, capsys):

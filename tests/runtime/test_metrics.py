@@ -4,6 +4,7 @@ import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -114,3 +115,56 @@ def test_the_training_loop_prints_the_band_of_the_programs_prediction():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "s/step (pred 0.380 ±9%) |" in done.stdout
+
+
+def test_a_cuda_step_peak_starts_at_the_step(monkeypatch):
+    """On CUDA the peak counter is reset for the device the step runs on; on CPU (RSS) nothing is."""
+    from planc.runtime import metrics
+
+    resets = []
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: resets.append(device))
+    metrics.reset_peak_memory(torch.device("cpu"))
+    metrics.reset_peak_memory(torch.device("cuda", 5))
+    assert resets == [torch.device("cuda", 5)]
+
+
+def logged_memory_of_two_ranks(payload: dict) -> list[int]:
+    """On each of 2 gloo ranks (tests/ranks.py): rank 1 reports a made-up peak of 1 TiB + the number
+    of peak resets so far; rank 0 its real RSS (far less). The loop must log the larger, read after
+    that step's reset."""
+    import torch.distributed as dist
+
+    from planc.runtime import metrics
+    from planc.runtime.compose import compose
+    from planc.runtime.loop import train
+    from planc.spec import Layout, Plan
+    from planc.strategies.registry import load_registry
+
+    if dist.get_rank() == 1:
+        resets = []
+        metrics.reset_peak_memory = lambda device: resets.append(device)
+        metrics.peak_memory_bytes = lambda device=None: (1 << 40) + len(resets)
+    plan = Plan.from_json(payload["plan"])
+    layout = Layout(tp=1, pp=1, dp=2, zero=0, recompute="none", schedule=None, micro_batch=2)
+    train(compose(plan, layout, load_registry()), out_dir=payload["out"], quiet=True)
+    if dist.get_rank() != 0:
+        return []
+    lines = (Path(payload["out"]) / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["memory_bytes"] for line in lines]
+
+
+@pytest.mark.dist
+def test_logged_memory_is_each_steps_largest_peak_over_ranks(tmp_path):
+    from ranks import run_ranks
+
+    plan = build_plan(
+        {
+            "model": dict(layers=1, hidden=16, heads=2, vocab=32, seq_len=8),
+            "hardware": {"device": "cpu"},
+            "train": dict(global_batch=4, micro_batch=2, lr=1e-3, warmup_steps=1, steps=2, precision="fp32"),
+        }
+    )
+    payload = {"plan": plan.to_json(), "out": str(tmp_path / "run")}
+    logged = run_ranks("tests/runtime/test_metrics.py:logged_memory_of_two_ranks", 2, payload)
+    # Rank 1's fake peak after the reset of step 1, then of step 2; rank 0's RSS is far below 1 TiB.
+    assert logged == [(1 << 40) + 1, (1 << 40) + 2]
