@@ -105,7 +105,8 @@ PREDICTED = {'memory_bytes': 6724301,
  'capacity_bytes': 4080218931,
  'step_s': 0.0239,
  'tokens_per_s': 42851,
- 'step_band': '(uncalibrated)'}
+ 'step_band': '(uncalibrated)',
+ 'step_uncertainty': None}
 
 
 def main() -> None:

@@ -109,7 +109,8 @@ PREDICTED = {'memory_bytes': 3181517,
  'capacity_bytes': 4080218931,
  'step_s': 0.002835,
  'tokens_per_s': 90301,
- 'step_band': '(uncalibrated)'}
+ 'step_band': '(uncalibrated)',
+ 'step_uncertainty': None}
 
 
 def main() -> None:

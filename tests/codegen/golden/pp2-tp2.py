@@ -105,7 +105,8 @@ PREDICTED = {'memory_bytes': 1726771,
  'capacity_bytes': 4080218931,
  'step_s': 0.007104,
  'tokens_per_s': 36036,
- 'step_band': '(uncalibrated)'}
+ 'step_band': '(uncalibrated)',
+ 'step_uncertainty': None}
 
 
 def main() -> None:

@@ -105,7 +105,8 @@ PREDICTED = {'memory_bytes': 34591334,
  'capacity_bytes': 4080218931,
  'step_s': 0.1292,
  'tokens_per_s': 31711,
- 'step_band': '(uncalibrated)'}
+ 'step_band': '(uncalibrated)',
+ 'step_uncertainty': None}
 
 
 def main() -> None:
