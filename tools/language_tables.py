@@ -43,6 +43,9 @@ _DERIVED_DEFAULTS = {
     ("hardware", "efficiency"): "device preset, else 0.7",
     ("hardware", "inter_node_bw"): "device preset, or inter_node_bw_per_node / per_node",
     ("hardware", "inter_node_bw_per_node"): "none",
+    ("hardware", "intra_node_link"): (
+        'device preset\'s (if intra_node_bw is its own), "PCIe" if the device\'s name says so, else "intra-node"'
+    ),
     ("train", "log"): "none (metrics.jsonl only)",
     ("train", "val_data"): "none",
 }

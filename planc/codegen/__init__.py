@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from planc.codegen.emit import Prediction, StrategyCall, emit_program, torchrun_command
 from planc.errors import PlanError
@@ -98,17 +98,19 @@ def compile_plan(
 __all__ = ["CompiledPlan", "compile_plan", "emit_program", "torchrun_command", "StrategyCall", "Prediction"]
 
 
-def _explain_words(plan: Plan, choice) -> dict[str, str]:
+def _explain_words(plan: Plan, choice) -> dict[str, Any]:
     """What explain says about the prediction, from the functions explain prints with: the step
-    time's band (or "(uncalibrated)") and the close-to-the-limit memory warning."""
+    time's band (or "(uncalibrated)"), with its number, and the close-to-the-limit memory warning."""
     from planc.cost.uncertainty import step_time_uncertainty
     from planc.explain.advice_words import advice_text
     from planc.explain.totals import band_text
     from planc.planner.advice import close_to_limit
 
     warning = close_to_limit(choice)
+    band = step_time_uncertainty(plan.hardware)
     return {
-        "step_band": band_text(step_time_uncertainty(plan.hardware)),
+        "step_band": band_text(band),
+        "step_uncertainty": band,
         "memory_warning": advice_text(warning) if warning is not None else "",
     }
 

@@ -47,6 +47,9 @@ class Prediction:
     step_band: str = ""
     """The step time's uncertainty as explain prints it: ``"±9%"`` or ``"(uncalibrated)"``
     (:func:`planc.explain.totals.band_text`); empty when unknown."""
+    step_uncertainty: float | None = None
+    """The number ``step_band`` says in words (:func:`planc.cost.uncertainty.step_time_uncertainty`:
+    relative, None when uncalibrated), for code that reads the band; meaningful when step_band is set."""
     memory_warning: str = ""
     """Explain's warning when memory is close to the limit (:func:`planc.planner.advice.close_to_limit`
     in :func:`planc.explain.advice_words.advice_text`'s words); empty when there is none."""
@@ -183,6 +186,8 @@ def emit_program(
             "tokens_per_s": round(prediction.tokens_per_s),
             "step_band": prediction.step_band,
         }
+        if prediction.step_band:  # the band's number, which the progress line reads (not the words)
+            numbers["step_uncertainty"] = prediction.step_uncertainty
         prediction_block = (
             "\n# What planc predicted for this layout (`planc explain` shows how).\n"
             f"PREDICTED = {python_literal(numbers)}\n"

@@ -28,7 +28,6 @@ from planc.planner.ladder import rung_name
 from planc.spec.hardware import HardwareSpec
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
-from planc.spec.presets.hardware import INTRA_NODE_LINK
 from planc.stages import StageStyle
 from planc.units import (
     format_bandwidth,
@@ -43,9 +42,10 @@ GiB = 2**30
 
 
 def _medium(name: str, hw: HardwareSpec) -> str:
-    """How to call a link: the topology's in-node switch link by the device's own medium (NVLink,
-    Infinity Fabric; "intra-node" for CPU processes over gloo and devices planc has no name for)."""
-    return hw.intra_node_link.lower() if name == "nvlink" else name
+    """How to call a link: the topology's in-node switch link by the device's own medium
+    (``hardware.intra_node_link``: NVLink, Infinity Fabric, PCIe; "intra-node" for CPU processes
+    over gloo and devices nothing names)."""
+    return visible(hw.intra_node_link).lower() if name == "nvlink" else name
 
 
 def shown_links(plan: Plan, layout: Layout, style: StageStyle = "looped") -> dict[str, GroupLink]:
@@ -67,7 +67,7 @@ def link_text(link: GroupLink, hw: HardwareSpec) -> str:
         nics = f"{link.per_node} NICs × {format_bandwidth(hw.inter_node_bw)}"
         if link.capped:
             aggregate = format_bandwidth(link.per_node * hw.inter_node_bw)
-            by = hw.intra_node_link if hw.intra_node_link in INTRA_NODE_LINK.values() else "the intra-node link"
+            by = visible(hw.intra_node_link) if hw.intra_node_link_named else "the intra-node link"
             return (
                 f"{medium} {bandwidth} per device (capped by {by}: the ring's hops inside "
                 f"a node run at {bandwidth}, less than the node's {nics} = {aggregate})"
@@ -332,7 +332,7 @@ def _header(plan: Plan, choice: Choice) -> list[str]:
     m, hw, tr = plan.model, plan.hardware, plan.train
     est, lay = choice.estimate, choice.layout
     nodes = f"{hw.nodes} node{'s' if hw.nodes != 1 else ''}"
-    local_link = "between processes" if hw.is_cpu else hw.intra_node_link
+    local_link = "between processes" if hw.is_cpu else visible(hw.intra_node_link)
     links = [f"{local_link} {format_bandwidth(hw.intra_node_bw)} per device"] if hw.per_node > 1 else []
     if hw.nodes > 1:
         links.append(f"network {format_bandwidth(hw.inter_node_bw)} per device")

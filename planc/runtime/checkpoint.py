@@ -252,6 +252,19 @@ class SafeFileSystemReader(FileSystemReader):
         return metadata
 
 
+def model_item_ranges(metadata: Metadata) -> dict[str, list[tuple[int, int]]]:
+    """Every DCP data file -> the (offset, length) of each model item it holds (the ``model.*``
+    tensors' chunks; optimizer state left out, so a file of optimizer state alone has none), from
+    the checkpoint's ``.metadata``: what the manifest's ``model_sha256`` covers
+    (:mod:`planc.rundir.manifest`)."""
+    ranges: dict[str, set[tuple[int, int]]] = {}
+    for index, info in (metadata.storage_data or {}).items():
+        spans = ranges.setdefault(info.relative_path, set())
+        if index.fqn.startswith("model."):
+            spans.add((info.offset, info.length))
+    return {name: sorted(spans) for name, spans in ranges.items()}
+
+
 def load_checkpoint(
     directory: str | Path,
     model_parts: Sequence[nn.Module],

@@ -38,6 +38,7 @@ from planc.runtime.checkpoint import (
     METADATA_FILE,
     STEP_DIR,
     CheckpointError,
+    SafeFileSystemReader,
     _barrier,
     _copy_hyperparameters,
     _distributed,
@@ -49,6 +50,7 @@ from planc.runtime.checkpoint import (
     _state,
     complete_steps,
     latest_step,
+    model_item_ranges,
     step_dir,
 )
 
@@ -231,8 +233,9 @@ class PendingSave:
             local: dict[int, str] = {}
             try:
                 names = manifest.checkpoint_files(self.tmp)
-                files = manifest.describe(self.tmp, manifest.share(names, _rank(), _world()))
-            except OSError as err:
+                items = model_item_ranges(SafeFileSystemReader(self.tmp).read_metadata())
+                files = manifest.describe(self.tmp, manifest.share(names, _rank(), _world()), items)
+            except (OSError, CheckpointError) as err:
                 local[_rank()] = f"reading back {self.tmp.name}: {err}"
             files, errors = _merged_files(files, local)
         outcome = None

@@ -100,8 +100,8 @@ def train(
 
 
 def _metrics_logger(job, out_dir: str | Path | None, total: int, quiet: bool, predicted: dict | None):
-    """metrics.jsonl, and rank 0's progress lines with the predicted step time's band in explain's
-    words, as the program's ``PREDICTED`` carries it (its start-up line prints the same)."""
+    """metrics.jsonl, and rank 0's progress lines with the predicted step time's band, from the
+    program's ``PREDICTED`` (its start-up line prints the same band)."""
     from planc.runtime.metrics import MetricsLogger
 
     return MetricsLogger(
@@ -112,7 +112,7 @@ def _metrics_logger(job, out_dir: str | Path | None, total: int, quiet: bool, pr
         print_every=job.plan.train.log_every,
         device=job.device,
         stream=io.StringIO() if quiet else None,
-        step_band=str((predicted or {}).get("step_band", "")),
+        predicted=predicted,
     )
 
 

@@ -19,11 +19,14 @@ import json
 import math
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 import torch
 import torch.distributed as dist
+
+from planc.explain.totals import band_text
 
 GIB = 1024**3
 
@@ -90,10 +93,10 @@ class MetricsLogger:
         print_every: int = 1,
         device: torch.device | str | None = None,
         stream: TextIO | None = None,
-        step_band: str = "",
+        predicted: Mapping[str, Any] | None = None,
     ):
         self.tokens_per_step = tokens_per_step
-        self.step_band = step_band
+        self.predicted = predicted
         self.total_steps = total_steps
         self.active = rank == 0
         self.print_every = print_every
@@ -141,7 +144,7 @@ class MetricsLogger:
                     self.total_steps,
                     eta_s=self._eta(step, elapsed),
                     memory=memory_label(self.device),
-                    step_band=self.step_band,
+                    predicted=self.predicted,
                 ),
                 file=self.stream,
                 flush=True,
@@ -175,12 +178,12 @@ def format_progress(
     *,
     eta_s: float | None = None,
     memory: str = "mem",
-    step_band: str = "",
+    predicted: Mapping[str, Any] | None = None,
 ) -> str:
     """``step 12/100 | loss 3.2145 | val 3.3012 | lr 3.00e-04 | 12.3 k tok/s | 0.412 s/step (pred 0.380 ±9%) |
     mfu 31.0% (pred 33.6%) | grad 0.870 | mem 1.23 GiB | 0:05 elapsed, 0:36 left`` (parts shown when known;
-    ``memory``: the memory's label, :func:`memory_label`; ``step_band``: the predicted step time's
-    band as explain prints it, the program's ``PREDICTED["step_band"]``)."""
+    ``memory``: the memory's label, :func:`memory_label`; ``predicted``: the program's ``PREDICTED``,
+    whose ``step_uncertainty`` gives the predicted step time's band)."""
     width = len(str(total_steps)) if total_steps else 1
     step = f"step {record['step']:>{width}}" + (f"/{total_steps}" if total_steps else "")
     loss = record["loss"]
@@ -190,9 +193,9 @@ def format_progress(
     parts.append(f"lr {record['lr']:.2e}")
     if record.get("tokens_per_s"):
         parts.append(f"{record['tokens_per_s'] / 1000:.1f} k tok/s")
-    predicted = record.get("predicted_step_s")
+    predicted_s = record.get("predicted_step_s")
     step_s = f"{record['step_s']:.3f} s/step"
-    parts.append(f"{step_s} ({_predicted_step(predicted, step_band)})" if predicted else step_s)
+    parts.append(f"{step_s} ({_predicted_step(predicted_s, predicted)})" if predicted_s else step_s)
     if record.get("mfu") is not None:
         pred_mfu = record.get("predicted_mfu")
         parts.append(f"mfu {record['mfu']:.1%}" + (f" (pred {pred_mfu:.1%})" if pred_mfu is not None else ""))
@@ -206,14 +209,18 @@ def format_progress(
     return " | ".join(parts)
 
 
-def _predicted_step(predicted: float, band: str) -> str:
-    """``pred 0.380 ±9%``, or ``pred 0.129, uncalibrated`` (explain's "(uncalibrated)", without
-    parentheses inside the line's own): a measured step outside the band is news, one inside it not."""
-    if not band:
-        return f"pred {predicted:.3f}"
-    if band.startswith("±"):
-        return f"pred {predicted:.3f} {band}"
-    return f"pred {predicted:.3f}, {band.strip('()')}"
+def _predicted_step(step_s: float, predicted: Mapping[str, Any] | None) -> str:
+    """``pred 0.380 ±9%``, or ``pred 0.129, uncalibrated``: a measured step outside the band is news,
+    one inside it not. The band comes from the prediction's number, ``step_uncertainty`` (relative;
+    None when no published run calibrates the hardware), formatted as explain formats it, never
+    from explain's words in ``step_band``, which may change. A program from before the number
+    shows none."""
+    if not predicted or "step_uncertainty" not in predicted:
+        return f"pred {step_s:.3f}"
+    band = predicted["step_uncertainty"]
+    if band is None:
+        return f"pred {step_s:.3f}, uncalibrated"
+    return f"pred {step_s:.3f} {band_text(float(band))}"
 
 
 def _clock(seconds: float) -> str:

@@ -15,6 +15,7 @@ from planc.spec.presets.hardware import (
     DEFAULT_INTRA_NODE_LATENCY,
     HARDWARE_PRESETS,
     INTRA_NODE_LINK,
+    UNNAMED_INTRA_NODE_LINK,
 )
 
 #: Keys a custom (non-preset) device must give itself.
@@ -40,6 +41,8 @@ class HardwareSpec(SpecModel):
     """Device memory bandwidth (default: the preset's), e.g. 2039 GB/s."""
     intra_node_bw: Bandwidth
     """Bandwidth per device, one direction, between devices of one node (NVLink, Infinity Fabric, PCIe)."""
+    intra_node_link: str = Field(min_length=1, max_length=40)
+    """What links the devices of one node, as explain names it: NVLink, Infinity Fabric, PCIe, ..."""
     inter_node_bw: Bandwidth
     """Network bandwidth per device, one direction, between nodes (200 Gb/s IB = 25 GB/s)."""
     inter_node_bw_per_node: Bandwidth | None = None
@@ -72,6 +75,7 @@ class HardwareSpec(SpecModel):
         device = data.get("device")
         preset = HARDWARE_PRESETS.get(device, {}) if isinstance(device, str) else {}
         _per_node_network(data, preset)
+        data.setdefault("intra_node_link", _default_link(device, preset, data))
         # peak_fp32 follows a written peak only when that is a usable rate: from peak = 0 it would
         # be 0 too, and its error would name a key the plan never wrote (peak's own says it all).
         peak = _positive_number(data.get("peak"))
@@ -100,15 +104,28 @@ class HardwareSpec(SpecModel):
         return self.device == "cpu"
 
     @property
-    def intra_node_link(self) -> str:
-        """What links the devices of a node: the preset's medium (NVLink, Infinity Fabric), else
-        "intra-node" (a custom device, or CPU processes over gloo)."""
-        return INTRA_NODE_LINK.get(self.device, "intra-node")
+    def intra_node_link_named(self) -> bool:
+        """Whether anything names the node's link (else explain calls it "intra-node")."""
+        return self.intra_node_link != UNNAMED_INTRA_NODE_LINK
 
     @property
     def capacity(self) -> float:
         """The bytes a layout may use per device: memory less the headroom."""
         return self.memory * (1.0 - self.headroom)
+
+
+def _default_link(device: Any, preset: dict, data: dict) -> str:
+    """``intra_node_link`` when the plan does not write it. The preset's medium describes the
+    preset's ``intra_node_bw`` only: an A100-80GB written with ``intra_node_bw = 32 GB/s`` is a
+    PCIe card, not NVLink (a profile's measured rate is the preset's own link, so it keeps the
+    name). Else a device whose name says PCIe ("L40S-PCIe") is PCIe; else the link has no name."""
+    medium = INTRA_NODE_LINK.get(device) if isinstance(device, str) else None
+    written = data.get("intra_node_bw")
+    if medium and (written is None or data.get("profile") or _positive_number(written) == preset["intra_node_bw"]):
+        return medium
+    if isinstance(device, str) and "pcie" in device.lower():
+        return "PCIe"
+    return UNNAMED_INTRA_NODE_LINK
 
 
 def _per_node_network(data: dict, preset: dict) -> None:

@@ -15,8 +15,11 @@ full state dict of planc's own model (``build_model(spec).load_state_dict``; pad
 and ``plan.json``. Both load without pickled code: safetensors holds only tensors, and
 ``model.pt`` holds only tensors, so ``torch.load(..., weights_only=True)`` reads it.
 
-The checkpoint is first checked against its ``manifest.json`` (every file's size and SHA-256, as a
-resume checks it): a damaged checkpoint is refused, not exported as a model that silently differs.
+The checkpoint is checked against its ``manifest.json`` as a resume checks it, but reading only
+what the export needs (:mod:`planc.weights.checked_read`): every file's size and the small files'
+SHA-256 before loading, and the weights' SHA-256 (``model_sha256``) from the very bytes DCP loads,
+before the export is published. A damaged checkpoint is refused, not exported as a model that
+silently differs; the optimizer state is not read.
 
 The directory is written under a temporary name beside ``to`` and renamed when complete, so an
 interrupted export leaves nothing that looks finished.
@@ -32,11 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
 from planc.errors import PlanError
 from planc.fileio import publish_modes
 from planc.runtime.transformer import canonical_name
 from planc.spec import ModelSpec, Plan, strict_json
+from planc.weights.checked_read import WeightsCheck
 from planc.weights.hf_configs import config_for
 from planc.weights.hf_names import UnsupportedFamily, family_for_spec, hf_shapes, tensor_sources
 
@@ -67,6 +72,8 @@ def export_run(
     """Export run ``run_dir``'s checkpoint at ``step`` (default: the newest) to the directory ``to``."""
     plan = _read_plan(run_dir)
     checkpoint, step = _checkpoint_dir(run_dir, plan, step)
+    check = WeightsCheck(checkpoint)
+    _refuse_damaged(run_dir, checkpoint, step, check.upfront_problems())
     stored = _stored_model_tensors(checkpoint)
     if fmt == "hf":
         try:
@@ -76,11 +83,16 @@ def export_run(
     _check_destination(to, overwrite)
     staging = Path(tempfile.mkdtemp(prefix=f".{to.name}.", suffix=".tmp", dir=to.parent))
     try:
-        if fmt == "hf":
-            files, total = _write_hf(checkpoint, stored, plan.model, family, staging, DTYPES[dtype], max_shard_bytes)
-            _write_json(staging / "config.json", config_for(plan.model, family, dtype))
-        else:
-            files, total = _write_torch(checkpoint, stored, plan, staging, DTYPES[dtype])
+        try:
+            if fmt == "hf":
+                files, total = _write_hf(check, stored, plan.model, family, staging, DTYPES[dtype], max_shard_bytes)
+                _write_json(staging / "config.json", config_for(plan.model, family, dtype))
+            else:
+                files, total = _write_torch(check, stored, plan, staging, DTYPES[dtype])
+        except (Exception, CheckpointException):  # DCP's failure is a BaseException
+            _refuse_damaged(run_dir, checkpoint, step, _problems_after_failure(check))  # bad bytes may fail DCP first
+            raise
+        _refuse_damaged(run_dir, checkpoint, step, check.problems())  # the weights written are the manifest's
         publish_modes(staging)  # mkdtemp's 0700, which safetensors' 0600 files would keep: readable as the umask says
         if to.exists():
             shutil.rmtree(to)
@@ -125,29 +137,37 @@ def _checkpoint_dir(run_dir: Path, plan: Plan, step: int | None) -> tuple[Path, 
     elif step not in steps:
         listed = ", ".join(map(str, steps[-10:]))
         raise PlanError(f"no checkpoint of step {step} in {directory}", hint=f"checkpoints exist for steps {listed}")
-    _refuse_damaged(run_dir, step_dir(directory, step), [s for s in steps if s < step])
     return step_dir(directory, step), step
 
 
-def _refuse_damaged(run_dir: Path, checkpoint: Path, older: list[int]) -> None:
+def _refuse_damaged(run_dir: Path, checkpoint: Path, step: int, problems: list[str]) -> None:
     """Refuse a checkpoint that fails its manifest (a changed byte, a truncated or missing file).
 
     DCP would load a flipped byte without complaint, and the export would be a model whose weights
     differ from the trained ones; resume checks the same manifest before it loads
-    (:mod:`planc.runtime.resume`). Every file is hashed -- optimizer state too, since DCP's files mix
-    it with the weights -- so this reads the checkpoint once more.
+    (:mod:`planc.runtime.resume`). The hint names the newest older checkpoint.
     """
-    from planc.rundir.checkpoints import integrity_problems
+    from planc.runtime.checkpoint import complete_steps
 
-    problems = integrity_problems(checkpoint)
     if not problems:
         return
+    older = [s for s in complete_steps(checkpoint.parent) if s < step]
     verify = f"`planc doctor --verify {run_dir}` checks every checkpoint"
     if older:
         hint = f"export the newest older checkpoint instead: --step {older[-1]}; {verify}"
     else:
         hint = f"it is the run's only complete checkpoint, so there is no older one to export; {verify}"
     raise PlanError(f"the checkpoint {checkpoint} is damaged: {'; '.join(problems)}", hint=hint)
+
+
+def _problems_after_failure(check: WeightsCheck) -> list[str]:
+    """What the manifest finds once a load has failed: the failure itself when it cannot tell."""
+    from planc.runtime.checkpoint import CheckpointError
+
+    try:
+        return check.problems()
+    except (OSError, CheckpointError):
+        return []
 
 
 def _stored_model_tensors(checkpoint: Path) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
@@ -167,26 +187,26 @@ def _stored_model_tensors(checkpoint: Path) -> dict[str, tuple[tuple[int, ...], 
     }
 
 
-def _load(checkpoint: Path, stored: dict, names: list[str]) -> dict[str, torch.Tensor]:
-    """Full tensors of the planc parameters ``names`` (DCP reassembles them from every shard)."""
+def _load(check: WeightsCheck, stored: dict, names: list[str]) -> dict[str, torch.Tensor]:
+    """Full tensors of the planc parameters ``names`` (DCP reassembles them from every shard),
+    through ``check``'s reader, which hashes the bytes it reads."""
     import torch.distributed.checkpoint as dcp
 
-    from planc.runtime.checkpoint import SafeFileSystemReader
-
+    checkpoint = check.checkpoint
     missing = [n for n in names if n not in stored]
     if missing:
         raise PlanError(f"the checkpoint {checkpoint} has no tensor {missing[0]!r}; it is not this plan's model")
     state = {"model": {n: torch.empty(stored[n][0], dtype=stored[n][1]) for n in names}}
     with warnings.catch_warnings():  # DCP warns that it runs without a process group: that is the intent
         warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
-        dcp.load(state, storage_reader=SafeFileSystemReader(checkpoint), no_dist=True)
+        dcp.load(state, storage_reader=check.reader(), no_dist=True)
     return state["model"]
 
 
 # -- writers ---------------------------------------------------------------------------------------
 
 
-def _write_hf(checkpoint, stored, spec: ModelSpec, family, out: Path, dtype, max_shard_bytes: int):
+def _write_hf(check, stored, spec: ModelSpec, family, out: Path, dtype, max_shard_bytes: int):
     """Safetensors shards of at most ``max_shard_bytes`` (a larger single tensor gets its own shard)."""
     from safetensors.torch import save_file
 
@@ -200,7 +220,7 @@ def _write_hf(checkpoint, stored, spec: ModelSpec, family, out: Path, dtype, max
     shards = _group(shapes, itemsize, max_shard_bytes)
     files, weight_map, total = [], {}, 0
     for number, shard in enumerate(shards, start=1):
-        planc_tensors = _load(checkpoint, stored, sorted({n for hf in shard for n, _ in feeds[hf]}))
+        planc_tensors = _load(check, stored, sorted({n for hf in shard for n, _ in feeds[hf]}))
         tensors = {hf: _hf_tensor(shapes[hf], feeds[hf], planc_tensors).to(dtype).contiguous() for hf in shard}
         name = "model.safetensors" if len(shards) == 1 else f"model-{number:05d}-of-{len(shards):05d}.safetensors"
         save_file(tensors, str(out / name), metadata={"format": "pt"})
@@ -252,9 +272,9 @@ def _hf_tensor(shape, feeds, planc_tensors: dict[str, torch.Tensor]) -> torch.Te
     return out
 
 
-def _write_torch(checkpoint, stored, plan: Plan, out: Path, dtype):
+def _write_torch(check, stored, plan: Plan, out: Path, dtype):
     """``model.pt``: planc's full state dict (a tied output shares the embedding's storage) and ``plan.json``."""
-    tensors = _load(checkpoint, stored, sorted(stored))
+    tensors = _load(check, stored, sorted(stored))
     state = {name: t.to(dtype) for name, t in tensors.items()}
     if plan.model.tie_embeddings:  # one tensor, as in the model (DCP stores the tied output under both names)
         state["output.weight"] = state["tok_embeddings.weight"]

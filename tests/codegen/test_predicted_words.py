@@ -10,6 +10,12 @@ from planc.units import format_bytes
 from .conftest import plan_at
 
 
+def _predicted(program: str) -> dict:
+    """The program's PREDICTED, as a literal."""
+    (assign,) = [n for n in ast.parse(program).body if isinstance(n, ast.Assign) and n.targets[0].id == "PREDICTED"]
+    return ast.literal_eval(assign.value)
+
+
 def _start_up_line(program: str) -> str:
     """What rank 0 prints first about the prediction: the program's own f-string, evaluated on its
     own PREDICTED (no torch, no process group)."""
@@ -48,3 +54,20 @@ def test_a_gpu_plan_near_its_limit_carries_the_band_and_the_warning(in_root):
     assert "Warning" not in ast.get_docstring(
         ast.parse(compile_plan(plan_at("plans/tiny-cpu.plan"), load_registry()).program)
     )
+
+
+def test_the_progress_line_reads_the_programs_band_as_a_number(in_root):
+    """The progress line took its band from PREDICTED["step_band"], explain's words; the program now
+    carries the number too (the published runs' band, accuracy.json's 0.0944, for a GPU plan; None
+    for the uncalibrated 'cpu' preset), and the progress line prints what the start-up line does."""
+    from planc.cost.uncertainty import accuracy_table
+    from planc.runtime.metrics import format_progress
+
+    record = {"step": 1, "loss": 1.0, "lr": 0.1, "step_s": 25.0, "memory_bytes": 0}
+    gpu = _predicted(compile_plan(plan_at("plans/course/19-megatron-145b.plan"), load_registry()).program)
+    assert gpu["step_uncertainty"] == accuracy_table()["band"]["step_time_relative"] and gpu["step_band"] == "±9%"
+    line = format_progress({**record, "predicted_step_s": gpu["step_s"]}, predicted=gpu)
+    assert f"25.000 s/step (pred {gpu['step_s']:.3f} ±9%)" in line  # explain's "step 23.8 s ±9%"
+    cpu = _predicted(compile_plan(plan_at("plans/tiny-cpu.plan"), load_registry()).program)
+    assert cpu["step_uncertainty"] is None and cpu["step_band"] == "(uncalibrated)"
+    assert "(pred 0.129, uncalibrated)" in format_progress({**record, "predicted_step_s": cpu["step_s"]}, predicted=cpu)

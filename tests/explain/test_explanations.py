@@ -18,6 +18,7 @@ from planc.explain.words import rejection_reason, suggestion_text
 from planc.planner import Limit, choose, rung_of, search
 from planc.planner.suggest import Suggestion, _freed, fixed_keys, growth
 from planc.spec import build_plan
+from planc.spec.presets.hardware import HARDWARE_PRESETS
 from planc.strategies.registry import load_registry
 from planc.units import Quantity
 
@@ -305,16 +306,41 @@ def test_links_are_called_by_their_medium():
     )
     choice = choose(custom, load_registry())
     text = render_text(custom, choice)
-    assert "intra-node 32 GB/s per device" in text.splitlines()[2] and "nvlink" not in text.lower()
+    # the device's name says PCIe: so does explain, never NVLink nor a nameless "intra-node"
+    assert "PCIe 32 GB/s per device" in text.splitlines()[2] and "nvlink" not in text.lower()
+    assert "intra-node" not in text
     # dp 8 over 2 nodes: 4 x 12.5 = 50 GB/s of NICs per node, but the ring's hops inside a node
     # run at 32 GB/s: the group gets 32 GB/s per device, and says why
     dp = next(line for line in text.splitlines() if line.strip().startswith("DP "))
     assert dp.endswith(
-        "network 32 GB/s per device (capped by the intra-node link: the ring's hops inside a node run "
+        "network 32 GB/s per device (capped by PCIe: the ring's hops inside a node run "
         "at 32 GB/s, less than the node's 4 NICs × 12.5 GB/s = 50 GB/s)"
     )
     (comm,) = [c for c in to_dict(custom, choice)["comm"] if c["group"] == "dp"]
     assert (comm["medium"], comm["bandwidth"], comm["bandwidth_per"]) == ("network", 32e9, "device")
+
+
+def _link_header(device: str, **hardware) -> str:
+    """Explain's hardware line for gpt2 on one node of ``device`` (a custom one gets L40S's numbers)."""
+    custom = {"memory": Quantity.of(48, "GiB"), "peak": Quantity.of(362, "TFLOPS")}
+    custom |= {"intra_node_bw": Quantity.of(32, "GB/s"), "inter_node_bw": Quantity.of(12.5, "GB/s")}
+    hw = {"device": device, "per_node": 4, **({} if device in HARDWARE_PRESETS else custom), **hardware}
+    p = build_plan({"model": {"preset": "gpt2"}, "hardware": hw, "train": {"global_batch": 64}})
+    return render_text(p, choose(p, load_registry())).splitlines()[2]
+
+
+def test_a_plan_names_its_own_node_link():
+    # a custom device named for its chip: the plan says what links it, and explain repeats it
+    assert "PCIe 32 GB/s per device" in _link_header("L40S", intra_node_link="PCIe")
+    assert "intra-node 32 GB/s per device" in _link_header("L40S")  # nothing names the link
+    # an A100-80GB written with PCIe's 32 GB/s is no NVLink machine: the preset's name is dropped
+    pcie_a100 = _link_header("A100-80GB", intra_node_bw=Quantity.of(32, "GB/s"))
+    assert "intra-node 32 GB/s per device" in pcie_a100 and "NVLink" not in pcie_a100
+    named = _link_header("A100-80GB", intra_node_bw=Quantity.of(32, "GB/s"), intra_node_link="PCIe")
+    assert "PCIe 32 GB/s per device" in named
+    # the preset's own bandwidth, written out or not, keeps the preset's link
+    assert "NVLink 300 GB/s per device" in _link_header("A100-80GB", intra_node_bw=Quantity.of(300, "GB/s"))
+    assert "NVLink 300 GB/s per device" in _link_header("A100-80GB")
 
 
 def test_a_pipeline_crossing_nodes_past_its_first_boundary_says_network():

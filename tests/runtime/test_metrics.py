@@ -77,16 +77,30 @@ def test_peak_memory_grows_with_a_large_allocation():
 
 def test_the_progress_line_carries_the_predicted_step_times_band():
     """explain prints "step 380 ms ±9%"; the progress line beside the measured step said only
-    "(pred 0.380)", so a 0.412 s step 8% over read as a miss. The band is explain's words, as the
-    program's PREDICTED["step_band"] carries them; "(uncalibrated)" loses its own parentheses."""
+    "(pred 0.380)", so a 0.412 s step 8% over read as a miss. The band comes from the program's
+    PREDICTED["step_uncertainty"] (relative; None: uncalibrated), printed as explain prints it."""
     record = {"step": 1, "loss": 1.0, "lr": 0.1, "step_s": 0.412, "memory_bytes": 0, "predicted_step_s": 0.38}
-    assert "| 0.412 s/step (pred 0.380 ±9%) |" in format_progress(record, step_band="±9%")
-    assert "| 0.412 s/step (pred 0.380, uncalibrated) |" in format_progress(record, step_band="(uncalibrated)")
+    assert "| 0.412 s/step (pred 0.380 ±9%) |" in format_progress(record, predicted={"step_uncertainty": 0.09})
+    uncalibrated = format_progress(record, predicted={"step_uncertainty": None})
+    assert "| 0.412 s/step (pred 0.380, uncalibrated) |" in uncalibrated
     assert "| 0.412 s/step (pred 0.380) |" in format_progress(record)  # a program from before the band
     out = io.StringIO()
-    logger = MetricsLogger(None, tokens_per_step=1, stream=out, step_band="±9%")
+    logger = MetricsLogger(None, tokens_per_step=1, stream=out, predicted={"step_s": 0.38, "step_uncertainty": 0.094})
     logger.log(1, loss=1.0, lr=0.1, step_s=0.412, memory_bytes=0, predicted_step_s=0.38)
-    assert "(pred 0.380 ±9%)" in out.getvalue()
+    assert "(pred 0.380 ±9%)" in out.getvalue()  # 0.094 to whole percent, as explain rounds it
+
+
+def test_the_progress_lines_band_is_the_predictions_number_not_its_words():
+    """The band was parsed out of explain's words in PREDICTED["step_band"]: words that changed
+    ("±9 % (from 12 runs)", "not calibrated") printed a wrong or mangled band. The number decides;
+    the words are for people and are never read."""
+    record = {"step": 1, "loss": 1.0, "lr": 0.1, "step_s": 0.412, "memory_bytes": 0, "predicted_step_s": 0.38}
+    reworded = {"step_band": "±9 % (from 12 runs)", "step_uncertainty": 0.09}
+    assert "| 0.412 s/step (pred 0.380 ±9%) |" in format_progress(record, predicted=reworded)
+    reworded = {"step_band": "not calibrated", "step_uncertainty": None}
+    assert "| 0.412 s/step (pred 0.380, uncalibrated) |" in format_progress(record, predicted=reworded)
+    # words alone (a program emitted before the number) give no band rather than a guessed one
+    assert "| 0.412 s/step (pred 0.380) |" in format_progress(record, predicted={"step_band": "±9%"})
 
 
 TRAIN_ONE_STEP = """
@@ -98,7 +112,7 @@ from planc.strategies.registry import load_registry
 plan = Plan.model_validate(json.loads(sys.argv[1]))
 job = compose(plan, Layout(tp=1, pp=1, dp=1, zero=0, recompute="none", schedule=None, micro_batch=4), load_registry())
 try:
-    train(job, steps=1, predicted={"memory_bytes": 1, "capacity_bytes": 2, "step_s": 0.38, "step_band": "±9%"})
+    train(job, steps=1, predicted={"memory_bytes": 1, "capacity_bytes": 2, "step_s": 0.38, "step_uncertainty": 0.09})
 finally:
     shutdown()
 """

@@ -188,11 +188,23 @@ def test_exporting_a_checkpoint_older_than_the_logged_steps_warns(tmp_path, caps
     assert "warning" not in capsys.readouterr().err
 
 
-def _flip_a_byte(checkpoint):
-    """One changed byte in the middle of the shard, size unchanged: DCP itself would load it silently."""
+def _largest_item(checkpoint, prefix):
+    """(offset, length) of the largest DCP item of __0_0.distcp whose key starts with ``prefix``."""
+    from planc.runtime.checkpoint import SafeFileSystemReader
+
+    storage = SafeFileSystemReader(checkpoint).read_metadata().storage_data
+    spans = [(i.length, i.offset) for k, i in storage.items() if k.fqn.startswith(prefix)]
+    length, offset = max(spans)
+    return offset, length
+
+
+def _flip_a_byte(checkpoint, prefix="model."):
+    """One changed byte in the middle of the largest weight (or of ``prefix``'s largest item: "optim."),
+    size unchanged: DCP itself would load it silently."""
     shard = checkpoint / "__0_0.distcp"
+    offset, length = _largest_item(checkpoint, prefix)
     data = bytearray(shard.read_bytes())
-    data[len(data) // 2] ^= 0xFF
+    data[offset + length // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
 
 
@@ -204,12 +216,28 @@ def test_a_damaged_checkpoint_is_refused_with_the_older_step_to_export(tmp_path,
     assert main(["export", str(run), "--to", str(tmp_path / "hf")]) == 1
     err = capsys.readouterr().err
     assert f"the checkpoint {run / 'checkpoints' / 'step-00000003'} is damaged" in err
-    assert "__0_0.distcp does not match its SHA-256 in the manifest (corrupted)" in err
+    assert "the model's weights in __0_0.distcp do not match their SHA-256 in the manifest (corrupted)" in err
     assert "--step 2" in err and f"planc doctor --verify {run}" in err
     assert not (tmp_path / "hf").exists()  # nothing written
     assert main(["export", str(run), "--to", str(tmp_path / "pt"), "--step", "3", "--format", "torch"]) == 1
     assert "is damaged" in capsys.readouterr().err
     assert main(["export", str(run), "--to", str(tmp_path / "hf"), "--step", "2"]) == 0
+
+
+def test_a_weight_damaged_where_dcp_itself_fails_is_reported_as_damage(tmp_path, capsys):
+    """A changed first byte of a weight's item breaks the serialized tensor DCP reads (its zip header),
+    so the load fails before the weights' check could run: the failure is reported as the damage."""
+    run, _, _ = _run_dir(tmp_path, steps=(2,))
+    checkpoint = run / "checkpoints" / "step-00000002"
+    shard = checkpoint / "__0_0.distcp"
+    offset, _ = _largest_item(checkpoint, "model.")
+    data = bytearray(shard.read_bytes())
+    data[offset] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    assert main(["export", str(run), "--to", str(tmp_path / "hf")]) == 1
+    err = capsys.readouterr().err
+    assert "the model's weights in __0_0.distcp do not match their SHA-256 in the manifest (corrupted)" in err
+    assert "Traceback" not in err and not (tmp_path / "hf").exists()
 
 
 def test_a_damaged_only_checkpoint_says_there_is_no_older_one(tmp_path, capsys):
@@ -218,3 +246,45 @@ def test_a_damaged_only_checkpoint_says_there_is_no_older_one(tmp_path, capsys):
     assert main(["export", str(run), "--to", str(tmp_path / "hf")]) == 1
     err = capsys.readouterr().err
     assert "is damaged: __0_0.distcp is missing" in err and "no older one" in err
+
+
+def test_the_export_reads_the_weights_once_and_the_optimizer_state_never(tmp_path, monkeypatch):
+    """The export hashed every file of the checkpoint before loading the weights from it: the whole
+    checkpoint read once more, optimizer state included (twice the weights under Adam). It now checks
+    the manifest's model_sha256 from the bytes DCP loads: a changed byte of optimizer state, which
+    the export does not read, no longer stops it, and the weights it writes are the trained ones."""
+    from planc.runtime.checkpoint import SafeFileSystemReader
+
+    run, plan, model = _run_dir(tmp_path, steps=(2,))
+    checkpoint = run / "checkpoints" / "step-00000002"
+    _flip_a_byte(checkpoint, "optim.")
+    assert main(["export", str(run), "--to", str(tmp_path / "hf")]) == 0
+    from planc.weights import checked_read
+
+    read = []  # every byte range of __0_0.distcp read: by DCP through the reader, or by the check itself
+    slice_file = checked_read.CheckedReader._slice_file
+    monkeypatch.setattr(
+        checked_read.CheckedReader,
+        "_slice_file",
+        lambda self, f, info: read.append((info.offset, info.length)) or slice_file(self, f, info),
+    )
+    assert main(["export", str(run), "--to", str(tmp_path / "pt"), "--format", "torch"]) == 0
+    state = torch.load(tmp_path / "pt" / "model.pt", weights_only=True)
+    assert all(torch.equal(state[name], value) for name, value in model.state_dict().items())
+    storage = SafeFileSystemReader(checkpoint).read_metadata().storage_data
+    weights = {(i.offset, i.length) for k, i in storage.items() if k.fqn.startswith("model.")}
+    assert sorted(read) == sorted(weights)  # each weight item once, nothing of the optimizer's
+
+
+def test_a_checkpoint_saved_before_model_sha256_is_checked_whole(tmp_path, capsys):
+    """A manifest without model_sha256 (planc before it) gets the whole-file check, as before: a changed
+    byte of optimizer state refuses the export."""
+    run, _, _ = _run_dir(tmp_path, steps=(2,))
+    checkpoint = run / "checkpoints" / "step-00000002"
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    for entry in manifest["files"].values():
+        entry.pop("model_sha256", None)
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest))
+    _flip_a_byte(checkpoint, "optim.")
+    assert main(["export", str(run), "--to", str(tmp_path / "hf")]) == 1
+    assert "__0_0.distcp does not match its SHA-256 in the manifest (corrupted)" in capsys.readouterr().err

@@ -180,8 +180,10 @@ NOMINAL_MEMORY: dict[str, float] = {
 }
 
 #: The link between the devices of one node, by preset: what explain calls ``intra_node_bw``'s
-#: medium. A custom device (and "cpu", gloo over loopback) is called "intra-node": planc does not
-#: know whether it is NVLink, PCIe or something else.
+#: medium (``hardware.intra_node_link``'s default). It names the preset's own link only: a plan
+#: that writes another ``intra_node_bw`` for the device, or a custom device, is called "PCIe" when
+#: the device's name says so and else :data:`UNNAMED_INTRA_NODE_LINK` (so is "cpu", gloo over
+#: loopback): planc does not know whether it is NVLink, PCIe or something else.
 INTRA_NODE_LINK: dict[str, str] = {
     "V100-32GB": "NVLink",
     "A100-40GB": "NVLink",
@@ -191,6 +193,9 @@ INTRA_NODE_LINK: dict[str, str] = {
     "B200": "NVLink",
     "MI300X": "Infinity Fabric",
 }
+
+#: What explain calls a node's link when nothing names it.
+UNNAMED_INTRA_NODE_LINK = "intra-node"
 
 #: NCCL-like message start-up costs (alpha), used when a preset does not set its own.
 DEFAULT_INTRA_NODE_LATENCY = 5e-6

@@ -50,6 +50,7 @@ PLAN = Plan.model_validate(
                   'peak_fp32': 100000000000.0,
                   'hbm_bw': 20000000000.0,
                   'intra_node_bw': 2000000000.0,
+                  'intra_node_link': 'intra-node',
                   'inter_node_bw': 1000000000.0,
                   'inter_node_bw_per_node': None,
                   'intra_node_latency': 2e-05,
@@ -104,7 +105,8 @@ PREDICTED = {'memory_bytes': 1726771,
  'capacity_bytes': 4080218931,
  'step_s': 0.007104,
  'tokens_per_s': 36036,
- 'step_band': '(uncalibrated)'}
+ 'step_band': '(uncalibrated)',
+ 'step_uncertainty': None}
 
 
 def main() -> None:
