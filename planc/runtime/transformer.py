@@ -255,37 +255,91 @@ def parameter_seed(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
+#: Random initial values are drawn in tiles of this many rows x columns, each from its own generator
+#: seeded by (seed, name, tile), so that a rank draws only the tiles its shard overlaps: drawing every
+#: whole tensor on every rank took minutes at 70B (one CPU stream, 70 G draws per rank), repeated at
+#: every restart. 64 rows keeps an FSDP shard at 512 ranks (16 rows of a 8192-row matrix) within one
+#: tile band; 1024 columns is a row-parallel TP 8 shard of a 8192-wide matrix.
+INIT_TILE = (64, 1024)
+
+
 def full_init_value(name: str, shape: torch.Size, spec: ModelSpec, seed: int) -> torch.Tensor:
-    """The full float32 CPU tensor that parameter ``name`` of shape ``shape`` starts from.
+    """The full float32 CPU tensor that parameter ``name`` of shape ``shape`` starts from: the whole
+    of :func:`init_value_slice`, which every layout's shards are pieces of."""
+    return init_value_slice(name, shape, (0,) * len(shape), tuple(shape), spec, seed)
+
+
+def init_value_slice(
+    name: str,
+    shape: torch.Size | tuple[int, ...],
+    offset: tuple[int, ...],
+    local_shape: tuple[int, ...],
+    spec: ModelSpec,
+    seed: int,
+) -> torch.Tensor:
+    """The float32 CPU block ``[offset, offset + local_shape)`` of parameter ``name``'s initial value
+    (full shape ``shape``), drawn without drawing the rest.
 
     * biases: 0; normalisation weights: 1;
     * matrices and embeddings: normal(0, 0.02) (GPT-2, Radford et al. 2019);
     * the residual projections ``wo`` and ``w2``: normal(0, 0.02 / sqrt(2 * layers)) -- GPT-2's
       "scale the weights of residual layers at initialization by 1/sqrt(N) where N is the number of
       residual layers" (Radford et al. 2019, Sec. 2.3), two residual layers per block (as nanoGPT).
+
+    The random values are drawn tile by tile (:data:`INIT_TILE`), so they depend on (seed, name,
+    full shape) alone, never on which block is asked for.
     """
     leaf = name.rsplit(".", 1)[-1]
     if leaf == "bias":
-        return torch.zeros(shape)
+        return torch.zeros(local_shape)
     if "norm" in name.rsplit(".", 2)[-2]:  # attention_norm / ffn_norm / norm weights
-        return torch.ones(shape)
+        return torch.ones(local_shape)
+    if len(shape) != 2:
+        raise ValueError(f"init of {name!r}: random initial values are drawn for matrices; shape {tuple(shape)}")
     std = INIT_STD
     if name.endswith(("attention.wo.weight", "feed_forward.w2.weight")):
         std = INIT_STD / math.sqrt(2 * spec.layers)
-    generator = torch.Generator(device="cpu").manual_seed(parameter_seed(seed, name))
-    return torch.empty(shape).normal_(0.0, std, generator=generator)
+    (row0, col0), (rows, cols) = offset, local_shape
+    block = torch.empty(local_shape)
+    tile_rows, tile_cols = INIT_TILE
+    for tile_row in _tiles_over(row0, rows, tile_rows):
+        for tile_col in _tiles_over(col0, cols, tile_cols):
+            tile = _init_tile(name, shape, tile_row, tile_col, std, seed)
+            # The tile's overlap with the block, in global coordinates, then in each's own.
+            r_lo, r_hi = max(row0, tile_row * tile_rows), min(row0 + rows, (tile_row + 1) * tile_rows)
+            c_lo, c_hi = max(col0, tile_col * tile_cols), min(col0 + cols, (tile_col + 1) * tile_cols)
+            block[r_lo - row0 : r_hi - row0, c_lo - col0 : c_hi - col0] = tile[
+                r_lo - tile_row * tile_rows : r_hi - tile_row * tile_rows,
+                c_lo - tile_col * tile_cols : c_hi - tile_col * tile_cols,
+            ]
+    return block
 
 
-def _local_part(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
-    """This rank's piece of ``full`` when ``param`` is a DTensor (TP/FSDP), else ``full`` itself."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
+def _tiles_over(start: int, length: int, size: int) -> range:
+    """Indices of the tiles of ``size`` that ``[start, start + length)`` overlaps (none when empty)."""
+    return range(start // size, -(-(start + length) // size)) if length else range(0)
+
+
+def _init_tile(name: str, shape, tile_row: int, tile_col: int, std: float, seed: int) -> torch.Tensor:
+    """Tile (``tile_row``, ``tile_col``) of a matrix's random initial value (edge tiles are cut to
+    the matrix)."""
+    tile_rows, tile_cols = INIT_TILE
+    rows = min(tile_rows, shape[0] - tile_row * tile_rows)
+    cols = min(tile_cols, shape[1] - tile_col * tile_cols)
+    generator = torch.Generator(device="cpu").manual_seed(parameter_seed(seed, f"{name}[{tile_row},{tile_col}]"))
+    return torch.empty(rows, cols).normal_(0.0, std, generator=generator)
+
+
+def _local_block(param: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(global offset, local shape) of this rank's piece of ``param``: the whole tensor unless it is a
+    DTensor (TP/FSDP), whose piece DTensor's own sharding rules place (as DCP's checkpoints do)."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
     if not isinstance(param, DTensor):
-        return full
-    # Every rank generated the same full tensor, so src_data_rank=None shards locally, with no
-    # communication, using the same chunking rules as DTensor/FSDP2 themselves.
-    sharded = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
-    return sharded.to_local()
+        return (0,) * param.dim(), tuple(param.shape)
+    local_shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+    return tuple(offset), tuple(local_shape)
 
 
 @torch.no_grad()
@@ -302,8 +356,9 @@ def init_weights(model: nn.Module, seed: int, spec: ModelSpec | None = None) -> 
                 f"parameter {fqn!r} is on the meta device; call model.to_empty(device=...) before init_weights"
             )
         name = canonical_name(fqn, spec)
-        full = full_init_value(name, param.shape, spec, seed)
-        local = _local_part(full, param)
+        offset, local_shape = _local_block(param)
+        # Only this rank's block is drawn, on the CPU, and only it is copied to the device.
+        local = init_value_slice(name, param.shape, offset, local_shape, spec, seed)
         target = param.to_local() if hasattr(param, "to_local") else param
         if tuple(local.shape) != tuple(target.shape):
             raise ValueError(

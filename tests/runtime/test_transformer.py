@@ -230,3 +230,18 @@ def test_gqa_in_bf16_uses_the_fused_path_and_agrees_with_fp32():
     # bf16 keeps 8 significant bits: relative error ~2^-8 = 0.4% per rounding, a few roundings deep.
     # (A wrong query-to-kv head mapping would give an O(1) relative error.)
     assert ((bf16 - fp32).norm() / fp32.norm()).item() < 0.02
+
+
+def test_an_init_block_is_the_slice_of_the_full_init_across_tiles():
+    # Blocks that start, end and straddle tile edges (tiles of 64 x 1024), an empty one, and the
+    # matrix's cut edge tiles (200 x 2500: 4 x 3 tiles, the last ones 8 rows and 452 columns).
+    from planc.runtime.transformer import INIT_TILE, full_init_value, init_value_slice
+
+    assert INIT_TILE == (64, 1024)
+    model_spec = ModelSpec(**GPT_LIKE)
+    name = "layers.0.attention.wq.weight"
+    full = full_init_value(name, torch.Size([200, 2500]), model_spec, 7)
+    for offset, shape in [((63, 1000), (70, 30)), ((130, 2047), (70, 453)), ((64, 1024), (64, 1024)), ((5, 5), (0, 9))]:
+        block = init_value_slice(name, (200, 2500), offset, shape, model_spec, 7)
+        (r, c), (h, w) = offset, shape
+        assert torch.equal(block, full[r : r + h, c : c + w]), offset

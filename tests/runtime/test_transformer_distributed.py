@@ -2,7 +2,8 @@
 
 One launch checks both sharders PyTorch offers: DTensor tensor parallelism (``parallelize_module``
 with column/row-wise plans, so the attention must find its local heads) and FSDP2 ``fully_shard``
-(dim-0 shards, including an uneven one: 15 position rows over 2 ranks).
+(dim-0 shards, including an uneven one: 15 position rows over 2 ranks), and that each rank
+draws only the initial values of its own shard.
 """
 
 import pytest
@@ -63,7 +64,26 @@ def check_tp_and_fsdp(payload: None) -> None:
         fully_shard(block, mesh=mesh)
     fully_shard(fsdp, mesh=mesh)
     fsdp.to_empty(device="cpu")
-    init_weights(fsdp, seed=7)
+    from planc.runtime import transformer
+
+    drawn: list[tuple[str, int, int]] = []
+    draw = transformer._init_tile
+
+    def counted(name, shape, tile_row, tile_col, std, seed):
+        drawn.append((name, tile_row, tile_col))
+        return draw(name, shape, tile_row, tile_col, std, seed)
+
+    transformer._init_tile = counted
+    try:
+        init_weights(fsdp, seed=7)
+    finally:
+        transformer._init_tile = draw
+    # Each rank draws only the tiles its rows overlap (tiles of 64 rows): the embedding's 300 rows
+    # padded to 384 (vocab_multiple) are 6 tiles, rows 0-191 on rank 0 (tiles 0-2) and 192-383 on
+    # rank 1 (tiles 3-5); the 15 position rows are one tile, which both ranks' 8 and 7 rows overlap.
+    assert spec.padded_vocab == 384
+    tiles = {n: sorted(r for m, r, _ in drawn if m == n) for n in ("tok_embeddings.weight", "pos_embeddings.weight")}
+    assert tiles == {"tok_embeddings.weight": [0, 1, 2] if rank == 0 else [3, 4, 5], "pos_embeddings.weight": [0]}
     for name, p in fsdp.named_parameters():
         assert torch.equal(p.full_tensor(), reference[name]), name
     pos = dict(fsdp.named_parameters())["pos_embeddings.weight"]
