@@ -130,6 +130,7 @@ class Attempt:
                 self.job.lr_schedulers,
                 keep=spec.keep,
                 background=self.background and not blocking,
+                timeout=self.job.plan.train.timeout,
             )
         pending.began = began
         if self.background and not blocking:

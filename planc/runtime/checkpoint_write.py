@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -97,12 +98,14 @@ def start_save(
     keep: int | None = None,
     extra: dict[str, Any] | None = None,
     background: bool = False,
+    timeout: float | None = None,
 ) -> PendingSave:
     """Write the checkpoint of ``step`` into ``step-N.tmp``; :meth:`PendingSave.finish` publishes it.
 
     ``background``: ``dcp.async_save`` -- the state is copied to host memory and written by a thread
     (over a gloo group of its own, so its collectives never interleave with training's); training
-    may go on until :meth:`PendingSave.finish`. Collective.
+    may go on until :meth:`PendingSave.finish`. Collective. ``timeout``: that group's collective
+    timeout in seconds, the one every other group of the job has (None: gloo's default, 30 minutes).
     """
     pairs = _pairs(model_parts, optimizers)
     for _, optimizer in pairs:
@@ -118,7 +121,7 @@ def start_save(
     try:
         with _quiet_if_single_process():
             if background:
-                future = dcp.async_save(state, storage_writer=writer, process_group=_background_group())
+                future = dcp.async_save(state, storage_writer=writer, process_group=_background_group(timeout))
             else:
                 dcp.save(state, storage_writer=writer, no_dist=not _distributed())
     except (Exception, CheckpointException) as exc:  # reported by every rank in finish(), never half-published
@@ -319,12 +322,16 @@ def _from_writer(value: Any) -> Any:
 _BACKGROUND_GROUP: list[Any] = []
 
 
-def _background_group():
-    """A gloo group for ``dcp.async_save``'s thread (created once, collectively, at the first background save)."""
+def _background_group(timeout: float | None = None):
+    """A gloo group for ``dcp.async_save``'s thread (created once, collectively, at the first background
+    save), with the job's collective ``timeout`` (seconds; None: gloo's default)."""
     if not _distributed():
         return None
+    limit = timedelta(seconds=timeout) if timeout is not None else None
     if not _BACKGROUND_GROUP:
-        _BACKGROUND_GROUP.append(dist.new_group(backend="gloo"))
+        _BACKGROUND_GROUP.append(dist.new_group(backend="gloo", timeout=limit))
+    elif limit is not None:
+        _BACKGROUND_GROUP[0].set_timeout(limit)
     return _BACKGROUND_GROUP[0]
 
 

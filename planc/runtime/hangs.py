@@ -44,10 +44,13 @@ def enable_flight_recorder() -> None:
 
 
 def job_groups(job) -> list[Any]:
-    """Every process group the job's collectives run on: the default one, each mesh dimension's, tied weights'."""
+    """Every process group the job's collectives run on: the default one, each mesh dimension's, HSDP's
+    shard and replicate groups, tied weights'. (The background checkpoint's gloo group is made later,
+    with the timeout: :func:`planc.runtime.checkpoint_write.start_save`.)"""
     groups = [dist.distributed_c10d._get_default_group()]
-    if job.mesh is not None:
-        groups += [job.mesh.get_group(name) for name in job.mesh.mesh_dim_names]
+    for mesh in (job.mesh, job.shard_mesh):
+        if mesh is not None:
+            groups += [mesh.get_group(name) for name in mesh.mesh_dim_names]
     groups += [tied.group for tied in job.tied_weights if tied.group is not None]
     unique: dict[int, Any] = {}
     for group in groups:

@@ -28,6 +28,7 @@ mixed_precision       bf16 (offer)            fsdp, ddp (take), else init_weight
 loss_parallel         tensor_parallel         the step (loss under ``loss_parallel()``)
 sync_controls         ddp, zero1, fsdp        the step (gradient accumulation)
 tied_weights          pipeline                the step (gradient sum, clipping)
+shard_mesh            fsdp (HSDP)             hangs (the plan's timeout on its groups)
 local_shard_specs     ddp, zero1 (over TP)    clipping, checkpoints
 optimizer_factory     zero1                   build_optimizer
 ====================  ======================  ===============================================
@@ -109,6 +110,9 @@ class Job:
     device: torch.device
     mesh: DeviceMesh
     """The ("pp", "dp", "tp") device mesh (:data:`~planc.spec.parallel_dims.MESH_DIM_NAMES`)."""
+    shard_mesh: DeviceMesh | None = None
+    """Set by ``fsdp`` with a shard group (HSDP): the ("dp_replicate", "dp_shard") mesh. Its groups
+    are new ones, not the mesh's "dp" group, so they need the plan's collective timeout of their own."""
 
     model_parts: list[nn.Module] = field(default_factory=list)
     """The local model chunks: one without pipelining, ``virtual_stages`` with it (a strategy may
