@@ -179,10 +179,6 @@ def launch_local(compiled: CompiledPlan, run_dir: Path, *, steps: int | None, ma
         # of 1 thread also works, but says so with a warning on every launch).
         threads = max(1, (os.cpu_count() or 1) // plan.hardware.per_node)
         env.setdefault("OMP_NUM_THREADS", str(threads))
-    else:  # NCCL: each rank dumps its flight record into the run directory when a collective times out
-        (run_dir / "flight_recorder").mkdir(exist_ok=True)
-        env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
-        env.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(run_dir.resolve() / "flight_recorder" / "rank-"))
     deadline = plan.checkpoint.stop_deadline if plan.checkpoint is not None else DEFAULT_STOP_DEADLINE
     began, left = time.time(), max_restarts
     while True:

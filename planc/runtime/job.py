@@ -175,7 +175,10 @@ class Job:
             # init_process_group's docs; torchtitan does the same). Also when the caller started
             # the process group itself.
             torch.cuda.set_device(device)
-        init_process_group(device, timeout=plan.train.timeout)
+        from planc.runtime.hangs import backend_timeout
+
+        # Longer than the plan's timeout: planc's hang monitor reports first (runtime/hangs.py).
+        init_process_group(device, timeout=backend_timeout(plan.train.timeout))
         dims = layout.dims
         world = dist.get_world_size()
         if dims.world_size != world:
