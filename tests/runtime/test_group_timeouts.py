@@ -1,4 +1,5 @@
-"""Every process group a job's collectives run on gets the plan's collective timeout.
+"""Every process group a job's collectives run on gets the plan's collective timeout (and the margin
+that lets planc's hang monitor report first).
 
 A group left out keeps its backend's default (NCCL 10 minutes, gloo 30): a plan with ``timeout =
 30 min`` for a slow checkpoint file system would still die at 10 minutes there, and one with
@@ -68,4 +69,6 @@ def test_every_group_of_an_hsdp_job_with_background_saves_gets_the_plan_timeout(
     # here): default [0, 1] + pp [r] + tp [r] + dp_shard [r] (HSDP's, new) + the save's gloo group [0, 1]
     assert got["groups"] == 5, got
     assert "mesh_dp_shard" in [desc for desc, _ in got["names"]], got
-    assert got["timeouts"] == [float(TIMEOUT_S)] * got["groups"], got
+    # each waits a little longer than the plan's 7 s, so that planc's hang monitor reports first:
+    # 7 s + the report's grace min(7 s, 10 s) + 5 s = 19 s (planc.runtime.hangs.backend_timeout)
+    assert got["timeouts"] == [19.0] * got["groups"], got
