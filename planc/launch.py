@@ -33,7 +33,6 @@ from planc.fileio import write_text_atomically  # noqa: F401  (re-exported for c
 from planc.spec.checkpoint import DEFAULT_STOP_DEADLINE
 
 PROGRAM = "train.py"
-FLIGHT_RECORDER_DIR = "flight_recorder"  # NCCL's per-rank dumps (TORCH_FR_DUMP_TEMP_FILE), in the run directory
 RENDEZVOUS_PORT = 29500
 
 
@@ -143,9 +142,8 @@ def slurm_script(compiled: CompiledPlan, run_dir: Path, *, steps: int | None, ma
     extra = f" --steps {steps}" if steps is not None else ""
     gres = "" if hw.device == "cpu" else f"#SBATCH --gpus-per-node={hw.per_node}\n"
     here = run_dir.resolve()
-    env = {**launch_env(compiled.plan, max_restarts), **run_env(compiled.plan, here, max_restarts)}
+    env = {**launch_env(compiled.plan, max_restarts), **run_env(here, max_restarts)}
     exports = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in env.items())
-    dumps = f"mkdir -p {shlex.quote(str(here / FLIGHT_RECORDER_DIR))}\n" if hw.device != "cpu" else ""
     spec = compiled.plan.checkpoint
     deadline = spec.stop_deadline if spec is not None else DEFAULT_STOP_DEADLINE
     grace = shutdown_timeout(compiled.plan) or math.ceil(deadline) + 5  # torchrun's, as `planc run` sets it
@@ -161,22 +159,18 @@ def slurm_script(compiled: CompiledPlan, run_dir: Path, *, steps: int | None, ma
 set -euo pipefail
 cd {shlex.quote(str(here))}
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-{exports}{dumps}srun --cpus-per-task="$SLURM_CPUS_ON_NODE" python -m planc.runtime.torchrun \\
+{exports}srun --cpus-per-task="$SLURM_CPUS_ON_NODE" python -m planc.runtime.torchrun \\
     --nnodes {hw.nodes} --nproc-per-node {hw.per_node} \\
     --rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:{RENDEZVOUS_PORT}" \\
    {_flags_text(compiled, max_restarts)} {PROGRAM} --out .{extra}
 """
 
 
-def run_env(plan, run_dir: Path, max_restarts: int) -> dict[str, str]:
-    """What every launch of ``run_dir`` exports besides torchrun's own settings (:func:`launch_env`):
-    the run directory for planc's torchrun wrapper, and on GPUs NCCL's flight-recorder dump, so that a
-    collective timeout leaves each rank's record in the run directory."""
-    env = {"PLANC_RUN_DIR": str(run_dir), "PLANC_MAX_RESTARTS": str(max_restarts)}
-    if plan.hardware.device != "cpu":
-        env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
-        env["TORCH_FR_DUMP_TEMP_FILE"] = str(run_dir / FLIGHT_RECORDER_DIR / "rank-")
-    return env
+def run_env(run_dir: Path, max_restarts: int) -> dict[str, str]:
+    """What every launch of ``run_dir`` exports besides torchrun's own settings (:func:`launch_env`,
+    which carries NCCL's flight-recorder dump on GPUs): the run directory and restart budget for
+    planc's torchrun wrapper."""
+    return {"PLANC_RUN_DIR": str(run_dir), "PLANC_MAX_RESTARTS": str(max_restarts)}
 
 
 def under_torchrun() -> bool:
@@ -208,7 +202,7 @@ def launch_local(compiled: CompiledPlan, run_dir: Path, *, steps: int | None, ma
     from planc.supervise import Supervisor
 
     plan = compiled.plan
-    ours = run_env(plan, run_dir.resolve(), max_restarts)
+    ours = run_env(run_dir.resolve(), max_restarts)
     env = dict(os.environ)
     env.update({key: env.get(key, value) for key, value in {**launch_env(plan, max_restarts), **ours}.items()})
     env.update({key: ours[key] for key in ("PLANC_RUN_DIR", "PLANC_MAX_RESTARTS")})  # this run's, always
@@ -218,8 +212,6 @@ def launch_local(compiled: CompiledPlan, run_dir: Path, *, steps: int | None, ma
         # of 1 thread also works, but says so with a warning on every launch).
         threads = max(1, (os.cpu_count() or 1) // plan.hardware.per_node)
         env.setdefault("OMP_NUM_THREADS", str(threads))
-    else:  # NCCL: each rank dumps its flight record into the run directory when a collective times out
-        (run_dir / FLIGHT_RECORDER_DIR).mkdir(exist_ok=True)
     deadline = plan.checkpoint.stop_deadline if plan.checkpoint is not None else DEFAULT_STOP_DEADLINE
     began, left = time.time(), max_restarts
     while True:

@@ -15,6 +15,7 @@ from typing import Any
 
 from planc import __version__
 from planc.codegen.quoting import identifier_for, inert_text, keyword_arguments, python_literal
+from planc.rundir.flight_recorder import DIRECTORY as FLIGHT_RECORDER_DIR
 from planc.spec import Layout, Plan
 from planc.units import format_bytes
 
@@ -80,12 +81,21 @@ def shutdown_timeout(plan: Plan) -> int | None:
     return math.ceil(plan.checkpoint.stop_deadline) + 5
 
 
+#: On CUDA: when NCCL's watchdog aborts a rank on a collective timeout, each rank first dumps its
+#: flight record into the run directory (relative: torchrun and its ranks run there), which the
+#: launcher reads to name the rank that did not arrive (planc/rundir/flight_recorder.py).
+FLIGHT_RECORDER_ENV = {"TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_DUMP_TEMP_FILE": f"{FLIGHT_RECORDER_DIR}/rank-"}
+
+
 def launch_env(plan: Plan, max_restarts: int) -> dict[str, str]:
-    """The environment torchrun needs for ``plan`` beyond its flags."""
+    """The environment torchrun needs for ``plan`` beyond its flags (every launch carries it: `planc
+    run`, the multi-node commands, the Slurm script, the program's docstring)."""
     env = dict(RESTART_ENV) if max_restarts else {}
     timeout = shutdown_timeout(plan)
     if timeout is not None:
         env[SHUTDOWN_TIMEOUT_ENV] = str(timeout)
+    if not plan.hardware.is_cpu:
+        env.update(FLIGHT_RECORDER_ENV)
     return env
 
 

@@ -10,7 +10,7 @@
     heartbeats/rank-N.json    each rank's latest step and state, rewritten every step (heartbeats)
     resume.json               where a run continued from another run's checkpoint (carry_over)
     checkpoints/step-N/       complete checkpoints, each with manifest.json (checkpoints, manifest)
-    flight_recorder/          NCCL flight-recorder dumps written on a collective timeout (GPU runs)
+    flight_recorder/rank-N    NCCL flight-recorder dumps written on a collective timeout (GPU runs; flight_recorder)
 
 Writers never let a diagnostic file stop training: a failed write of an event or heartbeat is skipped.
 """

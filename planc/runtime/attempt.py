@@ -7,7 +7,8 @@ start is an *attempt* (``TORCHELASTIC_RESTART_COUNT``). An :class:`Attempt` give
   another run's, see :mod:`planc.runtime.resume`), "resumed from step N (checkpoint ...)",
   ``metrics.jsonl`` rewound to that step, and an ``attempt`` event naming why the last one ended;
 * :meth:`guard` -- stop requests (SIGTERM, Ctrl-C) with a deadline, and failures turned into one
-  line per rank (a lost peer, out of memory, a collective timeout naming who did not arrive);
+  line per rank (a lost peer, out of memory, a collective timeout naming who did not arrive: found
+  by :class:`~planc.runtime.hangs.HangMonitor`, armed for each step, save and resume);
 * :meth:`before_step` / :meth:`after_step` -- the heartbeat, test-only fault injection
   (:mod:`planc.runtime.faults`), the periodic checkpoint (published in the background with
   ``checkpoint.async_save``);
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,7 +58,10 @@ class Attempt:
         # One host copy for every background save of this attempt (refilled, not reallocated).
         self.stager = background_stager(job.device) if self.background else None
         self.step = 0  # optimizer steps finished so far
-        hangs.apply_timeout(job, plan.train.timeout)
+        # The groups wait longer than the plan's timeout, so that the monitor reports first (runtime/hangs.py).
+        hangs.apply_timeout(job, hangs.backend_timeout(plan.train.timeout))
+        self.monitor = hangs.HangMonitor(plan.train.timeout, self._collective_hung)
+        self._ending = threading.Lock()  # a timeout is reported once: by the monitor, or by the main thread
         # Rank 0 reads why the previous attempt ended before any rank overwrites its heartbeat.
         self.previous = read_heartbeats(self.run_dir) if self.run_dir and self.rank == 0 and self.number else {}
         self.heartbeat = Heartbeat(self.run_dir, self.rank, self.number) if self.run_dir is not None else None
@@ -70,12 +75,14 @@ class Attempt:
         from planc.runtime.resume import resume
 
         with self._explained_failures():
+            self.monitor.arm(self.step + 1, "while resuming")
             point = resume(self.job, self.checkpoint_dir, self.run_dir, self._report)
+            self.monitor.disarm()
         self.step = point.step if point is not None else 0
         self.saved_step = point.step if point is not None and not point.from_other_run else None
         if self.rank == 0:
             if self.number:
-                causes = restart_causes(self.previous)
+                causes = restart_causes(self.previous, self._previous_flight_records())
                 limit = os.environ.get("PLANC_MAX_RESTARTS")
                 of = f" of {limit}" if limit else ""
                 print(f"planc: restart {self.number}{of}: {'; '.join(causes)}", flush=True)
@@ -90,7 +97,7 @@ class Attempt:
                 checkpoint=str(point.path) if point is not None else None,
                 world_size=dist.get_world_size(),
                 layout=self.job.layout.describe(),
-                causes=restart_causes(self.previous) if self.number else [],
+                causes=restart_causes(self.previous, self._previous_flight_records()) if self.number else [],
             )
         self._beat("training")
         return self.step
@@ -101,10 +108,14 @@ class Attempt:
     def guard(self) -> Iterator[StopRequest]:
         """Stop requests (with the deadline watchdog) and explained failures, around the training loop."""
         with stop_on_signals(self.deadline, self._deadline_passed) as request, self._explained_failures():
-            yield request
+            try:
+                yield request
+            finally:
+                self.monitor.close()
 
     def before_step(self, step: int) -> None:
         """``step`` (1-based) is about to run."""
+        self.monitor.arm(step)
         self._beat("training", current_step=step)
         faults.at_step_start(step)
 
@@ -119,6 +130,7 @@ class Attempt:
     def save(self, step: int, *, blocking: bool = False) -> bool:
         """Checkpoint after ``step``; False when it failed (reported; the previous one is intact)."""
         self._finish_background_save()
+        self.monitor.arm(self.step + 1, f"while saving the checkpoint of step {step}")
         self._beat("saving", current_step=step)
         began = time.perf_counter()
         spec = self.job.plan.checkpoint
@@ -133,6 +145,7 @@ class Attempt:
                 keep=spec.keep,
                 background=self.background and not blocking,
                 stager=self.stager,
+                timeout=hangs.backend_timeout(self.job.plan.train.timeout),
             )
         pending.began = began
         if self.background and not blocking:
@@ -158,6 +171,7 @@ class Attempt:
         if needs_save:
             self.save(step, blocking=True)
         saved = self.saved_step == step
+        self.monitor.disarm()
         self._event("stopped", step=step, signal=request.signal, checkpoint=self._path(step) if saved else None)
         self._beat("stopped")
 
@@ -168,6 +182,7 @@ class Attempt:
         self._close_stager()
         if self.checkpoint_dir is not None and self.saved_step != step:
             self.save(step, blocking=True)
+        self.monitor.disarm()
         self._event("finished", step=step, checkpoint=self._path(step) if self.saved_step == step else None)
         self._beat("finished")
 
@@ -199,6 +214,7 @@ class Attempt:
     def _finish_background_save(self) -> None:
         if self.pending is not None:
             pending, self.pending = self.pending, None
+            self.monitor.arm(self.step + 1, f"while publishing the checkpoint of step {pending.step}")
             self._publish(pending)
 
     def _close_stager(self) -> None:
@@ -235,6 +251,37 @@ class Attempt:
             "complete checkpoint is intact. Where this rank was:"
         )
 
+    def _previous_flight_records(self) -> dict:
+        """The NCCL flight-recorder dumps the previous attempt left (on rank 0 of a restart)."""
+        from planc.rundir.flight_recorder import read_flight_records
+
+        since = min((float(b.get("time", 0)) for b in newest_attempt(self.previous)), default=0.0)
+        return read_flight_records(self.run_dir, since=since) if self.previous else {}
+
+    def _collective_hung(self, step: int, phase: str | None) -> None:
+        """From the monitor's thread: this rank waited ``train.timeout`` in a collective of ``step``'s ``phase``."""
+        self._end_on_timeout(step, phase, by="monitor")
+
+    def _end_on_timeout(self, step: int, phase: str | None = None, *, by: str) -> None:
+        """Report a collective timeout (naming the ranks that did not arrive), record it (``by``: who
+        found it, "monitor" or "backend"), and exit 1.
+
+        The monitor's thread and the main thread (gloo raising once the groups' longer timeout passed)
+        may both get here: the first reports and ends the process, the other waits for that."""
+        self._ending.acquire()
+        timeout = self.job.plan.train.timeout
+        message, fields = hangs.report_timeout(
+            self.job, step=step, heartbeat=self.heartbeat, run_dir=self.run_dir, timeout=timeout, phase=phase
+        )
+        if fields["waiting"] and self.rank == min(fields["waiting"]):
+            record_event(self.run_dir, "hang", attempt=self.number, by=by, **fields)
+        self._beat("timed_out", current_step=step, collective=fields["collective"], message=message)
+        print(message, file=sys.stderr, flush=True)
+        # At once: the process group is broken, and tearing it down at interpreter exit can wait on
+        # the collective that never completes (seconds, or forever with NCCL).
+        sys.stdout.flush()
+        os._exit(1)
+
     @contextmanager
     def _explained_failures(self) -> Iterator[None]:
         """A lost peer, out of memory or a collective timeout ends this rank with one line (exit 1);
@@ -253,18 +300,12 @@ class Attempt:
             sys.stdout.flush()
             os._exit(1)
         except Exception as exc:
-            step, timed_out = self.step + 1, hangs.is_timeout(exc)
-            message: str | None
-            if timed_out:
-                timeout = self.job.plan.train.timeout
-                message, fields = hangs.report_timeout(
-                    self.job, exc, step=step, heartbeat=self.heartbeat, run_dir=self.run_dir, timeout=timeout
-                )
-                if fields["waiting"] and self.rank == min(fields["waiting"]):
-                    record_event(self.run_dir, "hang", attempt=self.number, **fields)
-            else:
+            step = self.step + 1
+            if hangs.is_timeout(exc):  # the backend's timeout, where the monitor could not report first
+                self._end_on_timeout(step, by="backend")
+            with self._ending:  # not while the monitor reports a timeout (it ends the process)
                 message = describe_failure(exc, rank=self.rank, step=step)
-            self._beat("timed_out" if timed_out else "failed", message=message or _one_line(exc))
+            self._beat("failed", message=message or _one_line(exc))
             if message is None:
                 raise
             print(message, file=sys.stderr, flush=True)
@@ -274,17 +315,32 @@ class Attempt:
             os._exit(1)
 
 
-def restart_causes(previous: dict[int, dict[str, Any]]) -> list[str]:
-    """Why the previous attempt ended, from its heartbeats: each rank that failed, timed out or went silent."""
+def restart_causes(previous: dict[int, dict[str, Any]], flight_records: dict | None = None) -> list[str]:
+    """Why the previous attempt ended, from its heartbeats: each rank that failed, timed out or went silent.
+
+    ``flight_records`` (:func:`planc.rundir.flight_recorder.read_flight_records`): NCCL's dumps of the
+    attempt. NCCL's watchdog aborts a rank that waited past the groups' timeout before it can write
+    a word (when planc's monitor did not report first), so a rank whose dump shows a collective
+    pending timed out waiting, and the others of the attempt did not arrive."""
     if not previous:
         return ["no heartbeats of the previous attempt"]
     beats = newest_attempt(previous)
+    waiting = {rank for rank, record in (flight_records or {}).items() if record.waiting}
     causes = []
     for beat in beats:
         state, rank = beat.get("state"), beat["rank"]
         step = beat_step(beat)
         where = f"while saving the checkpoint of step {step}" if state == "saving" else f"in step {step}"
-        if state in ("training", "saving", "starting", "stopping"):
+        if waiting and state != "timed_out":
+            if rank in waiting:
+                collective = flight_records[rank].collective  # type: ignore[index]
+                causes.append(
+                    f"rank {rank} timed out waiting in {collective} {where} (NCCL's watchdog aborted it; "
+                    "flight-recorder dump)"
+                )
+            else:
+                causes.append(f"rank {rank} did not arrive {where}: the others waited for it in a collective")
+        elif state in ("training", "saving", "starting", "stopping"):
             causes.append(f"rank {rank} stopped without a word {where} (killed, or its node was lost)")
         elif state == "timed_out":
             causes.append(f"rank {rank} timed out waiting in a collective {where}")

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,7 @@ def start_save(
     extra: dict[str, Any] | None = None,
     background: bool = False,
     stager: AsyncStager | None = None,
+    timeout: float | None = None,
 ) -> PendingSave:
     """Write the checkpoint of ``step`` into ``step-N.tmp``; :meth:`PendingSave.finish` publishes it.
 
@@ -110,7 +112,9 @@ def start_save(
     may go on until :meth:`PendingSave.finish`. ``stager`` (:func:`background_stager`, one per run)
     makes that copy into the host buffers of the previous save; without one, DCP allocates and
     fills a fresh copy of all the state each time. The previous background save must be finished
-    first, since its thread writes from those buffers. Collective.
+    first, since its thread writes from those buffers. Collective. ``timeout``: that group's
+    collective timeout in seconds, the one every other group of the job has (None: gloo's default,
+    30 minutes).
     """
     pairs = _pairs(model_parts, optimizers)
     for _, optimizer in pairs:
@@ -127,7 +131,7 @@ def start_save(
         with _quiet_if_single_process():
             if background:
                 future = dcp.async_save(
-                    state, storage_writer=writer, process_group=_background_group(), async_stager=stager
+                    state, storage_writer=writer, process_group=_background_group(timeout), async_stager=stager
                 )
             else:
                 dcp.save(state, storage_writer=writer, no_dist=not _distributed())
@@ -354,12 +358,16 @@ def _from_writer(value: Any) -> Any:
 _BACKGROUND_GROUP: list[Any] = []
 
 
-def _background_group():
-    """A gloo group for ``dcp.async_save``'s thread (created once, collectively, at the first background save)."""
+def _background_group(timeout: float | None = None):
+    """A gloo group for ``dcp.async_save``'s thread (created once, collectively, at the first background
+    save), with the job's collective ``timeout`` (seconds; None: gloo's default)."""
     if not _distributed():
         return None
+    limit = timedelta(seconds=timeout) if timeout is not None else None
     if not _BACKGROUND_GROUP:
-        _BACKGROUND_GROUP.append(dist.new_group(backend="gloo"))
+        _BACKGROUND_GROUP.append(dist.new_group(backend="gloo", timeout=limit))
+    elif limit is not None:
+        _BACKGROUND_GROUP[0].set_timeout(limit)
     return _BACKGROUND_GROUP[0]
 
 

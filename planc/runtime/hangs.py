@@ -1,17 +1,29 @@
 """Collective timeouts that end every rank with a report: which rank did not arrive, which collective, which step.
 
-PyTorch's own means do the detecting:
+PyTorch's own means do the detecting, and a monitor thread of planc's does the reporting:
 
-* **process-group timeouts.** ``train.timeout`` goes to ``init_process_group(timeout=...)`` and, with
-  ``ProcessGroup.set_timeout``, to every group of the device mesh and the tied-embedding groups
-  (groups made by ``new_group`` otherwise keep the backend's default of 30 minutes for gloo). Gloo
-  raises in the waiting rank when a collective exceeds it; NCCL's watchdog aborts the communicator.
+* **the monitor.** :class:`HangMonitor`, one thread per rank (like the stop deadline's timer), is
+  armed as each step, checkpoint save or resume begins. Once the phase has run ``train.timeout``
+  seconds it looks at this rank's newest collective (below): one started in this phase that has not
+  completed and is older than the timeout means this rank is waiting for one that never arrives;
+  it then reports (:func:`report_timeout`) and ends the rank with status 1. A rank with no such
+  collective (the one stuck in Python or in data loading, or a slow step) is left alone.
+  It must report from Python because NCCL's own timeout never reaches Python: its watchdog thread
+  aborts the process (SIGABRT; ``TORCH_NCCL_ASYNC_ERROR_HANDLING``'s default tears it down), while
+  the main thread waits in a CUDA sync such as ``.item()``, which has no timeout at all.
+* **process-group timeouts.** Every group of the job (:func:`job_groups`) gets
+  :func:`backend_timeout`: ``train.timeout`` plus the time the monitor's report needs, so the
+  monitor always fires first; the backend's timeout is the backstop. Gloo then raises in the waiting
+  rank (reported the same way, :func:`is_timeout`); NCCL aborts, and the launcher reads the dumps below.
 * **the flight recorder.** ``TORCH_FR_BUFFER_SIZE`` (set here unless the user set it) makes c10d
-  record each rank's recent collectives -- gloo as well as NCCL in torch >= 2.9. A rank that timed
-  out reads its own last entry: the collective, its sequence number, its group and sizes. On NCCL,
-  `planc run` also sets ``TORCH_NCCL_DUMP_ON_TIMEOUT=1`` and ``TORCH_FR_DUMP_TEMP_FILE`` so that each
-  rank's record is dumped into ``RUN_DIR/flight_recorder/`` (read them with
-  ``python -m torch.distributed.flight_recorder.fr_trace``). The NCCL path has never run here (no GPU).
+  record each rank's recent collectives -- gloo as well as NCCL in torch >= 2.9. A rank reads its
+  own newest entry: the collective, its sequence number, its group, its sizes, its creation time
+  and (NCCL only; gloo's stay "scheduled") whether it completed. On CUDA the launch environment
+  also sets ``TORCH_NCCL_DUMP_ON_TIMEOUT=1`` and ``TORCH_FR_DUMP_TEMP_FILE`` (:mod:`planc.codegen.emit`),
+  so that when NCCL's watchdog does fire, each rank's record is dumped into
+  ``RUN_DIR/flight_recorder/`` (:mod:`planc.rundir.flight_recorder` reads them for the launcher's
+  last line and the restart's causes; ``python -m torch.distributed.flight_recorder.fr_trace``
+  reads them too). The NCCL path has never run here (no GPU).
 * **heartbeats.** A rank that timed out marks its heartbeat ``timed_out`` and waits a short grace for
   the others to do the same; a member of the collective's group that never does is the one that did
   not arrive (blocked, deadlocked, or skipping the collective), and its own heartbeat says where it
@@ -24,8 +36,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
@@ -35,19 +50,48 @@ from planc.rundir.heartbeats import FINAL_STATES, read_heartbeats
 #: Recent collectives the flight recorder keeps per rank (a few steps' worth for a large model).
 FLIGHT_RECORDER_ENTRIES = "2000"
 _TIMEOUT = re.compile(r"Timed out waiting \d+ ?ms|collective operation timeout|Watchdog caught collective", re.I)
+#: The report's longest wait for the other ranks' heartbeats (:func:`report_grace`).
+REPORT_GRACE_S = 10.0
+#: Beyond that grace, what the monitor may need to notice the hang (its polling interval), read the
+#: flight recorder, print and exit, before the backend's own timeout may end the process instead.
+MONITOR_SLACK_S = 5.0
+#: How often a monitor whose phase is past the timeout looks again (at most; less for short timeouts).
+POLL_S = 1.0
 
 
 def enable_flight_recorder() -> None:
-    """Before ``init_process_group``: record each rank's recent collectives (unless the user chose a size)."""
+    """Before ``init_process_group``: record each rank's recent collectives (unless the user chose a size);
+    make the folder NCCL dumps them into on a timeout (each node's ranks, shared run directory or not)."""
     if "TORCH_FR_BUFFER_SIZE" not in os.environ and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:
         os.environ["TORCH_FR_BUFFER_SIZE"] = FLIGHT_RECORDER_ENTRIES
+    prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
+    if prefix:
+        try:
+            Path(prefix).parent.mkdir(parents=True, exist_ok=True)
+        except OSError:  # no dumps then; the hang report does not need them
+            pass
+
+
+def report_grace(timeout: float) -> float:
+    """How long a report waits for the other ranks' heartbeats: ``min(timeout, 10 s)``."""
+    return min(timeout, REPORT_GRACE_S)
+
+
+def backend_timeout(timeout: float) -> float:
+    """The process groups' timeout for a plan's ``train.timeout``: that plus the monitor's report
+    (its heartbeat grace and :data:`MONITOR_SLACK_S`), so that the monitor, which fires at
+    ``timeout``, has reported before NCCL's watchdog aborts the process (or gloo raises)."""
+    return timeout + report_grace(timeout) + MONITOR_SLACK_S
 
 
 def job_groups(job) -> list[Any]:
-    """Every process group the job's collectives run on: the default one, each mesh dimension's, tied weights'."""
+    """Every process group the job's collectives run on: the default one, each mesh dimension's, HSDP's
+    shard and replicate groups, tied weights'. (The background checkpoint's gloo group is made later,
+    with the timeout: :func:`planc.runtime.checkpoint_write.start_save`.)"""
     groups = [dist.distributed_c10d._get_default_group()]
-    if job.mesh is not None:
-        groups += [job.mesh.get_group(name) for name in job.mesh.mesh_dim_names]
+    for mesh in (job.mesh, job.shard_mesh):
+        if mesh is not None:
+            groups += [mesh.get_group(name) for name in mesh.mesh_dim_names]
     groups += [tied.group for tied in job.tied_weights if tied.group is not None]
     unique: dict[int, Any] = {}
     for group in groups:
@@ -56,18 +100,103 @@ def job_groups(job) -> list[Any]:
 
 
 def apply_timeout(job, seconds: float) -> None:
-    """Give every group of the job the plan's collective timeout."""
+    """Give every group of the job the collective timeout ``seconds`` (:func:`backend_timeout` of the plan's)."""
     timeout = timedelta(seconds=seconds)
     for group in job_groups(job):
         group.set_timeout(timeout)
 
 
-def is_timeout(exc: BaseException) -> bool:
-    return _TIMEOUT.search(str(exc)) is not None
+class HangMonitor:
+    """A thread that reports a collective timeout from Python before the backend's own ends the process.
+
+    :meth:`arm` as a phase (a step, a checkpoint save, the resume) begins; :meth:`disarm` when no
+    phase runs; :meth:`close` at the end. From ``timeout`` seconds after :meth:`arm`, it calls
+    ``on_hang(step, phase)`` (once; it is expected to end the process) as soon as
+    :func:`seconds_until_hung` says so for the flight recorder's newest entry (``newest``).
+    """
+
+    def __init__(
+        self,
+        timeout: float,
+        on_hang: Callable[[int, str | None], None],
+        *,
+        newest: Callable[[], dict[str, Any] | None] | None = None,
+    ) -> None:
+        self.timeout, self._on_hang = timeout, on_hang
+        self._newest = newest or newest_entry
+        self._poll = min(POLL_S, timeout / 10)
+        self._lock = threading.Condition()
+        self._phase: tuple[int, str | None, int] | None = None  # (step, phase, armed at: time.time_ns())
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def arm(self, step: int, phase: str | None = None) -> None:
+        """A phase of step ``step`` begins (``phase``: None for the step itself, else its words, e.g.
+        "while saving the checkpoint of step 4")."""
+        with self._lock:
+            self._phase = (step, phase, time.time_ns())
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="planc-hang-monitor", daemon=True)
+                self._thread.start()
+            self._lock.notify()
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._phase = None
+            self._lock.notify()
+
+    def close(self) -> None:
+        """Stop the thread (joined: a thread left to interpreter shutdown can abort the process from C++)."""
+        with self._lock:
+            self._closed, self._phase = True, None
+            self._lock.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _watch(self) -> None:
+        with self._lock:
+            while not self._closed:
+                phase = self._phase
+                if phase is None:
+                    self._lock.wait()
+                    continue
+                wait = self._seconds_left(phase[2])
+                if wait <= 0:
+                    break
+                self._lock.wait(timeout=wait)
+            else:
+                return
+        self._on_hang(phase[0], phase[1])
+
+    def _seconds_left(self, armed_ns: int) -> float:
+        """Seconds until the phase armed at ``armed_ns`` counts as hung (<= 0: now)."""
+        now = time.time_ns()
+        until_checked = armed_ns / 1e9 + self.timeout - now / 1e9
+        if until_checked > 0:  # no collective of the phase can be older than the timeout yet
+            return until_checked
+        left = seconds_until_hung(self._newest(), armed_ns=armed_ns, now_ns=now, timeout=self.timeout)
+        return self._poll if left is None else max(left, 0.0)
 
 
-def last_collective(job) -> dict[str, Any] | None:
-    """This rank's newest flight-recorder entry: ``{"name", "seq", "group", "ranks", "sizes"}`` (None if unknown)."""
+def seconds_until_hung(entry: dict[str, Any] | None, *, armed_ns: int, now_ns: int, timeout: float) -> float | None:
+    """When this rank counts as waiting too long in flight-recorder entry ``entry``, its newest collective.
+
+    None when it waits in none: no entry, one created before the phase began (armed at ``armed_ns``;
+    this rank then has not joined any collective of the phase: it is the one the others wait for, or
+    its phase is merely slow), or one that completed (NCCL records completion; gloo's entries stay
+    "scheduled", so there a rank counts as waiting in its newest collective while its phase runs).
+    Else the seconds until that collective is ``timeout`` old (<= 0: it is).
+    """
+    if entry is None or entry.get("state") == "completed":
+        return None
+    created = int(entry.get("time_created_ns") or 0)
+    if created < armed_ns:
+        return None
+    return timeout - (now_ns - created) / 1e9
+
+
+def newest_entry() -> dict[str, Any] | None:
+    """This rank's newest flight-recorder entry (None when there is no recorder or no entry yet)."""
     try:
         from torch._C import _distributed_c10d
 
@@ -76,9 +205,18 @@ def last_collective(job) -> dict[str, Any] | None:
         entries = json.loads(dump(True, False)).get("entries") or []
     except Exception:  # no recorder in this build or backend: report without the collective's name
         return None
-    if not entries:
+    return max(entries, key=lambda e: e.get("record_id", 0)) if entries else None
+
+
+def is_timeout(exc: BaseException) -> bool:
+    return _TIMEOUT.search(str(exc)) is not None
+
+
+def last_collective(job) -> dict[str, Any] | None:
+    """This rank's newest flight-recorder entry: ``{"name", "seq", "group", "ranks", "sizes"}`` (None if unknown)."""
+    entry = newest_entry()
+    if entry is None:
         return None
-    entry = max(entries, key=lambda e: e.get("record_id", 0))
     group_name, group_desc = (list(entry.get("process_group") or []) + ["?", "?"])[:2]
     ranks = {g.group_name: dist.get_process_group_ranks(g) for g in job_groups(job)}.get(group_name)
     return {
@@ -90,10 +228,11 @@ def last_collective(job) -> dict[str, Any] | None:
     }
 
 
-def report_timeout(job, exc: BaseException, *, step: int, heartbeat, run_dir, timeout: float) -> tuple[str, dict]:
-    """The one-line report of a collective timeout on this rank, and the ``hang`` event's fields.
+def report_timeout(job, *, step: int, heartbeat, run_dir, timeout: float, phase: str | None = None) -> tuple[str, dict]:
+    """The one-line report of a collective timeout on this rank in step ``step`` (or ``phase`` of it),
+    and the ``hang`` event's fields.
 
-    Marks this rank ``timed_out`` in its heartbeat, then waits up to ``min(timeout, 10 s)`` for the
+    Marks this rank ``timed_out`` in its heartbeat, then waits up to :func:`report_grace` for the
     other ranks' heartbeats to settle before naming the ones that did not arrive.
     """
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -101,13 +240,21 @@ def report_timeout(job, exc: BaseException, *, step: int, heartbeat, run_dir, ti
     where = _describe_collective(collective)
     if heartbeat is not None:
         heartbeat.beat(step - 1, "timed_out", current_step=step, collective=collective)
-    beats = _settled_heartbeats(run_dir, heartbeat, world, grace=min(timeout, 10.0)) if run_dir is not None else {}
+    beats = _settled_heartbeats(run_dir, heartbeat, world, grace=report_grace(timeout)) if run_dir is not None else {}
     attempt = heartbeat.fixed["attempt"] if heartbeat is not None else None
     waiting = sorted(r for r, b in beats.items() if b.get("attempt") == attempt and b.get("state") == "timed_out")
     members = (collective or {}).get("ranks") or list(range(world))
     missing = [r for r in members if r not in waiting and (r != rank)]
-    fields = {"step": step, "collective": collective, "waiting": waiting, "missing": missing, "timeout_s": timeout}
-    head = f"rank {rank}: collective timeout in step {step}: {where} waited {timeout:g} s"
+    fields: dict[str, Any] = {
+        "step": step,
+        "collective": collective,
+        "waiting": waiting,
+        "missing": missing,
+        "timeout_s": timeout,
+    }
+    if phase is not None:
+        fields["phase"] = phase
+    head = f"rank {rank}: collective timeout {phase or f'in step {step}'}: {where} waited {timeout:g} s"
     if not beats:
         return f"{head} for a rank that never arrived (no run directory, so no heartbeats to name it)", fields
     if missing:

@@ -28,6 +28,7 @@ mixed_precision       bf16 (offer)            fsdp, ddp (take), else init_weight
 loss_parallel         tensor_parallel         the step (loss under ``loss_parallel()``)
 sync_controls         ddp, zero1, fsdp        the step (gradient accumulation)
 tied_weights          pipeline                the step (gradient sum, clipping)
+shard_mesh            fsdp (HSDP)             hangs (the plan's timeout on its groups)
 local_shard_specs     ddp, zero1 (over TP)    clipping, checkpoints
 optimizer_factory     zero1                   build_optimizer
 ====================  ======================  ===============================================
@@ -109,6 +110,9 @@ class Job:
     device: torch.device
     mesh: DeviceMesh
     """The ("pp", "dp", "tp") device mesh (:data:`~planc.spec.parallel_dims.MESH_DIM_NAMES`)."""
+    shard_mesh: DeviceMesh | None = None
+    """Set by ``fsdp`` with a shard group (HSDP): the ("dp_replicate", "dp_shard") mesh. Its groups
+    are new ones, not the mesh's "dp" group, so they need the plan's collective timeout of their own."""
 
     model_parts: list[nn.Module] = field(default_factory=list)
     """The local model chunks: one without pipelining, ``virtual_stages`` with it (a strategy may
@@ -171,7 +175,10 @@ class Job:
             # init_process_group's docs; torchtitan does the same). Also when the caller started
             # the process group itself.
             torch.cuda.set_device(device)
-        init_process_group(device, timeout=plan.train.timeout)
+        from planc.runtime.hangs import backend_timeout
+
+        # Longer than the plan's timeout: planc's hang monitor reports first (runtime/hangs.py).
+        init_process_group(device, timeout=backend_timeout(plan.train.timeout))
         dims = layout.dims
         world = dist.get_world_size()
         if dims.world_size != world:
@@ -328,11 +335,22 @@ def default_device(plan: Plan) -> torch.device:
     return torch.device("cpu")
 
 
+#: CUDA's backends: NCCL for CUDA tensors, gloo beside it for CPU ones (barriers, object collectives).
+CUDA_BACKEND = "cuda:nccl,cpu:gloo"
+
+
 def init_process_group(device: torch.device, timeout: float | None = None) -> None:
-    """Join the torchrun process group (gloo on CPU, nccl on CUDA); a lone process gets a group of one.
+    """Join the torchrun process group (gloo on CPU; NCCL plus gloo on CUDA); a lone process gets a group of one.
 
     ``timeout`` (seconds): how long a collective may wait (see :mod:`planc.runtime.hangs`); the
     flight recorder is switched on first, so that a timeout can name the collective.
+
+    On CUDA, ``device_id`` binds the group to this rank's GPU: NCCL then forms its communicator at
+    once (set-up errors surface here, not in step 1) and splits the mesh's subgroups from it instead
+    of bootstrapping each through the store, and ``barrier()`` needs no guess of the device
+    (``init_process_group``'s docs on ``device_id``, torch 2.13). The ``cpu:gloo`` half carries
+    barriers and object collectives (DCP's planning, resume's votes) as CPU pickles instead of
+    pickles copied through GPU memory (``_get_object_coll_device`` picks gloo when the group has it).
     """
     if dist.is_initialized():
         return
@@ -341,12 +359,14 @@ def init_process_group(device: torch.device, timeout: float | None = None) -> No
     from planc.runtime.hangs import enable_flight_recorder
 
     enable_flight_recorder()
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    kwargs: dict = {"backend": "gloo"}
+    if device.type == "cuda":
+        kwargs = {"backend": CUDA_BACKEND, "device_id": device}
     limit = timedelta(seconds=timeout) if timeout is not None else None  # None: torch's default
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        dist.init_process_group(backend, timeout=limit)
+        dist.init_process_group(**kwargs, timeout=limit)
     else:  # not under torchrun: a single process with an in-memory store
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=limit)
+        dist.init_process_group(**kwargs, store=dist.HashStore(), rank=0, world_size=1, timeout=limit)
 
 
 def _is_ddp(module: nn.Module) -> bool:

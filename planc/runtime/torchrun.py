@@ -8,8 +8,9 @@
   each (``..., after local rank 1``), the ranks torchrun itself SIGTERMed none; torchrun then
   restarts the group if it may;
 * when no restart is left, the job ends with one line naming the rank that failed first and how
-  (exit code or signal; for a hang, the rank that timed out waiting for it), and exit status 1 --
-  not torchrun's traceback and table of every rank;
+  (exit code or signal; for a hang, the rank that timed out waiting for it -- also when NCCL's
+  watchdog aborted it, SIGABRT, with a flight-recorder dump), and exit status 1 -- not torchrun's
+  traceback and table of every rank;
 * a SIGTERM or Ctrl-C passed on by `planc run` ends it quietly (status 128 + the signal) once the
   workers have stopped: no ``SignalException`` traceback.
 """
@@ -143,8 +144,26 @@ def _ending(failed: Any) -> str:
             f"rank {hung['rank']} timed out waiting in a collective in step {beat_step(hung)} (a hang: its line above "
             "names the rank(s) that did not arrive)"
         )
+    aborted = _aborted_by_watchdog(failed, os.environ.get("PLANC_RUN_DIR"))
+    if aborted is not None:
+        return aborted
     rank, failure = _cause(failed)
     return f"rank {rank} {_how(failure.exitcode)} (the first failure)"
+
+
+def _aborted_by_watchdog(failed: Any, run_dir: str | None) -> str | None:
+    """A collective timeout that NCCL's watchdog ended (SIGABRT) before planc's monitor reported it:
+    the waiting rank and the ranks that did not arrive, from the attempt's flight-recorder dumps.
+    Without this the aborted rank -- one that *waited* -- would read as the cause."""
+    if not run_dir or not any(f.exitcode == -int(signal.SIGABRT) for f in failed.failures.values()):
+        return None
+    from planc.rundir.flight_recorder import read_flight_records, timeout_words
+    from planc.rundir.heartbeats import newest_attempt, read_heartbeats
+
+    beats = newest_attempt(read_heartbeats(run_dir))
+    since = min((float(b.get("time", 0)) for b in beats), default=0.0)  # dumps of this attempt only
+    records = read_flight_records(run_dir, since=since)
+    return timeout_words(records, [b["rank"] for b in beats] or sorted(records))
 
 
 def _timed_out_beat(run_dir: str | None) -> dict[str, Any] | None:

@@ -333,12 +333,16 @@ def _init_tile(name: str, shape, tile_row: int, tile_col: int, std: float, seed:
 def _local_block(param: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(global offset, local shape) of this rank's piece of ``param``: the whole tensor unless it is a
     DTensor (TP/FSDP), whose piece DTensor's own sharding rules place (as DCP's checkpoints do)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
     if not isinstance(param, DTensor):
         return (0,) * param.dim(), tuple(param.shape)
-    local_shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+    # DTensor computes the offsets with small index tensors and reads them back: real ones, also
+    # under `planc verify --simulate`'s fake tensors, which hold no values to read.
+    with unset_fake_temporarily():
+        local_shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
     return tuple(offset), tuple(local_shape)
 
 

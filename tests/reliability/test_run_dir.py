@@ -342,3 +342,41 @@ def test_a_failure_before_any_step_and_checkpoint_starts_over(tmp_path):
     assert _failed_report(plan, out).hint.endswith(
         f"then `planc run {plan} --out {out}` starts over (no checkpoint was saved before the failure)"
     )
+
+
+GPU_PLAN = """model "tiny" {
+  layers = 2
+  hidden = 64
+  heads = 4
+  vocab = 128
+  seq_len = 32
+}
+hardware {
+  device = "H100-SXM"
+  nodes = 2
+  per_node = 8
+}
+train {
+  global_batch = 64
+  steps = 10
+}
+layout { tp = 1  pp = 1  dp = 16  zero = 0  recompute = none }
+"""
+NCCL_DUMP_ENV = "TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_FR_DUMP_TEMP_FILE=flight_recorder/rank-"
+
+
+def test_gpu_launches_dump_the_flight_record_on_a_timeout_on_every_node(tmp_path, capsys):
+    # every node's command and the Slurm script carry NCCL's dump-on-timeout settings (relative to the
+    # run directory, where torchrun runs), so the launcher can name the absent rank after a SIGABRT
+    plan, out = tmp_path / "gpu.plan", tmp_path / "run"
+    plan.write_text(GPU_PLAN)
+    assert main(["run", str(plan), "--out", str(out), "--print"]) == 0
+    commands = [line for line in capsys.readouterr().out.splitlines() if "torchrun" in line]
+    assert len(commands) == 2 and all(f"&& {NCCL_DUMP_ENV} torchrun --nnodes 2" in c for c in commands), commands
+    assert main(["run", str(plan), "--out", str(out), "--slurm"]) == 0
+    script = (out / "launch.slurm").read_text()
+    assert "export TORCH_NCCL_DUMP_ON_TIMEOUT=1\nexport TORCH_FR_DUMP_TEMP_FILE=flight_recorder/rank-\n" in script
+    cpu = write_plan(tmp_path / "cpu.plan", per_node=2, layout="tp = 1  pp = 1  dp = 2  zero = 0", steps=4)
+    capsys.readouterr()
+    assert main(["run", str(cpu), "--out", str(tmp_path / "cpu"), "--print"]) == 0
+    assert "TORCH_NCCL" not in capsys.readouterr().out  # gloo has no watchdog to dump

@@ -37,3 +37,24 @@ def test_the_cuda_device_is_set_before_the_process_group_starts(monkeypatch):
     with pytest.raises(_Joined):
         job_module.Job.create(plan, layout, device="cuda:3")
     assert calls == [("set_device", "cuda:3"), ("init_process_group", "cuda:3")]
+
+
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [
+        # CUDA: NCCL for CUDA tensors with gloo beside it for CPU ones, bound to the rank's GPU
+        ("cuda:3", {"backend": "cuda:nccl,cpu:gloo", "device_id": torch.device("cuda", 3)}),
+        ("cpu", {"backend": "gloo"}),  # CPU: unchanged, and device_id is NCCL-only
+    ],
+)
+def test_the_process_group_gets_its_backends_and_device(monkeypatch, device, expected):
+    from datetime import timedelta
+
+    joined = []
+    monkeypatch.setattr(job_module.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(job_module.dist, "init_process_group", lambda **kwargs: joined.append(kwargs))
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "2000")  # leaves the environment as it was
+    job_module.init_process_group(torch.device(device), timeout=90)
+    assert joined == [{**expected, "timeout": timedelta(seconds=90)}]

@@ -22,7 +22,8 @@ def shard_mesh(job: Job) -> DeviceMesh:
         return job.mesh["dp"]
     names = ("dp_replicate", "dp_shard")
     hybrid = job.mesh._unflatten("dp", (job.layout.replicate_groups, group), names)
-    return hybrid[names]
+    job.shard_mesh = hybrid[names]  # its new groups get the plan's collective timeout (runtime/hangs.py)
+    return job.shard_mesh
 
 
 def shard_model_parts(job: Job, *, reshard: bool, accumulate_unsharded: bool) -> None:

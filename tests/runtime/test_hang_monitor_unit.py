@@ -1,0 +1,63 @@
+"""planc's hang monitor without processes: when a rank counts as waiting too long, and that the
+thread calls back once, only for a rank that waits in a collective of the phase it was armed for."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from planc.runtime.hangs import HangMonitor, seconds_until_hung
+
+S = 1_000_000_000  # ns per s
+ARMED = 1_000 * S
+
+
+def entry(created_s: float, state: str = "scheduled") -> dict:
+    return {"time_created_ns": ARMED + int(created_s * S), "state": state, "record_id": 1}
+
+
+def test_a_collective_of_the_phase_counts_from_its_creation():
+    # created 2 s into the phase, now 9 s in, timeout 10 s: 10 - (9 - 2) = 3 s left
+    assert seconds_until_hung(entry(2), armed_ns=ARMED, now_ns=ARMED + 9 * S, timeout=10) == 3
+    assert seconds_until_hung(entry(2), armed_ns=ARMED, now_ns=ARMED + 13 * S, timeout=10) == -1  # hung 1 s ago
+
+
+def test_a_rank_waiting_in_no_collective_of_the_phase_is_not_hung():
+    later = dict(armed_ns=ARMED, now_ns=ARMED + 60 * S, timeout=10)
+    assert seconds_until_hung(None, **later) is None  # no flight recorder, or no collective yet
+    assert seconds_until_hung(entry(-1), **later) is None  # the last one is the previous step's: stuck before
+    assert seconds_until_hung(entry(2, state="completed"), **later) is None  # NCCL saw it finish
+
+
+def _monitor(newest, timeout=0.2):
+    calls: list[tuple[int, str | None]] = []
+    called = threading.Event()
+
+    def on_hang(step, phase):
+        calls.append((step, phase))
+        called.set()
+
+    return HangMonitor(timeout, on_hang, newest=newest), calls, called
+
+
+def test_the_monitor_calls_back_for_a_collective_older_than_the_timeout():
+    box: dict = {}
+    monitor, calls, called = _monitor(lambda: box.get("entry"))
+    monitor.arm(4, "while saving the checkpoint of step 3")
+    box["entry"] = {"time_created_ns": time.time_ns(), "state": "scheduled"}  # joined a collective just now
+    assert called.wait(5)
+    monitor.close()
+    assert calls == [(4, "while saving the checkpoint of step 3")]
+
+
+def test_the_monitor_leaves_a_rank_outside_collectives_and_a_disarmed_one_alone():
+    before = {"time_created_ns": time.time_ns() - 10 * S, "state": "scheduled"}  # before the arming
+    monitor, calls, called = _monitor(lambda: before)
+    monitor.arm(2)
+    assert not called.wait(0.6)  # three timeouts: the rank is the one stuck elsewhere, or merely slow
+    now = {"time_created_ns": time.time_ns(), "state": "scheduled"}
+    monitor._newest = lambda: now  # joins a collective ...
+    monitor.disarm()  # ... and the step ends
+    assert not called.wait(0.6)
+    monitor.close()
+    assert calls == []
