@@ -91,23 +91,31 @@ def shard_states(
     zero: int,
     buffers: Callable[[StageMemory], tuple[Term, ...]],
     comm: CommCost,
+    keeps_first_backward: bool = False,
 ) -> Estimate:
     """Shard the model states over the dp ranks (ZeRO stage ``zero``), add ``buffers(stage)``
     and the data-parallel traffic ``comm``. With HSDP the states are sharded over the shard group
-    only (each replica holds a full set)."""
+    only (each replica holds a full set).
+
+    The wrapper's buffer terms price its gradients (unsharded, accumulated, root unit) with
+    their own lifetimes, so the gradients are held throughout -- unless ``keeps_first_backward``:
+    the buffers then say which of their bytes exist only from the first backward on
+    (:data:`~planc.cost.estimate.FROM_FIRST_BACKWARD`) and the stage's
+    ``first_backward_frees`` stays."""
     n_d = ctx.layout.shard_degree
 
     def shard(s: StageMemory) -> StageMemory:
         states = model_state_bytes(ctx.stage(s.rank).params, n_d, zero, ctx.state_bytes)
+        share = states.grads / s.grads if s.grads else 0.0  # the head's and embedding's, as every one
         return s.updated(
             params=states.params,
             master=states.master,
             grads=states.grads,
             optimizer=states.optimizer,
             transient=buffers(s),
-            # FSDP's gradients are priced by its own buffer terms (unsharded, accumulated, root
-            # unit), whose lifetimes its cost pass models: held throughout here, as before.
-            first_backward_frees=0.0,
+            first_backward_frees=s.first_backward_frees if keeps_first_backward else 0.0,
+            head_grads=s.head_grads * share,
+            embedding_grads=s.embedding_grads * share,
         )
 
     return est.updated(stage_fn=shard, comm=comm, optimizer=est.optimizer / n_d)

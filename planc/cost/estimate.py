@@ -51,6 +51,14 @@ class Term(NamedTuple):
     Bytes held through several phases name them all, joined by :data:`PHASES_JOINED`
     ("forward, loss, head backward")."""
 
+    held: str = ""
+    """For memory, where the phases recur across micro-batches: "" in each of them;
+    :data:`FROM_FIRST_BACKWARD` only from the step's first backward on (what a backward makes and
+    the step keeps: accumulated gradients); :data:`UNTIL_LATER_LOSS` only until a later
+    micro-batch's loss (one of the micro-batches waiting at the first loss, whose backward has run
+    by then). Only a stage whose forwards all come first (``StageMemory.first_backward_frees``)
+    tells these moments apart; elsewhere every moment follows a backward."""
+
     @property
     def phases(self) -> tuple[str, ...]:
         """The phases that hold these bytes (none: held throughout)."""
@@ -63,6 +71,34 @@ class Term(NamedTuple):
 
 #: How a :class:`Term` held in several phases joins their names.
 PHASES_JOINED = ", "
+#: :attr:`Term.held`: bytes that exist from the step's first backward on.
+FROM_FIRST_BACKWARD = "from the step's first backward on"
+#: :attr:`Term.held`: bytes that exist until a later micro-batch's loss.
+UNTIL_LATER_LOSS = "until a later micro-batch's loss"
+
+
+class _Moment(NamedTuple):
+    """A moment of the step the peak can be at (:meth:`StageMemory._moments`)."""
+
+    phase: str
+    grads: float
+    """Gradient bytes of the model states held."""
+    blocks: float
+    """Bytes of the blocks' saved activations held."""
+    after_backward: bool = True
+    """Whether a backward has run in the step (:data:`FROM_FIRST_BACKWARD` terms are held)."""
+    later_loss: bool = False
+    """Whether a later micro-batch's loss runs (:data:`UNTIL_LATER_LOSS` terms are gone)."""
+
+    def holds(self, term: Term) -> bool:
+        """Whether ``term`` is held at this moment."""
+        return term.held_in(self.phase) and self.keeps(term.held)
+
+    def keeps(self, held: str) -> bool:
+        """Whether bytes whose :attr:`Term.held` is ``held`` exist at this moment (in its phase)."""
+        if held == FROM_FIRST_BACKWARD:
+            return self.after_backward
+        return not (held == UNTIL_LATER_LOSS and self.later_loss)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +140,9 @@ class StageMemory:
     (:func:`planc.stages.zero_bubble_peaks`); the data-parallel wrapper that keeps them apart
     prices them (:func:`planc.cost.data_parallel.weight_pass_gradient_bytes`)."""
 
-    def _peak(self) -> tuple[str, float, float, float]:
-        """(phase, gradient bytes, block activation bytes, bytes of the phase's own terms) at the
-        stage's peak: the phase whose moment holds the most.
+    def _peak(self) -> tuple[_Moment, float]:
+        """(the moment of the stage's peak, bytes of the terms held there): the moment of the step
+        that holds the most.
 
         Terms tagged with a phase are held only while it runs: the logits and the loss's
         buffers at the start of backward ("loss"); the recompute working set and FSDP's gathered
@@ -116,73 +152,91 @@ class StageMemory:
         the maxima of phases that never coincide over-predicted the peak by 1-14% against
         FSDPMemTracker under FakeTensorMode (issue 13: llama3-8b at 8, llama3-70b at 64 devices).
 
-        With ``first_backward_frees`` the gradients depend on the phase too: none before the
-        first backward (the untagged moment, "forward", "loss"); in a backward phase the larger
-        of its start (every activation, the head's gradients only) and its last block's backward in
-        the first micro-batch (every gradient but the embedding's, that micro-batch's activations
-        freed); then the embedding's backward, with no phase's terms (every gradient); in the
-        head's backward none for the first micro-batch, all for a later one. Counting the gradients
-        throughout had GPipe's stages of a 4-layer Llama 3 8B 10.9% and 5.5% above ``planc verify
-        --simulate``, and the same model run whole with one micro-batch per step 20.5%.
+        With ``first_backward_frees`` the gradients depend on the moment too (:meth:`_moments`).
         """
-        sums: dict[str, float] = {}
+        sums: dict[tuple[str, str], float] = {}
         for t in (*self.act_extra, *self.transient):
-            for phase in t.phases:
-                sums[phase] = sums.get(phase, 0.0) + t.value
-        # max keeps the first of equal moments: a tagged phase before the bare ones.
-        phase, grads, held = max(self._moments(sums), key=lambda m: m[1] + m[2] + sums.get(m[0], 0.0))
-        return phase, grads, held, sums.get(phase, 0.0)
+            for phase in t.phases or ("",):
+                sums[phase, t.held] = sums.get((phase, t.held), 0.0) + t.value
 
-    def _moments(self, phases: Iterable[str]) -> Iterator[tuple[str, float, float]]:
-        """(phase, gradient bytes, block activation bytes) of each moment the peak can be at."""
+        def held(m: _Moment) -> float:
+            return sum(v for (p, q), v in sums.items() if (not p or p == m.phase) and m.keeps(q))
+
+        # max keeps the first of equal moments: a tagged phase before the bare ones.
+        peak = max(self._moments(dict.fromkeys(p for p, _ in sums if p)), key=lambda m: m.grads + m.blocks + held(m))
+        return peak, held(peak)
+
+    def _moments(self, phases: Iterable[str]) -> Iterator[_Moment]:
+        """Each moment the peak can be at.
+
+        With ``first_backward_frees`` (every forward the stage holds at once runs before its first
+        backward) the gradients, and the terms held :data:`FROM_FIRST_BACKWARD`, exist only after
+        a backward: none before the first backward (the untagged moment, "forward", the first
+        micro-batch's "loss"); in a backward phase the larger of its start (every activation, the
+        head's gradients only) and its last block's backward in the first micro-batch (every
+        gradient but the embedding's, that micro-batch's activations freed); then the embedding's
+        backward, with no phase's terms (every gradient); in the loss and the head's backward none
+        for the first micro-batch, all for a later one if the rank holds one, one micro-batch's
+        activations fewer (and at the loss its :data:`UNTIL_LATER_LOSS` terms: the head's backward
+        keeps them, as simulated on a 4-layer Llama 3 8B, -0.4% with them and -1.4% without); every gradient in a later
+        micro-batch's embedding backward, whose terms count beyond the finished activations. Counting the gradients
+        throughout had GPipe's stages of a 4-layer Llama 3 8B 10.9% and 5.5% above ``planc verify
+        --simulate``, and the same model run whole with one micro-batch per step 20.5%; counting
+        them at the first micro-batch's loss beside every other micro-batch's, a tiny TP 2 x PP 2
+        GPipe over FSDP +9% on its last stage, whose peak is the second micro-batch's loss.
+        """
         blocks = self.act_per_layer * self.act_layers
         if not self.first_backward_frees:  # the gradients are held throughout
             for phase in (*phases, ""):
-                yield phase, self.grads, blocks
+                yield _Moment(phase, self.grads, blocks)
             return
         # After the first micro-batch's backward: every gradient, its activations freed.
-        after = (self.grads, blocks - self.act_per_layer * self.first_backward_frees)
+        grads, freed = self.grads, blocks - self.act_per_layer * self.first_backward_frees
+        later = self.act_layers > self.first_backward_frees
         for phase in dict.fromkeys((*phases, "backward")):
-            if phase in ("forward start", "forward", "loss"):  # before any backward
-                yield phase, 0.0, blocks
-            elif phase == "head backward":  # the first micro-batch's; a later one's if the rank holds one
-                yield phase, 0.0, blocks
-                if self.act_layers > self.first_backward_frees:
-                    yield (phase, *after)
+            if phase in ("forward start", "forward"):  # before any backward
+                yield _Moment(phase, 0.0, blocks, after_backward=False)
+            elif phase in ("loss", "head backward"):  # the first micro-batch's; a later one's if the rank holds one
+                yield _Moment(phase, 0.0, blocks, after_backward=False)
+                if later:
+                    yield _Moment(phase, grads, freed, later_loss=phase == "loss")
             else:  # a block's backward: the first one (the head's gradients only) to the last (all but the embedding's)
-                yield phase, self.head_grads, blocks
-                yield phase, after[0] - self.embedding_grads, after[1]
-        yield "", 0.0, blocks  # the forward's end
-        yield ("", *after)  # the embedding's backward, with no phase's terms of its own
+                yield _Moment(phase, self.head_grads, blocks, after_backward=False)
+                yield _Moment(phase, grads - self.embedding_grads, freed)
+                if phase == "embedding" and later:  # a later micro-batch's, beside the embedding's gradient
+                    # whose terms count beyond the finished activations, against every block's
+                    yield _Moment(phase, grads, blocks, later_loss=True)
+        yield _Moment("", 0.0, blocks, after_backward=False)  # the forward's end
+        yield _Moment("", grads, freed)  # the embedding's backward, with no phase's terms of its own
 
     @property
     def peak_phase(self) -> str:
         """The phase of the step where the stage's peak is ("" when no phase holds terms of its own)."""
-        return self._peak()[0]
+        return self._peak()[0].phase
 
     def at_peak(self, term: Term) -> bool:
-        """Whether ``term`` is held at the stage's peak (every untagged term is)."""
-        return term.held_in(self.peak_phase)
+        """Whether ``term`` is held at the stage's peak (every untagged term held throughout is)."""
+        return self._peak()[0].holds(term)
 
     @property
     def grads_at_peak(self) -> float:
         """Gradient bytes held at the peak: ``grads``, or less before the first backward."""
-        return self._peak()[1]
+        return self._peak()[0].grads
 
     @property
     def block_activations(self) -> float:
         """Bytes of the blocks' activations held at the peak."""
-        return self._peak()[2]
+        return self._peak()[0].blocks
 
     @property
     def activations(self) -> float:
-        phase, _, blocks, _ = self._peak()
-        return blocks + sum(t.value for t in self.act_extra if t.held_in(phase))
+        peak = self._peak()[0]
+        return peak.blocks + sum(t.value for t in self.act_extra if peak.holds(t))
 
     @property
     def transient_bytes(self) -> float:
-        phase = self.peak_phase
-        return sum(t.value for t in self.transient if t.held_in(phase))
+        peak = self._peak()[0]
+        return sum(t.value for t in self.transient if peak.holds(t))
 
     @property
     def model_states(self) -> float:
@@ -196,9 +250,8 @@ class StageMemory:
 
     @property
     def total(self) -> float:
-        _, grads, blocks, own = self._peak()
-        untagged = sum(t.value for t in (*self.act_extra, *self.transient) if not t.phase)
-        return self.params + self.master + self.optimizer + grads + blocks + untagged + own
+        peak, held = self._peak()
+        return self.params + self.master + self.optimizer + peak.grads + peak.blocks + held
 
     def updated(
         self, *, transient: tuple[Term, ...] = (), extra: tuple[Term, ...] = (), **fields: object

@@ -122,6 +122,8 @@ def memory_table(est: Estimate, plan: Plan) -> list[str]:
     lines.append(f"    {'total':<{width}}{total / 100:>8.2f}  of {format_bytes(est.capacity)}  ({share:.0%}){headroom}")
     elsewhere = [
         (f"{r.name} ({PHASES_JOINED.join(r.phases)} phase{'s' if len(r.phases) > 1 else ''})", r.value)
+        if r.phases
+        else (r.name, r.value)  # held outside the peak's moment, which its name says (Term.held)
         for r in (*activation_rows(s), *transient_rows(s))
         if not r.at_peak
     ]

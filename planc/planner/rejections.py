@@ -221,7 +221,8 @@ def largest_activation_term(est: Estimate) -> tuple[str, float] | None:
     s = est.memory
     if not s.act_extra:
         return None
-    name, value, _ = max(s.act_extra, key=lambda t: t.value)
+    largest = max(s.act_extra, key=lambda t: t.value)
+    name, value = largest.name, largest.value
     return (name, value) if value >= max(0.4 * s.activations, s.block_activations) else None
 
 

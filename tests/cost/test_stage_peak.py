@@ -5,7 +5,7 @@ The numbers are small integers chosen by hand, so each expected total is written
 
 from __future__ import annotations
 
-from planc.cost.estimate import StageMemory, Term
+from planc.cost.estimate import FROM_FIRST_BACKWARD, UNTIL_LATER_LOSS, StageMemory, Term
 from planc.dsl.load import load_plan_text
 from planc.spec import Layout
 from planc.strategies.registry import load_registry
@@ -46,12 +46,37 @@ def test_before_the_first_backward_there_are_no_gradients():
     assert s.peak_phase == "head backward" and s.total == 10 + 20 + 8 + 12 + 1 + 7
 
 
-def test_when_the_gradients_outweigh_a_micro_batch_the_end_of_the_first_backward_is_the_peak():
+def test_when_the_gradients_outweigh_a_micro_batch_a_moment_after_the_first_backward_is_the_peak():
     s = StageMemory(**{**BASE, "grads": 30.0}, transient=TERMS[:2] + TERMS[3:], first_backward_frees=2.0)
-    # loss: 10 + 20 + 18 + 1 + 5 = 54; backward: end 30 + 12 = 42 beats start 0 + 18: 10 + 20 + 42 + 1 + 4 = 77
-    assert s.peak_phase == "backward"
-    assert s.total == 77
+    # backward: end 30 + 12 = 42 beats start 0 + 18: 10 + 20 + 42 + 1 + 4 = 77; loss: the first
+    # micro-batch's 10 + 20 + 0 + 18 + 1 + 5 = 54, a later one's 10 + 20 + 30 + 12 + 1 + 5 = 78
+    assert s.peak_phase == "loss"
+    assert s.total == 78
     assert s.grads_at_peak == 30 and s.block_activations == 12
+    s = StageMemory(**{**BASE, "grads": 30.0}, transient=TERMS[:1] + TERMS[3:], first_backward_frees=2.0)
+    assert s.peak_phase == "backward" and s.total == 77
+
+
+def test_terms_held_from_the_first_backward_or_until_a_later_loss():
+    # GPipe's last stage, 3 micro-batches of 2 blocks (6 bytes each), gradients 8: an accumulated
+    # gradient buffer of 6 exists from the first backward on; the 2 other micro-batches' losses
+    # (4 each) wait at the first loss, one of them (the later micro-batch's own) is running at a
+    # later loss, where its loss term (5) holds it.
+    terms = (
+        Term("accumulated gradients", 6.0, held=FROM_FIRST_BACKWARD),
+        Term("losses waiting (1 more)", 4.0),
+        Term("losses waiting (1 more, until a later loss)", 4.0, held=UNTIL_LATER_LOSS),
+        Term("loss", 5.0, "loss"),
+    )
+    s = StageMemory(**BASE, transient=terms, first_backward_frees=2.0)
+    # first loss: 10 + 20 + 0 + 18 + 8 + 5 = 61; a later loss: 10 + 20 + 8 + 12 + 6 + 4 + 5 = 65;
+    # the first backward's end (untagged): 10 + 20 + 8 + 12 + 6 + 8 = 64
+    assert s.peak_phase == "loss" and s.total == 65
+    assert [s.at_peak(t) for t in terms] == [True, True, False, True]
+    assert s.transient_bytes == 6 + 4 + 5
+    # held throughout (no first_backward_frees): every moment follows a backward, none is a later loss
+    s = StageMemory(**BASE, transient=terms)
+    assert s.total == 10 + 20 + 8 + 18 + 6 + 8 + 5
 
 
 def test_the_embeddings_gradient_comes_after_every_block_backward():

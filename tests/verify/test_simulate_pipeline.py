@@ -281,3 +281,27 @@ def test_fp32_fsdp_on_a_model_whose_vocabulary_outweighs_its_blocks(tp, pp, dp, 
     result = simulate(plan, layout, REGISTRY, default_ranks(layout))
     peaks = [r for r in result["rows"] if r["section"] == "peak memory"]
     assert len(peaks) == pp and all(abs(r["error"]) < 0.02 for r in peaks), peaks
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_last_gpipe_stage_over_fsdp_peaks_at_the_second_micro_batchs_loss(precision):
+    # TP 2 x PP 2 x DP 2, ZeRO-2, GPipe, 8 micro-batches; the last stage holds 2 blocks, the final
+    # norm and the head (4096 x 128 rows of the vocabulary's 8192). Its peak is the second
+    # micro-batch's loss: the first one's backward has made every gradient, accumulated unsharded
+    # in fp32 -- the head's 4096 x 128 x 4 B = 2 MiB and the blocks' 0.76 MiB -- and freed its
+    # own activations and loss, so 6 other losses wait beside the running one, not 7. The model
+    # counted the gradients at the first micro-batch's loss, beside all 7 (+9% in fp32, +8% in
+    # bf16, the gradients' 2.76 MiB of a 31.5 / 24.2 MiB peak less the one micro-batch's 2.7 /
+    # 1.8 MiB); without the second micro-batch's loss it would read -0.2% / -3.3%.
+    plan = _plan(
+        "tp = 2  pp = 2  dp = 2  zero = 2  schedule = gpipe  recompute = none",
+        layers=4,
+        vocab=8192,
+        nodes=2,
+        batch=16,
+        precision=precision,
+    )
+    layout = Layout(tp=2, pp=2, dp=2, zero=2, recompute="none", schedule="gpipe", micro_batch=1)
+    result = simulate(plan, layout, REGISTRY, [4])  # pipeline rank 1, data-parallel rank 0
+    (peak,) = [r for r in result["rows"] if r["section"] == "peak memory"]
+    assert abs(peak["error"]) < 0.02, peak

@@ -7,7 +7,7 @@ from functools import partial
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import shard_states, weight_pass_gradient_bytes, with_contention
-from planc.cost.estimate import PHASES_JOINED, CommCost, Estimate, StageMemory, Term
+from planc.cost.estimate import FROM_FIRST_BACKWARD, PHASES_JOINED, CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import fsdp_gather_bytes, model_state_bytes
 from planc.cost.params import StageParams, embedding_params_per_shard, whole_embedding_gradient_rows
 from planc.cost.wrappers import fsdp_seconds, with_dtensor_optimizer, with_wrapper_time
@@ -254,7 +254,7 @@ def _pipelined_buffers(
     else:
         terms.append(Term("a new gradient before it is added to the accumulated one", e * largest, "backward"))
     unsharded = g * st.params + whole - sharded_grads
-    terms.append(Term(f"{_ACCUMULATED} (less the sharded ones)", unsharded))
+    terms.append(Term(f"{_ACCUMULATED} (less the sharded ones)", unsharded, held=FROM_FIRST_BACKWARD))
     if zero == 3:  # not resharded after backward (see parameter_gathers)
         blocks = e * st.layers * st.layer_params
         terms.append(Term("parameters left unsharded between micro-batches", e * st.params - blocks))
@@ -376,6 +376,10 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     # casts the gradients to fp32 for the reduce-scatter (read e, write g): memory traffic.
     copies = psi * (n_gathers * 2 * e + scatters * (e + g)) / ctx.device.memory_rate
     buffers = partial(_buffers, ctx, deferred)
-    est = with_wrapper_time(shard_states(ctx, est, zero, buffers, comm), _WRAPPER, fsdp_seconds(ctx, units))
+    # A pipeline's FSDP gradients are its accumulated ones, which exist from the first backward
+    # on (_pipelined_buffers): where every forward comes first, none exists at the forwards' peak.
+    pipelined = lay.pp > 1 and deferred
+    est = shard_states(ctx, est, zero, buffers, comm, keeps_first_backward=pipelined)
+    est = with_wrapper_time(est, _WRAPPER, fsdp_seconds(ctx, units))
     est = with_dtensor_optimizer(est, ctx)  # fully_shard's parameters are DTensors
     return with_contention(ctx, est.replace(compute=est.compute + copies), comm.total - comm.exposed)

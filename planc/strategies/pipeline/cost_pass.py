@@ -10,7 +10,7 @@ from planc import stages
 from planc.cost.comm import all_gather_seconds, p2p_seconds
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import weight_pass_gradient_bytes
-from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
+from planc.cost.estimate import UNTIL_LATER_LOSS, CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import (
     SCHEDULES_HOLDING_LOGITS,
     head_saved_bytes,
@@ -154,7 +154,7 @@ def _waiting_micro_batches(ctx: CostContext) -> tuple[Term, ...]:
         # too. Zero-bubble: those in flight, or every one with a recomputed loss (the function's
         # note).
         saved = loss_saved_bytes(ctx.model, lay.micro_batch, lay.tp, ctx.compute_bytes, loss=ctx.loss)
-        terms += (Term(f"loss kept for backward ({holding - 1} more micro-batches, {why})", (holding - 1) * saved),)
+        terms += _waiting(ctx, f"loss kept for backward ({{}}, {why})", holding - 1, saved)
     # The final norm's and head's inputs wait for the head's backward (its weight pass under
     # zero-bubble) as the blocks' activations do: the micro-batches in flight, whatever the loss.
     waiting = micro_batches_holding_logits(lay.schedule, lay.pp, m, "chunked", ctx.stage_style)
@@ -167,9 +167,25 @@ def _waiting_micro_batches(ctx: CostContext) -> tuple[Term, ...]:
             ctx.residual_bytes,
             ctx.compute_bytes,
         )
-        name = f"final norm's and head's inputs kept for backward ({waiting - 1} more micro-batches, {why})"
-        terms += (Term(name, (waiting - 1) * saved),)
+        name = f"final norm's and head's inputs kept for backward ({{}}, {why})"
+        terms += _waiting(ctx, name, waiting - 1, saved)
     return terms
+
+
+def _waiting(ctx: CostContext, name: str, others: int, saved: float) -> tuple[Term, ...]:
+    """``others`` micro-batches' ``saved`` bytes waiting beside the running one's, as ``name``
+    (a format string for the count).
+
+    Under GPipe they are the others at the first micro-batch's loss. At a later one's, after the
+    first micro-batch's backward has freed its own, the running micro-batch is one of them, held
+    by the loss's own terms instead: one fewer waits (simulated, TP 2 x PP 2 over FSDP, fp32: the
+    last stage's peak is the second micro-batch's loss, every gradient accumulated beside 6
+    other losses, not 7)."""
+    if ctx.layout.schedule != "gpipe":
+        return (Term(name.format(f"{others} more micro-batches"), others * saved),)
+    terms = (Term(name.format(f"{others - 1} more micro-batches"), (others - 1) * saved),) if others > 1 else ()
+    last = Term(name.format("1 more micro-batch, until a later one's loss"), saved, held=UNTIL_LATER_LOSS)
+    return (*terms, last)
 
 
 def _outputs_held(v: int, chunks: int, head: bool, turn: bool = False) -> int:
