@@ -314,7 +314,10 @@ RUN_NOISE = (  # what varies from run to run: timings, pids, ports, clock times,
     (re.compile(r"\bat \d\d:\d\d:\d\d"), "at _"),
     (re.compile(r"\b[0-9.]+ s ago"), "_ s ago"),
     (re.compile(r" on [\w.-]+\)"), " on HOST)"),
-    (re.compile(r"measured peak [0-9.]+ \w+ on rank (\d+) \([0-9.]+×\)"), r"measured peak _ on rank \1 (_×)"),
+    (
+        re.compile(r"measured peak [0-9.]+ \w+ on (rank \d+|the busiest rank) \([0-9.]+×\)"),
+        r"measured peak _ on \1 (_×)",
+    ),
     (
         re.compile(r"measured median [0-9.]+ s per step over (\d+) step\(s\) (\(.*?\)); [0-9.]+× the"),
         r"measured median _ s per step over \1 step(s) \2; _× the",
