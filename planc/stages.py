@@ -21,7 +21,7 @@ Pure integer arithmetic; no torch, no pydantic.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 StageStyle = Literal["looped", "v"]
 #: The zero-bubble schedules the ``pipeline`` strategy can run (its ``zero_bubble`` option).
@@ -276,6 +276,57 @@ def zero_bubble_peaks(
         last = rank == 0 and k == v - 1  # the first stage's weight pass
         candidates.append((held - (pp - rank) - (k - 1) * m, 0 if last else waiting, k))
     return tuple(candidates)
+
+
+class ZeroBubbleMoment(NamedTuple):
+    """A moment a zero-bubble rank's peak can be at, with what FSDP2 keeps of its stages' gradients
+    there (:func:`zero_bubble_moments`)."""
+
+    held: int
+    """Stage-micro-batches holding activations."""
+    waiting: int
+    """Of them, those whose output gradients wait for the weight pass."""
+    weights: int
+    """Other stages of the rank whose weight gradients wait for their next input pass."""
+    first_waits: int = 0
+    """Of those, the ones waiting for the first time in the step: FSDP2 makes a unit's fp32
+    accumulated gradients in the first input pass after its first weight pass
+    (``to_accumulated_grad_if_needed``), so these have none yet."""
+    running_grads: bool = True
+    """Whether the running stage holds weight gradients in compute precision of its own."""
+    weight_pass: bool = False
+    """Whether the moment is in the running stage's weight pass, whose parameter group's new
+    gradients exist beside ``.grad`` until added to it (``stage_backward_weight``)."""
+
+
+def zero_bubble_moments(
+    pp: int, v: int, m: int, rank: int, style: StageStyle = "looped"
+) -> tuple[ZeroBubbleMoment, ...]:
+    """:func:`zero_bubble_peaks`' placements with what FSDP2 keeps of the gradients at each.
+
+    Everywhere but one case, at the placement every other stage waiting has been added into its
+    fp32 accumulation before and the running stage holds gradients of its own (its previous
+    weight passes', or the block running backward). The exception is the last rank with two
+    rounds of micro-batches (m = 2 p): each of its stages runs a round's input passes before that
+    round's weight passes, so at the activations' peak -- the last stage's input passes of the
+    second round, and the first weight pass that follows -- the other stages' weight gradients
+    wait for the *first* time (no fp32 accumulation yet: it comes with their next input pass) and
+    the last stage's were added at the round's first input pass, the weight pass's new ones its
+    only. Once the other stages' first input pass of the second round has made their
+    accumulation, the last stage runs its next weight pass, one stage-micro-batch fewer held, its
+    earlier weight pass's gradients beside the new ones, the first stages (v > 2) still waiting
+    for the first time (read off torch's order, tests/test_stages.py). ``planc verify
+    --simulate``, PP 4 x DP 2, v = 2, 8 micro-batches: the last rank peaks there (7W5), 97.5 MiB,
+    against 88.2 in the weight pass at the activations' peak (7W4).
+    """
+    triples = zero_bubble_peaks(pp, v, m, rank, style)
+    if style == "v" or v == 1 or rank != pp - 1 or rank == 0 or interleaved_rounds(m, pp) != 2:
+        return tuple(ZeroBubbleMoment(*t) for t in triples)
+    ((held, waiting, weights),) = triples
+    return (
+        ZeroBubbleMoment(held, waiting, weights, first_waits=weights, running_grads=False, weight_pass=True),
+        ZeroBubbleMoment(held - 1, waiting, v - 2, first_waits=v - 2, weight_pass=True),
+    )
 
 
 def flush_bubble_slots(pp: int, v: int, m: int) -> float:

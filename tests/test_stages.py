@@ -16,6 +16,7 @@ from planc.stages import (
     rank_layer_counts,
     rank_of_stage,
     stages_of_rank,
+    zero_bubble_moments,
     zero_bubble_peaks,
 )
 
@@ -209,6 +210,82 @@ def test_zero_bubble_weight_gradients_waiting_by_hand():
     assert zero_bubble_peaks(4, 2, 16, 0) == ((8, 1, 0), (8, 0, 1))
     # v = 3 keeps both other stages waiting (rank 2 of p 4, 12 micro-batches, g = 4).
     assert zero_bubble_peaks(4, 3, 12, 2) == ((12, 3, 2),)
+
+
+def _gradients_peak(actions: list, m: int, a: float, d: float, e: float, g: float, n: float) -> float:
+    """Largest a x activations + d x output gradients + e x stages' weight gradients in compute
+    precision (the other stages' waiting and the running stage's own) + g x stages' fp32
+    accumulations + n x a weight pass's new gradients over torch's order, with FSDP2's rules: a
+    stage's weight pass leaves its gradients in compute precision until its next input pass, whose
+    post-backward hook makes (the first time) or adds into its fp32 accumulation; after a stage's
+    last weight pass of the step its gradients are reduce-scattered (the sharded ones are model
+    states), in compute precision and fp32 alike."""
+    from torch.distributed.pipelining.schedules import _ComputationType as Kind
+
+    alive: set[tuple[int, int]] = set()
+    waiting: set[tuple[int, int]] = set()
+    weights_wait: set[int] = set()
+    accumulated: set[int] = set()
+    passes: dict[int, int] = {}
+    peak = 0.0
+    for action in actions:
+        if action is None:
+            continue
+        stage, kind = action.stage_index, action.computation_type
+        key = (stage, action.microbatch_index)
+        if kind == Kind.FORWARD:
+            alive.add(key)
+        elif kind == Kind.BACKWARD_INPUT:
+            waiting.add(key)
+        new = n if kind == Kind.BACKWARD_WEIGHT else 0.0
+        peak = max(peak, a * len(alive) + d * len(waiting) + e * len(weights_wait) + g * len(accumulated) + new)
+        if kind == Kind.BACKWARD_INPUT:
+            if stage in weights_wait:
+                accumulated.add(stage)
+            weights_wait.discard(stage)
+        elif kind == Kind.BACKWARD_WEIGHT:
+            alive.discard(key)
+            waiting.discard(key)
+            weights_wait.add(stage)
+            passes[stage] = passes.get(stage, 0) + 1
+            if passes[stage] == m:
+                weights_wait.discard(stage)
+                accumulated.discard(stage)
+    return peak
+
+
+def test_zero_bubbles_last_rank_with_two_rounds_peaks_where_torchs_order_keeps_its_gradients():
+    """The last rank with m = 2 p: the other stages' first weight gradients wait without an fp32
+    accumulation, and the rank's peak can be in its last stage's weight pass
+    (planc.stages.zero_bubble_moments), for every legal p and v, whatever the sizes' ratios
+    (fp32 accumulation twice the compute-precision gradients, a group's new ones at most a stage's)."""
+    checked = 0
+    for p, v, m in _legal("zero-bubble", (2, 3, 4), "looped"):
+        if m != 2 * p:
+            continue
+        order = _torch_order(p, v, m, "looped")[p - 1]
+        for a, d, n in itertools.product((0.1, 0.5, 1.0, 4.0), (0.25, 1.0), (0.3, 0.67, 1.0)):
+            e, g = 1.0, 2.0
+            moments = zero_bubble_moments(p, v, m, p - 1)
+            predicted = max(
+                a * c.held
+                + d * c.waiting
+                + e * (c.weights + (c.weight_pass and c.running_grads))
+                + g * (v - c.first_waits)
+                + n * c.weight_pass
+                for c in moments
+            )
+            assert predicted == pytest.approx(_gradients_peak(order, m, a, d, e, g, n)), (p, v, a, d, n)
+        checked += 1
+    assert checked >= 8
+    # By hand, p 4, v 2 (torch's order on rank 3: ... 7F7 7I7 7W4 3I4 7W5 ...): in 7W4, 8 held, 4
+    # waiting, stage 3's first weight gradients (no fp32 yet), stage 7's accumulated at 7I4 with no
+    # weight pass since; in 7W5, after 3I4 made stage 3's accumulation, 7 held and 7W4's beside 7W5's.
+    assert zero_bubble_moments(4, 2, 8, 3) == (
+        (8, 4, 1, 1, False, True),
+        (7, 4, 0, 0, True, True),
+    )
+    assert zero_bubble_moments(4, 2, 16, 3) == ((8, 4, 1, 0, True, False),)  # four rounds: as before
 
 
 def _head_micro_batches_alive(actions: list, head_stage: int) -> int:

@@ -48,6 +48,15 @@ def linear_params_per_shard(model: ModelSpec, tp: int) -> int:
     return layer_params_per_shard(model, tp) - 2 * sum(_norm_tensor_sizes(model))
 
 
+def mlp_params_per_shard(model: ModelSpec, tp: int) -> int:
+    """Weights and biases of one block's MLP on one TP rank: the largest parameter group of torch's
+    split backward (``stage_backward_weight`` takes one group's weight gradients at a time)."""
+    h, f = model.hidden, model.ffn
+    mlp_in = 2 if model.mlp == "swiglu" else 1
+    biases = mlp_in * f // tp + h if model.bias else 0
+    return (mlp_in + 1) * h * f // tp + biases
+
+
 def block_tensor_sizes(model: ModelSpec, tp: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(matrices, vectors): element counts of one block's parameter tensors on one TP rank.
 

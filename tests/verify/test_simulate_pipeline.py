@@ -262,6 +262,32 @@ def test_a_zero_bubble_middle_stage_holds_its_other_stages_weight_pass_gradients
     assert abs(peak["error"]) < 0.025, peak
 
 
+def test_the_last_zero_bubble_rank_with_two_rounds_peaks_in_its_last_stages_weight_pass():
+    # The plan above at the last rank (stages 3 and 7). With 8 micro-batches (two rounds) each of
+    # its stages runs a round's input passes before its weight passes (torch's order: ... 3I3 3W0
+    # ... 7F7 7I7 7W4 3I4 7W5 ...), and FSDP2 makes a unit's fp32 accumulation in its first input
+    # pass after a weight pass: at the activations' peak (7I7, 7W4) stage 3's first gradients wait
+    # in bf16 with no fp32 accumulation (2 x 3,152,384 B = 6.0 MiB beside none of its 12.0), and
+    # stage 7's were added at 7I4. The peak is 7W5, after 3I4: 7 stage-micro-batches, stage 7's
+    # gradients from 7W4 in bf16 (its block and the head's 512 x 512: 6.5 MiB) beside 7W5's
+    # running parameter group, the MLP's 2 x (2 x 512 x 2048 + 2048 + 512) B = 4.0 MiB, nothing of
+    # stage 3 waiting. The model counted, at 8 held, stage 3's 6.0 MiB as if accumulated and
+    # stage 7's own block beside (+5.0%); 2.5% holds the running group's 4 MiB (4.1%) out.
+    plan = _plan(
+        "tp = 1  pp = 4  dp = 2  zero = 2  schedule = zero-bubble  virtual_stages = 2  recompute = none",
+        layers=8,
+        vocab=512,
+        nodes=2,
+        batch=16,
+        precision="bf16",
+        hidden=512,
+    )
+    layout = Layout(tp=1, pp=4, dp=2, zero=2, recompute="none", schedule="zero-bubble", virtual_stages=2, micro_batch=1)
+    result = simulate(plan, layout, REGISTRY, [6])  # pipeline rank 3, data-parallel rank 0
+    (peak,) = [r for r in result["rows"] if r["section"] == "peak memory"]
+    assert abs(peak["error"]) < 0.025, peak
+
+
 @pytest.mark.parametrize(
     "tp, pp, dp, zero", [(1, 1, 8, 2), (1, 1, 8, 3), (2, 1, 4, 2), (2, 1, 4, 3), (2, 2, 2, 2), (2, 2, 2, 3)]
 )

@@ -6,7 +6,12 @@ from functools import partial
 
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
 from planc.cost.context import CostContext
-from planc.cost.data_parallel import shard_states, weight_pass_gradient_bytes, with_contention
+from planc.cost.data_parallel import (
+    shard_states,
+    weight_pass_gradient_bytes,
+    weight_pass_moment_bytes,
+    with_contention,
+)
 from planc.cost.estimate import FROM_FIRST_BACKWARD, PHASES_JOINED, CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import fsdp_gather_bytes, model_state_bytes
 from planc.cost.params import StageParams, embedding_params_per_shard, whole_embedding_gradient_rows
@@ -64,7 +69,13 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
     if lay.pp > 1 and deferred:
         sharded = model_state_bytes(st.params, lay.shard_degree, zero, ctx.state_bytes).grads
         largest = root if root else ctx.model.ffn * ctx.model.hidden / lay.tp
-        pipelined = _pipelined_buffers(st, head, largest, zero, e, g, sharded, accumulated)
+        moment = s.zero_bubble_moment
+        if moment is not None and moment.weight_pass:  # the zero-bubble moment prices its own
+            first = moment.first_waits * weight_pass_moment_bytes(ctx, s.rank)[0]
+            pipelined = _pipelined_buffers(st, head, largest, zero, e, g, sharded, accumulated - first, False)
+            pipelined += _weight_pass_moment(ctx, s)
+        else:
+            pipelined = _pipelined_buffers(st, head, largest, zero, e, g, sharded, accumulated)
         return pipelined + _waiting_weight_gradients(ctx, s) + embedding_terms
     held, per_block = fsdp_gather_bytes(st.layer_params, root, head, zero, e, g)
     terms = [Term(f"FSDP block backward: 2 gathered + gradients (ZeRO-{zero})", per_block, "backward")]
@@ -214,6 +225,7 @@ def _pipelined_buffers(
     g: int,
     sharded_grads: float,
     whole: float,
+    compute_precision: bool = True,
 ) -> tuple[Term, ...]:
     """FSDP's buffers on a pipeline stage with several micro-batches. torch's ``PipelineStage``
     keeps the parameters unsharded after each backward and defers the gradient reduction to the
@@ -237,13 +249,15 @@ def _pipelined_buffers(
     - in fp32 autograd adds each new gradient into the accumulated one: the transient is one
       parameter's gradient, at most the ``largest`` (the embedding or head, else a block's FFN matrix);
     - ``whole``: what a vocabulary-parallel embedding's accumulated gradient holds beyond its rows
-      (:func:`whole_embedding_gradient`).
+      (:func:`whole_embedding_gradient`), less any stage's not accumulated yet;
+    - ``compute_precision``: whether the gradients in compute precision are the usual ones above
+      (a zero-bubble weight pass prices its own, :func:`_weight_pass_moment`).
 
     ``planc verify --simulate`` found the unpipelined terms kept these twice (tiny ZeRO-3 pipeline:
     predicted +31% and +26% over the simulated peak of the first and last stage) and no sharded
     gradient at the peak (tests/verify/test_simulate_pipeline.py)."""
     terms = []
-    if e != g:
+    if e != g and compute_precision:
         terms.append(Term("FSDP block backward: its gradients in compute precision", e * st.layer_params, "backward"))
         if root:  # made by the head's backward (the embedding's: only in its own, priced there)
             terms.append(
@@ -251,7 +265,7 @@ def _pipelined_buffers(
                     "FSDP root unit's gradients in compute precision (from the head's backward)", e * root, _AFTER_HEAD
                 )
             )
-    else:
+    elif e == g:
         terms.append(Term("a new gradient before it is added to the accumulated one", e * largest, "backward"))
     unsharded = g * st.params + whole - sharded_grads
     terms.append(Term(f"{_ACCUMULATED} (less the sharded ones)", unsharded, held=FROM_FIRST_BACKWARD))
@@ -263,6 +277,25 @@ def _pipelined_buffers(
         # PP 2, ZeRO-3: the last stage +2.7% in fp32 with its block counted at the loss).
         terms.append(Term("blocks' parameters gathered from their backward on", blocks, _AFTER_HEAD))
     return tuple(terms)
+
+
+def _weight_pass_moment(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
+    """Zero-bubble's last rank with two rounds of micro-batches peaks in its last stage's weight
+    pass (:func:`planc.stages.zero_bubble_moments`), where FSDP holds, in compute precision, the
+    stage's gradients from its earlier weight passes since its last input pass (its blocks' and
+    the root unit's: the head's backward is in the weight pass too) and the new gradients of the
+    parameter group running (:func:`~planc.cost.data_parallel.weight_pass_moment_bytes`); the
+    other stages' accumulation is priced less those waiting for the first time (``_buffers``).
+    ``planc verify --simulate``, PP 4 x DP 2, v = 2, 8 micro-batches, last rank (7W5): 6.5 + 4 MiB
+    of a 97.5 MiB peak. The model counted, at the activations' peak, the last stage's gradients
+    and the other stage's fp32 accumulation, neither there yet (+5.0%). Both terms belong to the
+    weight pass, a backward ("backward"): no loss runs beside them."""
+    moment = s.zero_bubble_moment
+    _, own, new = weight_pass_moment_bytes(ctx, s.rank)
+    terms = [Term("weight pass: the running parameter group's new gradients (the MLP's)", new, "backward")]
+    if moment is not None and moment.running_grads:
+        terms.append(Term("weight pass: the stage's gradients from its earlier weight passes", own, "backward"))
+    return tuple(t for t in terms if t.value)
 
 
 def _waiting_weight_gradients(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:

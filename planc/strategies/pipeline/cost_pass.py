@@ -9,7 +9,7 @@ from __future__ import annotations
 from planc import stages
 from planc.cost.comm import all_gather_seconds, p2p_seconds
 from planc.cost.context import CostContext
-from planc.cost.data_parallel import weight_pass_gradient_bytes
+from planc.cost.data_parallel import weight_pass_gradient_bytes, weight_pass_moment_bytes
 from planc.cost.estimate import UNTIL_LATER_LOSS, CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import (
     SCHEDULES_HOLDING_LOGITS,
@@ -84,8 +84,10 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         label = "pipeline send/receive buffers"
     terms: tuple[Term, ...] = (Term(label, buffers * ctx.boundary_bytes),) if buffers else ()
     weights_waiting = 0
+    moment = None
     if lay.schedule == "zero-bubble":
-        chunks, weights_waiting, split = _zero_bubble_terms(ctx, s)
+        moment, split = _zero_bubble_terms(ctx, s)
+        chunks, weights_waiting = moment.held, moment.weights
         terms += split
     turn = stages.holds_turn(s.rank, lay.pp, ctx.stage_style)
     sent = _outputs_held(v, chunks, st.head, turn) if ctx.profile.pp_outputs_kept else 0
@@ -116,6 +118,7 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         transient=terms,
         first_backward_frees=st.layers / v if before_any_backward else 0.0,
         weight_grads_waiting=weights_waiting,
+        zero_bubble_moment=moment,
     )
 
 
@@ -200,12 +203,11 @@ def _outputs_held(v: int, chunks: int, head: bool, turn: bool = False) -> int:
     return max(0, held)
 
 
-def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[int, int, tuple[Term, ...]]:
-    """(chunk-micro-batches holding activations at the peak, the rank's other chunks whose weight
-    gradients wait for their next input pass there, the split backward's own terms) of a
-    zero-bubble rank: the output gradients waiting for the weight pass and the input gradients
-    kept on the received activations. The waiting weight gradients are the data-parallel
-    wrapper's to price (:func:`~planc.cost.data_parallel.weight_pass_gradient_bytes`: FSDP's)."""
+def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[stages.ZeroBubbleMoment, tuple[Term, ...]]:
+    """(the moment of the peak, the split backward's own terms) of a zero-bubble rank: the output
+    gradients waiting for the weight pass and the input gradients kept on the received
+    activations. The weight gradients at that moment are the data-parallel wrapper's to price
+    (:func:`~planc.cost.data_parallel.weight_pass_gradient_bytes`: FSDP's)."""
     lay, st = ctx.layout, ctx.stage(s.rank)
     v, m = lay.virtual_stages, ctx.micro_batches
     terms: tuple[Term, ...] = ()
@@ -221,9 +223,8 @@ def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[int, int, tupl
     # Stage 0's input is token ids: torch gives it no input pass and runs its whole backward in
     # the weight pass, so nothing of it waits between the halves (simulated: the first stage of a
     # 4-layer Llama 3 8B, +6.2% -> -0.6%); zero_bubble_peaks counts it so.
-    chunks, waiting, weights_waiting = _zero_bubble_peak(
-        ctx, s, s.act_per_layer * st.layers / v, chunk_grads, chunk_weights
-    )
+    moment = _zero_bubble_peak(ctx, s, s.act_per_layer * st.layers / v, chunk_grads, chunk_weights)
+    waiting = moment.waiting
     if waiting:
         name = f"output gradients kept for the weight pass ({waiting} chunk-micro-batches)"
         terms += (Term(name, waiting * chunk_grads),)
@@ -240,19 +241,26 @@ def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[int, int, tupl
     if receiving:
         name = f"input gradients kept on the received activations ({receiving} chunk-micro-batches)"
         terms += (Term(name, receiving * ctx.boundary_bytes),)
-    return chunks, weights_waiting, terms
+    return moment, terms
 
 
 def _zero_bubble_peak(
     ctx: CostContext, s: StageMemory, activations: float, grads: float, weights: float
-) -> tuple[int, int, int]:
-    """(chunk-micro-batches holding activations, of them waiting for the weight pass, other chunks
-    whose weight gradients wait) at the rank's peak under zero-bubble
-    (:func:`~planc.stages.zero_bubble_peaks`), for ``activations`` and output ``grads`` bytes per
-    chunk-micro-batch and waiting ``weights`` bytes per chunk."""
+) -> stages.ZeroBubbleMoment:
+    """The moment of the rank's peak under zero-bubble (:func:`~planc.stages.zero_bubble_moments`),
+    for ``activations`` and output ``grads`` bytes per chunk-micro-batch and waiting ``weights``
+    bytes per chunk, with what the data-parallel wrapper keeps of the gradients there
+    (:func:`~planc.cost.data_parallel.weight_pass_moment_bytes`; the moments that differ in it
+    come alone, so the usual running stage's gradients need no price here)."""
     lay = ctx.layout
-    candidates = stages.zero_bubble_peaks(lay.pp, lay.virtual_stages, ctx.micro_batches, s.rank, ctx.stage_style)
-    return max(candidates, key=lambda c: c[0] * activations + c[1] * grads + c[2] * weights)
+    candidates = stages.zero_bubble_moments(lay.pp, lay.virtual_stages, ctx.micro_batches, s.rank, ctx.stage_style)
+    accumulated, own, new = weight_pass_moment_bytes(ctx, s.rank)
+
+    def held(c: stages.ZeroBubbleMoment) -> float:
+        moment = c.weight_pass * (new + c.running_grads * own)
+        return c.held * activations + c.waiting * grads + c.weights * weights - c.first_waits * accumulated + moment
+
+    return max(candidates, key=held)
 
 
 def _bubble(ctx: CostContext) -> float:
