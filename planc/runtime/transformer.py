@@ -353,22 +353,26 @@ def init_weights(model: nn.Module, seed: int, spec: ModelSpec | None = None) -> 
     So a pipeline stage, a tensor-parallel shard or an FSDP shard holds exactly the values that the
     same parameter has in the single-process model. Modules that are None are simply absent.
     """
+    from torch._subclasses.fake_tensor import is_fake
+
     spec = spec if spec is not None else _find_spec(model)
     for fqn, param in model.named_parameters():
         if param.is_meta:
             raise ValueError(
                 f"parameter {fqn!r} is on the meta device; call model.to_empty(device=...) before init_weights"
             )
+        target = param.to_local() if hasattr(param, "to_local") else param
         name = canonical_name(fqn, spec)
         offset, local_shape = _local_block(param)
-        # Only this rank's block is drawn, on the CPU, and only it is copied to the device.
-        local = init_value_slice(name, param.shape, offset, local_shape, spec, seed)
-        target = param.to_local() if hasattr(param, "to_local") else param
-        if tuple(local.shape) != tuple(target.shape):
+        if tuple(local_shape) != tuple(target.shape):
             raise ValueError(
-                f"init of {fqn!r}: this rank's shard of the full tensor has shape {tuple(local.shape)} "
+                f"init of {fqn!r}: this rank's shard of the full tensor has shape {tuple(local_shape)} "
                 f"but the parameter holds {tuple(target.shape)}"
             )
+        if is_fake(target):  # `planc verify --simulate`: fake tensors hold no values to draw
+            continue
+        # Only this rank's block is drawn, on the CPU, and only it is copied to the device.
+        local = init_value_slice(name, param.shape, offset, local_shape, spec, seed)
         target.copy_(local)
     # Buffers: the model has none that need values (RoPE is computed in forward).
 
