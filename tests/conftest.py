@@ -16,14 +16,34 @@ def root() -> Path:
 PROCESS_GROUP = "starts-processes"
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``--dist loadgroup``, the project's default), every ``dist`` test goes to
     one worker, so no two launches ever share the 2 cores: the fault tests' hang deadlines and
     heartbeats were set for one launch at a time. The single-process tests spread over the
-    workers beside them."""
+    workers beside them.
+
+    ``tryfirst``: xdist reads the ``xdist_group`` marks in its own hook of this name (it appends
+    the group to each test's id, which is what the scheduler groups by)."""
     for item in items:
         if item.get_closest_marker("dist") is not None:
             item.add_marker(pytest.mark.xdist_group(PROCESS_GROUP))
+
+
+@pytest.fixture(autouse=True)
+def _a_dist_test_keeps_its_xdist_group(request):
+    """Under ``--dist loadgroup``, a ``dist`` test whose id lost its group fails, saying why: the
+    scheduler would spread the launches over both workers, silently, and the suite ran ~40% longer
+    with every fault test's deadline shared (pytest 9.2 with pytest-xdist 3.8,
+    pytest-dev/pytest-xdist#1386)."""
+    node = request.node
+    if not request.config.getvalue("loadgroup") or node.get_closest_marker("dist") is None:
+        return
+    if not node.nodeid.endswith(f"@{PROCESS_GROUP}"):
+        pytest.fail(
+            f"{node.nodeid} lost its xdist group: this pytest and pytest-xdist do not group tests; "
+            "install the versions that pyproject.toml's [test] extra pins"
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -58,14 +58,19 @@ def launch(world: int, tmp_path_factory) -> dict:
     return results
 
 
+#: Each world size's launch results, once per pytest process. Not the fixture's own state: pytest
+#: tears a module fixture down whenever the worker's next test is in another module (under xdist,
+#: the tests of one group come interleaved with other modules' tests), and each set-up launched
+#: the matrix of its world size again (~40-100 s each on 2 cores).
+_RESULTS: dict[int, dict] = {}
+
+
 @pytest.fixture(scope="module")
 def launches(tmp_path_factory):
-    cache: dict[int, dict] = {}
-
     def results_for(world: int) -> dict:
-        if world not in cache:
-            cache[world] = launch(world, tmp_path_factory)
-        return cache[world]
+        if world not in _RESULTS:
+            _RESULTS[world] = launch(world, tmp_path_factory)
+        return _RESULTS[world]
 
     return results_for
 
