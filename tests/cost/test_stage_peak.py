@@ -253,3 +253,29 @@ def test_fsdp_forward_start_and_embedding_moments_without_activations():
     scatter = "FSDP root unit's reduce-scatter: its gradients and their copy"
     assert terms[scatter] == (8 * ROOT - 4 * ROOT - 8 * BLOCK - gone, "root reduce-scatter")
     assert stage.peak_phase == "forward start"
+
+
+def _tp2_pp2_last_stage(zero: int, schedule: str) -> tuple[StageMemory, dict[str, Term]]:
+    text = VOCAB_HEAVY.replace("ZERO", str(zero)).replace("layers = 2", "layers = 4")
+    text = text.replace("tp = 1  pp = 1  dp = 8", f"tp = 2  pp = 2  dp = 2  schedule = {schedule}")
+    plan = load_plan_text(text, "vocab-3d.plan", strategies=REGISTRY)
+    layout = Layout(tp=2, pp=2, dp=2, zero=zero, recompute="none", schedule=schedule, micro_batch=1)
+    stages = estimate_for(plan, layout, REGISTRY)[1].stages
+    last = next(s for s in stages if s.rank == 1)
+    return last, {t.name: t for t in last.transient}
+
+
+def test_zero3_gpipe_keeps_the_blocks_gathered_at_a_later_loss():
+    # PipelineStage keeps each unit gathered after a backward and only a forward reshards a block:
+    # under GPipe no forward follows the first backward, so a later micro-batch's loss holds the
+    # last stage's 2 blocks gathered. A block at TP 2 holds 99,520 parameters (two layernorms 512;
+    # wq, wk, wv 3 x (128 x 64 + 64); wo 64 x 128 + 128; w1 128 x 256 + 256; w2 256 x 128 + 128).
+    name = "blocks' parameters still gathered at a later micro-batch's loss"
+    last, terms = _tp2_pp2_last_stage(3, "gpipe")
+    term = terms[name]
+    assert term == Term(name, 4 * 2 * 99_520, "loss", FROM_FIRST_BACKWARD)
+    # the peak is that later loss (simulated, docs/verify.md), the blocks counted there
+    assert last.peak_phase == "loss" and last.grads_at_peak == last.grads and last.at_peak(term)
+    # 1F1B reshards each block in the forward between; ZeRO-2 counts them in its states
+    assert name not in _tp2_pp2_last_stage(3, "1f1b")[1]
+    assert name not in _tp2_pp2_last_stage(2, "gpipe")[1]
