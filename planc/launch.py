@@ -10,6 +10,7 @@ failure (``--max-restarts``) and gives them the plan's stop deadline to save on 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 from planc.codegen import CompiledPlan
 from planc.codegen.emit import (
     FIXED_SHUTDOWN_TIMEOUT_S,
+    RENDEZVOUS_PORT,
     launch_env,
     launch_env_prefix,
     resilience_flags,
@@ -33,7 +35,6 @@ from planc.fileio import write_text_atomically  # noqa: F401  (re-exported for c
 from planc.spec.checkpoint import DEFAULT_STOP_DEADLINE
 
 PROGRAM = "train.py"
-RENDEZVOUS_PORT = 29500
 
 
 def default_run_dir(plan_path: Path) -> Path:
@@ -106,17 +107,30 @@ def local_command(compiled: CompiledPlan, run_dir: Path, *, steps: int | None, m
 def multi_node_commands(
     compiled: CompiledPlan, run_dir: Path, *, steps: int | None, max_restarts: int = 0
 ) -> list[str]:
-    """One shell command per node: torchrun with a c10d rendezvous on node 0 ($MASTER_ADDR)."""
+    """One shell command per node: torchrun with a c10d rendezvous on node 0 ($MASTER_ADDR).
+
+    ``--rdzv-id``: the run's own id, the same on every node. torchrun's default ("none") is shared by
+    every job, so a second run meeting at the same endpoint (a re-launch while the old agents are
+    still up, another run's nodes) would join this one's rendezvous."""
     hw = compiled.plan.hardware
     extra = f" --steps {steps}" if steps is not None else ""
     env = launch_env_prefix(compiled.plan, max_restarts)
+    run_id = shlex.quote(rendezvous_id(run_dir))
     return [
         f"cd {shlex.quote(str(run_dir))} && {env}torchrun --nnodes {hw.nodes} "
         f"--nproc-per-node {hw.per_node} "
-        f"--node-rank {node} --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:{RENDEZVOUS_PORT}"
+        f"--node-rank {node} --rdzv-id {run_id} --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:{RENDEZVOUS_PORT}"
         f"{_flags_text(compiled, max_restarts)} {PROGRAM} --out .{extra}"
         for node in range(hw.nodes)
     ]
+
+
+def rendezvous_id(run_dir: Path) -> str:
+    """A rendezvous id for the run in ``run_dir``: its folder's name and a digest of its absolute
+    path, so two runs whose folders share a name (``runs/a/out``, ``runs/b/out``) do not meet."""
+    here = run_dir.resolve()
+    digest = hashlib.sha256(str(here).encode()).hexdigest()[:12]
+    return f"planc-{here.name}-{digest}"
 
 
 #: Seconds between Slurm's early SIGTERM and the time limit beyond torchrun's grace period (the stop

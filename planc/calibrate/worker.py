@@ -28,6 +28,7 @@ from planc.calibrate.gemm import measure_gemms
 from planc.calibrate.memory_bw import measure_memory_bandwidth
 from planc.calibrate.recompute_block import measure_bf16_factors, measure_recompute
 from planc.calibrate.wrappers import measure_wrappers
+from planc.runtime.job import init_process_group
 from planc.spec.hardware_profile import SCHEMA_VERSION, HardwareProfile, MeasuredRates, fit_notes
 
 
@@ -43,10 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     if world > 1:
-        if device.type == "cuda":
-            dist.init_process_group("nccl", device_id=device)
-        else:
-            dist.init_process_group("gloo")
+        # The training program's own set-up (NCCL bound to this rank's GPU beside gloo for object
+        # collectives; gloo on CPU), so the collectives are measured over the groups training uses.
+        init_process_group(device)
     try:
         measured = measure_compute(workload, device, args.budget)
         collectives = []

@@ -104,8 +104,14 @@ def launch_env_prefix(plan: Plan, max_restarts: int) -> str:
     return "".join(f"{key}={value} " for key, value in launch_env(plan, max_restarts).items())
 
 
+#: The port of a multi-node run's c10d rendezvous on its first node ($MASTER_ADDR): torchrun's default.
+RENDEZVOUS_PORT = 29500
+
+
 def torchrun_command(plan: Plan, program: str = "train.py") -> str:
-    """The command that launches ``program`` for this plan's world (on every node when multi-node)."""
+    """The command that launches ``program`` for this plan's world (on every node when multi-node,
+    with ``$MASTER_ADDR`` the first node's address and ``$RUN_ID`` one id every node shares:
+    ``planc run`` prints the commands with an id filled in)."""
     hw = plan.hardware
     restarts = plan.checkpoint.max_restarts if plan.checkpoint is not None else 0
     flags = "".join(f" {flag}" for flag in resilience_flags(plan, restarts))
@@ -113,8 +119,8 @@ def torchrun_command(plan: Plan, program: str = "train.py") -> str:
     if hw.nodes == 1:
         return f"{env}torchrun --standalone --nproc-per-node {hw.per_node}{flags} {program}"
     return (
-        f"{env}torchrun --nnodes {hw.nodes} --nproc-per-node {hw.per_node} --rdzv-backend c10d "
-        f"--rdzv-endpoint $MASTER_ADDR:29500{flags} {program}"
+        f"{env}torchrun --nnodes {hw.nodes} --nproc-per-node {hw.per_node} --rdzv-id $RUN_ID --rdzv-backend c10d "
+        f"--rdzv-endpoint $MASTER_ADDR:{RENDEZVOUS_PORT}{flags} {program}"
     )
 
 

@@ -56,12 +56,10 @@ def train_step(
     loss, total_norm, lr, stop_votes = optimizer_step(job, batch, stop_requested)
     if before_sync is not None:
         before_sync()
-    return {
-        "loss": float(loss.item()),
-        "grad_norm": float(total_norm.item()),
-        "lr": lr,
-        "stop": bool(stop_votes.item() > 0),
-    }
+    # One copy to the host for the three numbers: on a GPU each ``.item()`` is a wait of its own.
+    read = torch.cat([loss.reshape(1).float(), total_norm.reshape(1).float(), stop_votes.reshape(1).float()])
+    loss_value, norm_value, votes = read.tolist()
+    return {"loss": loss_value, "grad_norm": norm_value, "lr": lr, "stop": votes > 0}
 
 
 def optimizer_step(

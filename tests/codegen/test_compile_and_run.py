@@ -136,6 +136,15 @@ def test_multi_node_plan_prints_commands_and_slurm_script(tmp_path, in_root, cap
     assert len(commands) == 8  # one per node
     assert all("--nnodes 8 --nproc-per-node 8" in c for c in commands)
     assert [c.split("--node-rank ")[1].split()[0] for c in commands] == [str(i) for i in range(8)]
+    # One rendezvous id for the run on every node, not torchrun's default "none" that every job shares.
+    ids = {c.split("--rdzv-id ")[1].split()[0] for c in commands}
+    assert len(ids) == 1 and ids != {"none"}
+    other = tmp_path / "elsewhere" / "run"  # a folder of the same name is another run
+    assert main(["run", "plans/llama3-70b-64xh100.plan", "--out", str(other), "--print"]) == 0
+    other_ids = {
+        line.split("--rdzv-id ")[1].split()[0] for line in capsys.readouterr().out.splitlines() if "torchrun" in line
+    }
+    assert len(other_ids) == 1 and other_ids != ids
     assert (out / "train.py").exists() and (out / "plan.json").exists()
     assert main(["run", "plans/llama3-70b-64xh100.plan", "--out", str(out), "--slurm"]) == 0
     script = (out / "launch.slurm").read_text()
