@@ -26,8 +26,16 @@ def pytest_collection_modifyitems(config, items):
     ``tryfirst``: xdist reads the ``xdist_group`` marks in its own hook of this name (it appends
     the group to each test's id, which is what the scheduler groups by)."""
     for item in items:
-        if item.get_closest_marker("dist") is not None:
+        if launches(item):
             item.add_marker(pytest.mark.xdist_group(PROCESS_GROUP))
+
+
+def launches(item) -> bool:
+    """A ``dist`` test that starts training processes (or times them): not one marked
+    ``dist(launches=False)``, slow in one process or starting tools (mypy, a wheel build), which
+    may run beside a launch."""
+    mark = item.get_closest_marker("dist")
+    return mark is not None and mark.kwargs.get("launches", True)
 
 
 @pytest.fixture(autouse=True)
@@ -37,7 +45,7 @@ def _a_dist_test_keeps_its_xdist_group(request):
     with every fault test's deadline shared (pytest 9.2 with pytest-xdist 3.8,
     pytest-dev/pytest-xdist#1386)."""
     node = request.node
-    if not request.config.getoption("loadgroup", default=False) or node.get_closest_marker("dist") is None:
+    if not request.config.getoption("loadgroup", default=False) or not launches(node):
         return
     if not node.nodeid.endswith(f"@{PROCESS_GROUP}"):
         pytest.fail(

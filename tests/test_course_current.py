@@ -29,7 +29,7 @@ def _blocks():
 BLOCKS = _blocks()
 
 
-@pytest.mark.dist  # ~6 s of CPU for ~90 planner searches: with the slow half, not the quick suite
+@pytest.mark.dist(launches=False)  # ~6 s of CPU for ~90 planner searches: the slow half, no launch
 @pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
 def test_course_page_is_current(page, monkeypatch):
     monkeypatch.chdir(ROOT)

@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.dist
+pytestmark = pytest.mark.dist(launches=False)  # mypy and ruff: processes, no training
 
 
 def run(*command: str) -> subprocess.CompletedProcess:

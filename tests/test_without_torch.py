@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.dist  # every test starts interpreters
+pytestmark = pytest.mark.dist(launches=False)  # every test starts interpreters (none trains)
 
 ROOT = Path(__file__).resolve().parent.parent
 

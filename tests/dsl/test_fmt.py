@@ -49,7 +49,7 @@ def test_examples_are_canonical_and_stable(path):
     assert check_round_trip(text) == text, f"{path.name} is not in canonical form: run planc fmt --write"
 
 
-@pytest.mark.dist  # as slow as a launch: the slow half of the suite
+@pytest.mark.dist(launches=False)  # as slow as a launch: the slow half of the suite
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(plan_texts())
 def test_fmt_is_a_fixed_point_on_generated_plans(text):

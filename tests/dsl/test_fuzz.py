@@ -160,7 +160,7 @@ def test_hypothesis_mutations_of_the_examples(tmp_path, capsys, seed, edits):
     check_text(tmp_path, capsys, mutate(seed, edits), Counter())
 
 
-@pytest.mark.dist  # as slow as a launch: the slow half of the suite
+@pytest.mark.dist(launches=False)  # as slow as a launch: the slow half of the suite
 def test_random_mutations_of_the_examples(tmp_path, capsys):
     rng = random.Random(20240611)
     outcomes: Counter = Counter()

@@ -43,7 +43,7 @@ def plan(every=4, keep=3, steps=8):
     )
 
 
-@pytest.mark.dist  # three training runs and two DCP round trips: the slow half of the suite
+@pytest.mark.dist(launches=False)  # three in-process training runs, two DCP round trips: the slow half
 def test_resume_gives_the_losses_of_an_uninterrupted_run(tmp_path):
     uninterrupted = train_reference(plan())
     first = train_reference(plan(), steps=5, checkpoint_dir=tmp_path)  # saves at step 4, "crashes" after 5
