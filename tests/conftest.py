@@ -37,7 +37,7 @@ def _a_dist_test_keeps_its_xdist_group(request):
     with every fault test's deadline shared (pytest 9.2 with pytest-xdist 3.8,
     pytest-dev/pytest-xdist#1386)."""
     node = request.node
-    if not request.config.getvalue("loadgroup") or node.get_closest_marker("dist") is None:
+    if not request.config.getoption("loadgroup", default=False) or node.get_closest_marker("dist") is None:
         return
     if not node.nodeid.endswith(f"@{PROCESS_GROUP}"):
         pytest.fail(
