@@ -11,6 +11,7 @@ from planc.cost.memory import micro_batches_holding_logits
 from planc.explain.timeline import simulate
 from planc.legality.rules import micro_batch_count
 from planc.stages import (
+    ZeroBubbleMoment,
     bubble_slots,
     chunk_layer_counts,
     chunks_in_flight,
@@ -248,14 +249,15 @@ def test_zero_bubble_weight_gradients_waiting_by_hand():
     assert zero_bubble_peaks(4, 3, 12, 2) == ((12, 3, 2),)
 
 
-def _gradients_peak(actions: list, m: int, a: float, d: float, e: float, g: float, n: float) -> float:
+def _gradients_peak(actions: list, m: int, a: float, d: float, e: float, g: float, n: float, r: float = 0.0) -> float:
     """Largest a x activations + d x output gradients + e x stages' weight gradients in compute
     precision (the other stages' waiting and the running stage's own) + g x stages' fp32
     accumulations + n x a weight pass's new gradients over torch's order (:func:`_replay`, as each
     action starts), with FSDP2's rules: a stage's weight pass leaves its gradients in compute
     precision until its next input pass, whose post-backward hook makes (the first time) or adds
     into its fp32 accumulation; after a stage's last weight pass of the step its gradients are
-    reduce-scattered (the sharded ones are model states), in compute precision and fp32 alike."""
+    reduce-scattered, in compute precision and fp32 alike, leaving r x its sharded gradients (less
+    its parameters, resharded)."""
     from torch.distributed.pipelining.schedules import _ComputationType as Kind
 
     peak = 0.0
@@ -263,8 +265,22 @@ def _gradients_peak(actions: list, m: int, a: float, d: float, e: float, g: floa
         if when == "start":
             new = n if held.kind == Kind.BACKWARD_WEIGHT else 0.0
             bf16, fp32 = held.weights_wait - held.reduced, held.accumulated - held.reduced
-            peak = max(peak, a * len(held.alive) + d * len(held.waiting) + e * len(bf16) + g * len(fp32) + new)
+            grads = e * len(bf16) + g * len(fp32) + r * len(held.reduced)
+            peak = max(peak, a * len(held.alive) + d * len(held.waiting) + grads + new)
     return peak
+
+
+def _moments_peak(moments, v: int, a: float, d: float, e: float, g: float, n: float, r: float = 0.0) -> float:
+    """The largest of :func:`_gradients_peak`'s sum over the moments of planc.stages.zero_bubble_moments."""
+    return max(
+        a * c.held
+        + d * c.waiting
+        + e * (c.weights + ((c.weight_pass or c.input_pass) and c.running_grads))
+        + g * (v - c.first_waits if c.accumulations is None else c.accumulations)
+        + n * c.weight_pass
+        + r * c.reduced
+        for c in moments
+    )
 
 
 def test_zero_bubbles_last_rank_with_two_rounds_peaks_where_torchs_order_keeps_its_gradients():
@@ -279,26 +295,59 @@ def test_zero_bubbles_last_rank_with_two_rounds_peaks_where_torchs_order_keeps_i
         order = _torch_order(p, v, m, "looped")[p - 1]
         for a, d, n in itertools.product((0.1, 0.5, 1.0, 4.0), (0.25, 1.0), (0.3, 0.67, 1.0)):
             e, g = 1.0, 2.0
-            moments = zero_bubble_moments(p, v, m, p - 1)
-            predicted = max(
-                a * c.held
-                + d * c.waiting
-                + e * (c.weights + (c.weight_pass and c.running_grads))
-                + g * (v - c.first_waits)
-                + n * c.weight_pass
-                for c in moments
-            )
+            predicted = _moments_peak(zero_bubble_moments(p, v, m, p - 1), v, a, d, e, g, n)
             assert predicted == pytest.approx(_gradients_peak(order, m, a, d, e, g, n)), (p, v, a, d, n)
         checked += 1
     assert checked >= 8
     # By hand, p 4, v 2 (torch's order on rank 3: ... 7F7 7I7 7W4 3I4 7W5 ...): in 7W4, 8 held, 4
     # waiting, stage 3's first weight gradients (no fp32 yet), stage 7's accumulated at 7I4 with no
     # weight pass since; in 7W5, after 3I4 made stage 3's accumulation, 7 held and 7W4's beside 7W5's.
-    assert zero_bubble_moments(4, 2, 8, 3) == (
+    assert tuple(c[:6] for c in zero_bubble_moments(4, 2, 8, 3)) == (  # two rounds: no field after weight_pass
         (8, 4, 1, 1, False, True),
         (7, 4, 0, 0, True, True),
     )
-    assert zero_bubble_moments(4, 2, 16, 3) == ((8, 4, 1, 0, True, False),)  # four rounds: as before
+    assert zero_bubble_moments(4, 2, 16, 3) == (ZeroBubbleMoment(8, 4, 1, 0, True, False),)  # four rounds: as before
+
+
+def test_zero_bubble_with_one_round_peaks_where_torchs_order_keeps_its_gradients():
+    """Every looped rank with one round of micro-batches (p <= m < 2 p): its stages' weight passes
+    run one stage after another, the done ones reduced, the later ones with no gradient yet, the
+    running one's fp32 accumulation made only by an input pass after its first weight pass
+    (planc.stages.zero_bubble_moments), for every legal p and v, whatever the sizes' ratios
+    (fp32 accumulation twice the compute-precision gradients; a reduced stage's sharded gradients
+    less its resharded parameters below, at or above nothing)."""
+    checked = 0
+    for p, v, m in _legal("zero-bubble", (1, 2, 3, 4), "looped"):
+        if m >= 2 * p:
+            continue
+        order = _torch_order(p, v, m, "looped")
+        for rank in range(p):
+            moments = zero_bubble_moments(p, v, m, rank)
+            for a, d, n, r in itertools.product((0.1, 0.5, 1.0, 4.0), (0.25, 1.0), (0.3, 1.0), (-0.5, 0.0, 0.5)):
+                predicted = _moments_peak(moments, v, a, d, 1.0, 2.0, n, r)
+                assert predicted == pytest.approx(_gradients_peak(order[rank], m, a, d, 1.0, 2.0, n, r)), (
+                    p,
+                    v,
+                    m,
+                    rank,
+                    (a, d, n, r),
+                )
+        checked += 1
+    assert checked >= 20
+    # By hand, p 4, v 2, m 4 (torch's order on rank 0: 0F0-0F3 4F0-4F3 4I0 4W0 4I1 4W1 4I2 4W2 ...
+    # 4W3 0I0 0W0 ...): 4W0 holds all 8 stage-micro-batches and no gradient but the running
+    # group's; 4W1, after 4I1 made stage 4's fp32 accumulation from 4W0's gradients, 7; 4I2 holds 6,
+    # 4W1's gradients beside the accumulation; stage 0 runs with stage 4 reduced, 0W1 with 3 held.
+    # On rank 3 every input pass of stage 7 comes before its first weight pass (7F3 7I3 7W0 3I0
+    # 7W1): no accumulation is ever made, and from 7W1 on each weight pass finds the previous one's.
+    assert zero_bubble_moments(4, 2, 4, 0) == (
+        ZeroBubbleMoment(8, 1, 0, running_grads=False, weight_pass=True, accumulations=0),
+        ZeroBubbleMoment(7, 1, 0, running_grads=False, weight_pass=True, accumulations=1),
+        ZeroBubbleMoment(6, 1, 0, input_pass=True, accumulations=1),
+        ZeroBubbleMoment(4, 0, 0, running_grads=False, weight_pass=True, accumulations=0, reduced=1),
+        ZeroBubbleMoment(3, 0, 0, running_grads=False, weight_pass=True, accumulations=1, reduced=1),
+    )
+    assert ZeroBubbleMoment(7, 4, 0, weight_pass=True, accumulations=0) in zero_bubble_moments(4, 2, 4, 3)
 
 
 def _head_micro_batches_alive(actions: list, head_stage: int) -> int:
