@@ -297,6 +297,17 @@ class ZeroBubbleMoment(NamedTuple):
     weight_pass: bool = False
     """Whether the moment is in the running stage's weight pass, whose parameter group's new
     gradients exist beside ``.grad`` until added to it (``stage_backward_weight``)."""
+    input_pass: bool = False
+    """Whether the moment is at the start of the running stage's input pass, its gradients from
+    the weight pass before still in compute precision beside its fp32 accumulation, until the
+    pass's post-backward hook adds them into it."""
+    accumulations: int | None = None
+    """Stages of the rank holding an fp32 accumulation; None: every stage but ``first_waits``.
+    With one round of micro-batches a stage makes it only in its backward (see ``reduced``)."""
+    reduced: int = 0
+    """Stages whose last weight pass of the step is done: torch's ``REDUCE_GRAD`` right after it
+    reduce-scattered their gradients (the sharded ones now exist, the unsharded are gone) and
+    resharded their parameters (``perform_reduce_grad``)."""
 
 
 def zero_bubble_moments(
@@ -304,9 +315,11 @@ def zero_bubble_moments(
 ) -> tuple[ZeroBubbleMoment, ...]:
     """:func:`zero_bubble_peaks`' placements with what FSDP2 keeps of the gradients at each.
 
-    Everywhere but one case, at the placement every other stage waiting has been added into its
-    fp32 accumulation before and the running stage holds gradients of its own (its previous
-    weight passes', or the block running backward). The exception is the last rank with two
+    With one round of micro-batches (looped, m < 2 p) the rank's stages run their backwards one
+    after another and hold gradients accordingly (:func:`_one_round_moments`). Elsewhere but one
+    case, at the placement every other stage waiting has been added into its fp32 accumulation
+    before and the running stage holds gradients of its own (its previous weight passes', or the
+    block running backward). The exception is the last rank with two
     rounds of micro-batches (m = 2 p): each of its stages runs a round's input passes before that
     round's weight passes, so at the activations' peak -- the last stage's input passes of the
     second round, and the first weight pass that follows -- the other stages' weight gradients
@@ -319,6 +332,8 @@ def zero_bubble_moments(
     --simulate``, PP 4 x DP 2, v = 2, 8 micro-batches: the last rank peaks there (7W5), 97.5 MiB,
     against 88.2 in the weight pass at the activations' peak (7W4).
     """
+    if style == "looped" and interleaved_rounds(m, pp) == 1:
+        return _one_round_moments(pp, v, m, rank)
     triples = zero_bubble_peaks(pp, v, m, rank, style)
     if style == "v" or v == 1 or rank != pp - 1 or rank == 0 or interleaved_rounds(m, pp) != 2:
         return tuple(ZeroBubbleMoment(*t) for t in triples)
@@ -327,6 +342,64 @@ def zero_bubble_moments(
         ZeroBubbleMoment(held, waiting, weights, first_waits=weights, running_grads=False, weight_pass=True),
         ZeroBubbleMoment(held - 1, waiting, v - 2, first_waits=v - 2, weight_pass=True),
     )
+
+
+def _one_round_moments(pp: int, v: int, m: int, rank: int) -> tuple[ZeroBubbleMoment, ...]:
+    """:func:`zero_bubble_moments` of a looped rank with one round of micro-batches (p <= m < 2 p).
+
+    Read off torch's order (tests/test_stages.py checks every legal p <= 8, v <= 4): the rank runs
+    its stages' weight passes one stage after another, its last stage first, each stage's m of
+    them before the next stage's first (its input passes may come earlier: they find no
+    gradient). So while the j-th of them runs (j = 0 the last stage), the j before it are done and
+    reduced (torch's ``REDUCE_GRAD`` follows a stage's last weight pass), the v - 1 - j after it
+    have no gradient at all, and the running stage has made its fp32 accumulation only if an input
+    pass came after its first weight pass. At its n-th weight pass (n = 0 .. m - 1) the rank
+    holds (v - 1) m + p - max(0, n - (m - p)) stage-micro-batches for j = 0 (its forwards end at
+    the (m - p)-th) and (v - j) m - n after; output gradients wait for i + 1 of them (the first
+    stage: min(i + 1, m - n), none on rank 0); an input pass precedes every weight pass from the
+    first to the (m - i - 1)-th, so the accumulation exists from n = 1 if m - i >= 2, and from
+    n = m - i each weight pass finds the previous one's gradients in compute precision. The
+    peak is at one of the points where that changes: n = 0, 1 or m - i of some stage -- or at the
+    start of the input pass before its second weight pass (m - i >= 3), which holds as many
+    stage-micro-batches and finds the first weight pass's gradients beside the accumulation
+    (more than a parameter group's new ones).
+
+    The usual count (every stage's accumulation held, the other stages' weight gradients waiting
+    from the rank's peak on) is that of two rounds: ``planc verify --simulate``, PP 4 x DP 2, v = 2,
+    4 micro-batches, read it 18-41% above, the last rank most (with m = p all of its input passes
+    come before its weight passes: no accumulation is ever made).
+    """
+    moments = []
+    for j in range(v):
+        first = j == v - 1
+        for n in sorted({0, 1, max(1, m - rank)} & set(range(m))):
+            held = (v - 1) * m + pp - max(0, n - (m - pp)) if j == 0 else (v - j) * m - n
+            waiting = _one_round_waiting(rank, m, n, first)
+            moments.append(
+                ZeroBubbleMoment(
+                    held,
+                    waiting,
+                    0,
+                    running_grads=n >= max(1, m - rank),
+                    weight_pass=True,
+                    accumulations=int(n >= 1 and m - rank >= 2),
+                    reduced=j,
+                )
+            )
+        if m - rank >= 3 and not (first and rank == 0):  # the input pass before the second weight pass
+            held = (v - 1) * m + pp - max(0, 2 - (m - pp)) if j == 0 else (v - j) * m - 2
+            waiting = _one_round_waiting(rank, m, 2, first)
+            moments.append(ZeroBubbleMoment(held, waiting, 0, input_pass=True, accumulations=1, reduced=j))
+    return tuple(moments)
+
+
+def _one_round_waiting(rank: int, m: int, n: int, first: bool) -> int:
+    """Stage-micro-batches whose output gradients wait at rank ``rank``'s n-th weight pass of a
+    stage with one round (:func:`_one_round_moments`): i + 1, fewer as the rank's first stage runs
+    out of micro-batches, none on the model's first stage (it has no input pass)."""
+    if not first:
+        return rank + 1
+    return 0 if rank == 0 else min(rank + 1, m - n)
 
 
 def flush_bubble_slots(pp: int, v: int, m: int) -> float:

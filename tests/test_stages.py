@@ -2,6 +2,8 @@
 checked against the timeline simulator that replays them (planc.explain.timeline)."""
 
 import itertools
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import pytest
 
@@ -9,6 +11,7 @@ from planc.cost.memory import micro_batches_holding_logits
 from planc.explain.timeline import simulate
 from planc.legality.rules import micro_batch_count
 from planc.stages import (
+    ZeroBubbleMoment,
     bubble_slots,
     chunk_layer_counts,
     chunks_in_flight,
@@ -139,39 +142,73 @@ def _torch_order(p: int, v: int, m: int, style: str) -> dict[int, list]:
     return schedule._add_bubbles_to_actions(v * p)
 
 
-def _weighted_peak(actions: list, ratio: float, weight_ratio: float = 0.0) -> float:
-    """Largest activations + ``ratio`` x output gradients + ``weight_ratio`` x waiting weight
-    gradients over torch's order: a stage-micro-batch holds its activations from its forward to
-    its weight pass, its output gradients from its input pass to its weight pass; a stage's weight
-    gradients wait from its weight pass to its next input pass (FSDP2's post-backward hook fires in
-    the input pass), counted for the stages other than the one the action runs. The first stage's
-    input pass does nothing and its weight pass is its whole backward (torch's
-    ``backward_one_chunk``: ``if not self.is_first``), hook included."""
+class _Held(NamedTuple):
+    """What a rank holds during one action of torch's zero-bubble order (:func:`_replay`)."""
+
+    stage: int
+    kind: object
+    """The action's ``_ComputationType``."""
+    alive: set[tuple[int, int]]
+    """Stage-micro-batches holding activations: from their forward to their weight pass."""
+    waiting: set[tuple[int, int]]
+    """Of them, those holding output gradients: from their input pass to their weight pass."""
+    weights_wait: set[int]
+    """Stages whose weight gradients wait: from a weight pass to the stage's next input pass
+    (FSDP2's post-backward hook fires in the input pass)."""
+    accumulated: set[int]
+    """Stages whose fp32 accumulation exists: made by the first input pass after a weight pass."""
+    reduced: set[int]
+    """Stages whose m weight passes are all done: reduce-scattered after the last."""
+
+
+def _replay(actions: list, m: int) -> Iterator[tuple[str, _Held]]:
+    """torch's zero-bubble order replayed with FSDP2's rules, one ``("start", held)`` per action
+    once its forward or input pass has taken what it takes, and one ``("end", held)`` once the
+    action is done. The first stage's input pass does nothing and its weight pass is its whole
+    backward (torch's ``backward_one_chunk``: ``if not self.is_first``), hook included: it
+    accumulates there and never waits."""
     from torch.distributed.pipelining.schedules import _ComputationType as Kind
 
-    alive: set[tuple[int, int]] = set()
-    waiting: set[tuple[int, int]] = set()
-    weights_wait: set[int] = set()
-    peak = 0.0
+    held = _Held(0, None, set(), set(), set(), set(), set())
+    passes: dict[int, int] = {}
     for action in actions:
         if action is None:
             continue
         stage, kind = action.stage_index, action.computation_type
+        held = held._replace(stage=stage, kind=kind)
         key = (stage, action.microbatch_index)
         if kind == Kind.FORWARD:
-            alive.add(key)
+            held.alive.add(key)
         elif kind == Kind.BACKWARD_INPUT and stage != 0:
-            waiting.add(key)
-            weights_wait.discard(stage)
+            held.waiting.add(key)
+        yield "start", held
+        if kind == Kind.BACKWARD_INPUT and stage != 0:
+            if stage in held.weights_wait:
+                held.accumulated.add(stage)
+            held.weights_wait.discard(stage)
         elif kind in (Kind.BACKWARD_WEIGHT, Kind.FULL_BACKWARD):
-            alive.discard(key)
-            waiting.discard(key)
+            held.alive.discard(key)
+            held.waiting.discard(key)
             if kind == Kind.BACKWARD_WEIGHT and stage != 0:
-                weights_wait.add(stage)
+                held.weights_wait.add(stage)
             else:
-                weights_wait.discard(stage)
-        others = len(weights_wait - {stage})
-        peak = max(peak, len(alive) + ratio * len(waiting) + weight_ratio * others)
+                held.weights_wait.discard(stage)
+                held.accumulated.add(stage)
+            passes[stage] = passes.get(stage, 0) + 1
+            if passes[stage] == m:
+                held.reduced.add(stage)
+        yield "end", held
+
+
+def _weighted_peak(actions: list, m: int, ratio: float, weight_ratio: float = 0.0) -> float:
+    """Largest activations + ``ratio`` x output gradients + ``weight_ratio`` x waiting weight
+    gradients over torch's order (:func:`_replay`), after each action, the weight gradients
+    counted for the stages other than the one the action runs."""
+    peak = 0.0
+    for when, held in _replay(actions, m):
+        if when == "end":
+            others = len(held.weights_wait - {held.stage})
+            peak = max(peak, len(held.alive) + ratio * len(held.waiting) + weight_ratio * others)
     return peak
 
 
@@ -180,14 +217,14 @@ def test_zero_bubble_holds_what_torchs_order_holds(vs, style):
     checked = 0
     for p, v, m in _legal("zero-bubble", vs, style):
         order = _torch_order(p, v, m, style)
-        held = [_weighted_peak(order[r], ratio=0.0) for r in range(p)]  # activations alone
+        held = [_weighted_peak(order[r], m, ratio=0.0) for r in range(p)]  # activations alone
         assert [chunks_in_flight("zero-bubble", p, v, m, r, style) for r in range(p)] == held, (p, v, m)
         # output gradients and waiting weight gradients of a stage(-micro-batch) / its activations
         for ratio, weight_ratio in itertools.product((0.25, 1.0, 1.5, 4.0), (0.0, 0.5, 1.0, 3.0, 10.0)):
             for r in range(p):
                 candidates = zero_bubble_peaks(p, v, m, r, style)
                 predicted = max(a + ratio * d + weight_ratio * w for a, d, w in candidates)
-                replayed = _weighted_peak(order[r], ratio, weight_ratio)
+                replayed = _weighted_peak(order[r], m, ratio, weight_ratio)
                 if style == "v" and m < 2 * p - 1:  # torch drops the micro-batches it planned for: a bound
                     assert predicted >= replayed, (p, v, m, r, ratio, weight_ratio)
                 else:
@@ -212,46 +249,38 @@ def test_zero_bubble_weight_gradients_waiting_by_hand():
     assert zero_bubble_peaks(4, 3, 12, 2) == ((12, 3, 2),)
 
 
-def _gradients_peak(actions: list, m: int, a: float, d: float, e: float, g: float, n: float) -> float:
+def _gradients_peak(actions: list, m: int, a: float, d: float, e: float, g: float, n: float, r: float = 0.0) -> float:
     """Largest a x activations + d x output gradients + e x stages' weight gradients in compute
     precision (the other stages' waiting and the running stage's own) + g x stages' fp32
-    accumulations + n x a weight pass's new gradients over torch's order, with FSDP2's rules: a
-    stage's weight pass leaves its gradients in compute precision until its next input pass, whose
-    post-backward hook makes (the first time) or adds into its fp32 accumulation; after a stage's
-    last weight pass of the step its gradients are reduce-scattered (the sharded ones are model
-    states), in compute precision and fp32 alike."""
+    accumulations + n x a weight pass's new gradients over torch's order (:func:`_replay`, as each
+    action starts), with FSDP2's rules: a stage's weight pass leaves its gradients in compute
+    precision until its next input pass, whose post-backward hook makes (the first time) or adds
+    into its fp32 accumulation; after a stage's last weight pass of the step its gradients are
+    reduce-scattered, in compute precision and fp32 alike, leaving r x its sharded gradients (less
+    its parameters, resharded)."""
     from torch.distributed.pipelining.schedules import _ComputationType as Kind
 
-    alive: set[tuple[int, int]] = set()
-    waiting: set[tuple[int, int]] = set()
-    weights_wait: set[int] = set()
-    accumulated: set[int] = set()
-    passes: dict[int, int] = {}
     peak = 0.0
-    for action in actions:
-        if action is None:
-            continue
-        stage, kind = action.stage_index, action.computation_type
-        key = (stage, action.microbatch_index)
-        if kind == Kind.FORWARD:
-            alive.add(key)
-        elif kind == Kind.BACKWARD_INPUT:
-            waiting.add(key)
-        new = n if kind == Kind.BACKWARD_WEIGHT else 0.0
-        peak = max(peak, a * len(alive) + d * len(waiting) + e * len(weights_wait) + g * len(accumulated) + new)
-        if kind == Kind.BACKWARD_INPUT:
-            if stage in weights_wait:
-                accumulated.add(stage)
-            weights_wait.discard(stage)
-        elif kind == Kind.BACKWARD_WEIGHT:
-            alive.discard(key)
-            waiting.discard(key)
-            weights_wait.add(stage)
-            passes[stage] = passes.get(stage, 0) + 1
-            if passes[stage] == m:
-                weights_wait.discard(stage)
-                accumulated.discard(stage)
+    for when, held in _replay(actions, m):
+        if when == "start":
+            new = n if held.kind == Kind.BACKWARD_WEIGHT else 0.0
+            bf16, fp32 = held.weights_wait - held.reduced, held.accumulated - held.reduced
+            grads = e * len(bf16) + g * len(fp32) + r * len(held.reduced)
+            peak = max(peak, a * len(held.alive) + d * len(held.waiting) + grads + new)
     return peak
+
+
+def _moments_peak(moments, v: int, a: float, d: float, e: float, g: float, n: float, r: float = 0.0) -> float:
+    """The largest of :func:`_gradients_peak`'s sum over the moments of planc.stages.zero_bubble_moments."""
+    return max(
+        a * c.held
+        + d * c.waiting
+        + e * (c.weights + ((c.weight_pass or c.input_pass) and c.running_grads))
+        + g * (v - c.first_waits if c.accumulations is None else c.accumulations)
+        + n * c.weight_pass
+        + r * c.reduced
+        for c in moments
+    )
 
 
 def test_zero_bubbles_last_rank_with_two_rounds_peaks_where_torchs_order_keeps_its_gradients():
@@ -266,26 +295,59 @@ def test_zero_bubbles_last_rank_with_two_rounds_peaks_where_torchs_order_keeps_i
         order = _torch_order(p, v, m, "looped")[p - 1]
         for a, d, n in itertools.product((0.1, 0.5, 1.0, 4.0), (0.25, 1.0), (0.3, 0.67, 1.0)):
             e, g = 1.0, 2.0
-            moments = zero_bubble_moments(p, v, m, p - 1)
-            predicted = max(
-                a * c.held
-                + d * c.waiting
-                + e * (c.weights + (c.weight_pass and c.running_grads))
-                + g * (v - c.first_waits)
-                + n * c.weight_pass
-                for c in moments
-            )
+            predicted = _moments_peak(zero_bubble_moments(p, v, m, p - 1), v, a, d, e, g, n)
             assert predicted == pytest.approx(_gradients_peak(order, m, a, d, e, g, n)), (p, v, a, d, n)
         checked += 1
     assert checked >= 8
     # By hand, p 4, v 2 (torch's order on rank 3: ... 7F7 7I7 7W4 3I4 7W5 ...): in 7W4, 8 held, 4
     # waiting, stage 3's first weight gradients (no fp32 yet), stage 7's accumulated at 7I4 with no
     # weight pass since; in 7W5, after 3I4 made stage 3's accumulation, 7 held and 7W4's beside 7W5's.
-    assert zero_bubble_moments(4, 2, 8, 3) == (
+    assert tuple(c[:6] for c in zero_bubble_moments(4, 2, 8, 3)) == (  # two rounds: no field after weight_pass
         (8, 4, 1, 1, False, True),
         (7, 4, 0, 0, True, True),
     )
-    assert zero_bubble_moments(4, 2, 16, 3) == ((8, 4, 1, 0, True, False),)  # four rounds: as before
+    assert zero_bubble_moments(4, 2, 16, 3) == (ZeroBubbleMoment(8, 4, 1, 0, True, False),)  # four rounds: as before
+
+
+def test_zero_bubble_with_one_round_peaks_where_torchs_order_keeps_its_gradients():
+    """Every looped rank with one round of micro-batches (p <= m < 2 p): its stages' weight passes
+    run one stage after another, the done ones reduced, the later ones with no gradient yet, the
+    running one's fp32 accumulation made only by an input pass after its first weight pass
+    (planc.stages.zero_bubble_moments), for every legal p and v, whatever the sizes' ratios
+    (fp32 accumulation twice the compute-precision gradients; a reduced stage's sharded gradients
+    less its resharded parameters below, at or above nothing)."""
+    checked = 0
+    for p, v, m in _legal("zero-bubble", (1, 2, 3, 4), "looped"):
+        if m >= 2 * p:
+            continue
+        order = _torch_order(p, v, m, "looped")
+        for rank in range(p):
+            moments = zero_bubble_moments(p, v, m, rank)
+            for a, d, n, r in itertools.product((0.1, 0.5, 1.0, 4.0), (0.25, 1.0), (0.3, 1.0), (-0.5, 0.0, 0.5)):
+                predicted = _moments_peak(moments, v, a, d, 1.0, 2.0, n, r)
+                assert predicted == pytest.approx(_gradients_peak(order[rank], m, a, d, 1.0, 2.0, n, r)), (
+                    p,
+                    v,
+                    m,
+                    rank,
+                    (a, d, n, r),
+                )
+        checked += 1
+    assert checked >= 20
+    # By hand, p 4, v 2, m 4 (torch's order on rank 0: 0F0-0F3 4F0-4F3 4I0 4W0 4I1 4W1 4I2 4W2 ...
+    # 4W3 0I0 0W0 ...): 4W0 holds all 8 stage-micro-batches and no gradient but the running
+    # group's; 4W1, after 4I1 made stage 4's fp32 accumulation from 4W0's gradients, 7; 4I2 holds 6,
+    # 4W1's gradients beside the accumulation; stage 0 runs with stage 4 reduced, 0W1 with 3 held.
+    # On rank 3 every input pass of stage 7 comes before its first weight pass (7F3 7I3 7W0 3I0
+    # 7W1): no accumulation is ever made, and from 7W1 on each weight pass finds the previous one's.
+    assert zero_bubble_moments(4, 2, 4, 0) == (
+        ZeroBubbleMoment(8, 1, 0, running_grads=False, weight_pass=True, accumulations=0),
+        ZeroBubbleMoment(7, 1, 0, running_grads=False, weight_pass=True, accumulations=1),
+        ZeroBubbleMoment(6, 1, 0, input_pass=True, accumulations=1),
+        ZeroBubbleMoment(4, 0, 0, running_grads=False, weight_pass=True, accumulations=0, reduced=1),
+        ZeroBubbleMoment(3, 0, 0, running_grads=False, weight_pass=True, accumulations=1, reduced=1),
+    )
+    assert ZeroBubbleMoment(7, 4, 0, weight_pass=True, accumulations=0) in zero_bubble_moments(4, 2, 4, 3)
 
 
 def _head_micro_batches_alive(actions: list, head_stage: int) -> int:

@@ -7,9 +7,9 @@ from functools import partial
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import (
+    moment_gradients,
     shard_states,
     weight_pass_gradient_bytes,
-    weight_pass_moment_bytes,
     with_contention,
 )
 from planc.cost.estimate import FROM_FIRST_BACKWARD, PHASES_JOINED, CommCost, Estimate, StageMemory, Term
@@ -70,9 +70,9 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
         sharded = model_state_bytes(st.params, lay.shard_degree, zero, ctx.state_bytes).grads
         largest = root if root else ctx.model.ffn * ctx.model.hidden / lay.tp
         moment = s.zero_bubble_moment
-        if moment is not None and moment.weight_pass:  # the zero-bubble moment prices its own
-            first = moment.first_waits * weight_pass_moment_bytes(ctx, s.rank)[0]
-            pipelined = _pipelined_buffers(st, head, largest, zero, e, g, sharded, accumulated - first, False)
+        if moment is not None and (moment.weight_pass or moment.input_pass):  # the moment prices its own
+            absent = moment_gradients(ctx, s.rank, moment).absent
+            pipelined = _pipelined_buffers(st, head, largest, zero, e, g, sharded, accumulated - absent, False)
             pipelined += _weight_pass_moment(ctx, s)
         else:
             pipelined = _pipelined_buffers(st, head, largest, zero, e, g, sharded, accumulated)
@@ -313,10 +313,14 @@ def _weight_pass_moment(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
     and the other stage's fp32 accumulation, neither there yet (+5.0%). Both terms belong to the
     weight pass, a backward ("backward"): no loss runs beside them."""
     moment = s.zero_bubble_moment
-    _, own, new = weight_pass_moment_bytes(ctx, s.rank)
-    terms = [Term("weight pass: the running parameter group's new gradients (the MLP's)", new, "backward")]
-    if moment is not None and moment.running_grads:
-        terms.append(Term("weight pass: the stage's gradients from its earlier weight passes", own, "backward"))
+    if moment is None:
+        return ()
+    kept = moment_gradients(ctx, s.rank, moment)
+    pass_name = "input pass" if moment.input_pass else "weight pass"
+    terms = [
+        Term("weight pass: the running parameter group's new gradients (the MLP's)", kept.new, "backward"),
+        Term(f"{pass_name}: the stage's gradients from its earlier weight passes", kept.own, "backward"),
+    ]
     return tuple(t for t in terms if t.value)
 
 

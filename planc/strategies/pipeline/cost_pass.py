@@ -9,7 +9,7 @@ from __future__ import annotations
 from planc import stages
 from planc.cost.comm import all_gather_seconds, p2p_seconds
 from planc.cost.context import CostContext
-from planc.cost.data_parallel import weight_pass_gradient_bytes, weight_pass_moment_bytes
+from planc.cost.data_parallel import moment_gradients, weight_pass_gradient_bytes
 from planc.cost.estimate import UNTIL_LATER_LOSS, CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import (
     SCHEDULES_HOLDING_LOGITS,
@@ -254,11 +254,10 @@ def _zero_bubble_peak(
     come alone, so the usual running stage's gradients need no price here)."""
     lay = ctx.layout
     candidates = stages.zero_bubble_moments(lay.pp, lay.virtual_stages, ctx.micro_batches, s.rank, ctx.stage_style)
-    accumulated, own, new = weight_pass_moment_bytes(ctx, s.rank)
 
     def held(c: stages.ZeroBubbleMoment) -> float:
-        moment = c.weight_pass * (new + c.running_grads * own)
-        return c.held * activations + c.waiting * grads + c.weights * weights - c.first_waits * accumulated + moment
+        kept = moment_gradients(ctx, s.rank, c)
+        return c.held * activations + c.waiting * grads + c.weights * weights - kept.absent + kept.own + kept.new
 
     return max(candidates, key=held)
 
