@@ -246,16 +246,7 @@ def test_a_zero_bubble_middle_stage_holds_its_other_stages_weight_pass_gradients
     # wq, wk, wv, wo with bias 4 x 262,656; w1 1,050,624; w2 1,049,088): 2 x 3,152,384 B = 6.0 MiB
     # waiting, 6.3% of the 96 MiB peak, which the cost model missed (-5.2%). What is left is
     # the other terms' (+1.0%): 2.5% holds it with the missing block well outside.
-    plan = _plan(
-        "tp = 1  pp = 4  dp = 2  zero = 2  schedule = zero-bubble  virtual_stages = 2  recompute = none",
-        layers=8,
-        vocab=512,
-        nodes=2,
-        batch=16,
-        precision="bf16",
-        hidden=512,
-    )
-    layout = Layout(tp=1, pp=4, dp=2, zero=2, recompute="none", schedule="zero-bubble", virtual_stages=2, micro_batch=1)
+    plan, layout = _looped_zero_bubble(micro_batches=8)
     assert refusal(plan, layout, REGISTRY) is None
     result = simulate(plan, layout, REGISTRY, [2])  # pipeline rank 1, data-parallel rank 0
     (peak,) = [r for r in result["rows"] if r["section"] == "peak memory"]
@@ -273,17 +264,7 @@ def test_the_last_zero_bubble_rank_with_two_rounds_peaks_in_its_last_stages_weig
     # running parameter group, the MLP's 2 x (2 x 512 x 2048 + 2048 + 512) B = 4.0 MiB, nothing of
     # stage 3 waiting. The model counted, at 8 held, stage 3's 6.0 MiB as if accumulated and
     # stage 7's own block beside (+5.0%); 2.5% holds the running group's 4 MiB (4.1%) out.
-    plan = _plan(
-        "tp = 1  pp = 4  dp = 2  zero = 2  schedule = zero-bubble  virtual_stages = 2  recompute = none",
-        layers=8,
-        vocab=512,
-        nodes=2,
-        batch=16,
-        precision="bf16",
-        hidden=512,
-    )
-    layout = Layout(tp=1, pp=4, dp=2, zero=2, recompute="none", schedule="zero-bubble", virtual_stages=2, micro_batch=1)
-    result = simulate(plan, layout, REGISTRY, [6])  # pipeline rank 3, data-parallel rank 0
+    result = simulate(*_looped_zero_bubble(micro_batches=8), REGISTRY, [6])  # pipeline rank 3, data-parallel rank 0
     (peak,) = [r for r in result["rows"] if r["section"] == "peak memory"]
     assert abs(peak["error"]) < 0.025, peak
 
@@ -301,17 +282,7 @@ def test_zero_bubble_ranks_with_one_round_hold_only_the_running_stages_gradients
     # no accumulation at all, 7W0's gradients in bf16 (6.5 MiB with the head) beside 7W1's. The
     # model held every stage's accumulation (24-25 MiB) and the other stage's waiting gradients
     # (6.0 MiB): +20% to +41%; 3% holds one stage's accumulation (15% of the peak) out.
-    plan = _plan(
-        "tp = 1  pp = 4  dp = 2  zero = 2  schedule = zero-bubble  virtual_stages = 2  recompute = none",
-        layers=8,
-        vocab=512,
-        nodes=2,
-        batch=2 * micro_batches,
-        precision="bf16",
-        hidden=512,
-    )
-    layout = Layout(tp=1, pp=4, dp=2, zero=2, recompute="none", schedule="zero-bubble", virtual_stages=2, micro_batch=1)
-    result = simulate(plan, layout, REGISTRY, [rank])
+    result = simulate(*_looped_zero_bubble(micro_batches), REGISTRY, [rank])
     (peak,) = [r for r in result["rows"] if r["section"] == "peak memory"]
     assert abs(peak["error"]) < 0.03, peak
 
@@ -363,6 +334,22 @@ def test_the_last_gpipe_stage_over_zero3_keeps_its_blocks_gathered_at_a_later_lo
     # is what runs out of memory: no lower than -0.5%, and within 1%.
     peak = _last_gpipe_stage_peak(zero=3, precision=precision)
     assert -0.005 <= peak["error"] < 0.01, peak
+
+
+def _looped_zero_bubble(micro_batches: int) -> tuple:
+    """The tiny looped zero-bubble plan of the tests above and its layout: PP 4 x DP 2, two stages
+    of one block (hidden 512) per rank, bf16 over ZeRO-2, ``micro_batches`` of one sequence."""
+    plan = _plan(
+        "tp = 1  pp = 4  dp = 2  zero = 2  schedule = zero-bubble  virtual_stages = 2  recompute = none",
+        layers=8,
+        vocab=512,
+        nodes=2,
+        batch=2 * micro_batches,
+        precision="bf16",
+        hidden=512,
+    )
+    layout = Layout(tp=1, pp=4, dp=2, zero=2, recompute="none", schedule="zero-bubble", virtual_stages=2, micro_batch=1)
+    return plan, layout
 
 
 def _last_gpipe_stage_peak(*, zero: int, precision: str) -> dict:
