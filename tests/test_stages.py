@@ -200,16 +200,22 @@ def _replay(actions: list, m: int) -> Iterator[tuple[str, _Held]]:
         yield "end", held
 
 
-def _weighted_peak(actions: list, m: int, ratio: float, weight_ratio: float = 0.0) -> float:
+def _after_each_action(actions: list, m: int) -> list[tuple[int, int, int]]:
+    """(activations, output gradients, other stages' waiting weight gradients) held after each
+    action of torch's order (:func:`_replay`), counted once for all the weights
+    :func:`_weighted_peak` tries."""
+    return [
+        (len(held.alive), len(held.waiting), len(held.weights_wait - {held.stage}))
+        for when, held in _replay(actions, m)
+        if when == "end"
+    ]
+
+
+def _weighted_peak(counts: list[tuple[int, int, int]], ratio: float, weight_ratio: float = 0.0) -> float:
     """Largest activations + ``ratio`` x output gradients + ``weight_ratio`` x waiting weight
-    gradients over torch's order (:func:`_replay`), after each action, the weight gradients
-    counted for the stages other than the one the action runs."""
-    peak = 0.0
-    for when, held in _replay(actions, m):
-        if when == "end":
-            others = len(held.weights_wait - {held.stage})
-            peak = max(peak, len(held.alive) + ratio * len(held.waiting) + weight_ratio * others)
-    return peak
+    gradients over :func:`_after_each_action`'s counts, the weight gradients counted for the
+    stages other than the one the action runs."""
+    return max([0.0, *(alive + ratio * waiting + weight_ratio * others for alive, waiting, others in counts)])
 
 
 @pytest.mark.parametrize("vs, style", [((1, 2, 3, 4), "looped"), ((2,), "v")], ids=["looped", "v"])
@@ -217,14 +223,15 @@ def test_zero_bubble_holds_what_torchs_order_holds(vs, style):
     checked = 0
     for p, v, m in _legal("zero-bubble", vs, style):
         order = _torch_order(p, v, m, style)
-        held = [_weighted_peak(order[r], m, ratio=0.0) for r in range(p)]  # activations alone
+        counts = [_after_each_action(order[r], m) for r in range(p)]
+        held = [_weighted_peak(counts[r], ratio=0.0) for r in range(p)]  # activations alone
         assert [chunks_in_flight("zero-bubble", p, v, m, r, style) for r in range(p)] == held, (p, v, m)
         # output gradients and waiting weight gradients of a stage(-micro-batch) / its activations
         for ratio, weight_ratio in itertools.product((0.25, 1.0, 1.5, 4.0), (0.0, 0.5, 1.0, 3.0, 10.0)):
             for r in range(p):
                 candidates = zero_bubble_peaks(p, v, m, r, style)
                 predicted = max(a + ratio * d + weight_ratio * w for a, d, w in candidates)
-                replayed = _weighted_peak(order[r], m, ratio, weight_ratio)
+                replayed = _weighted_peak(counts[r], ratio, weight_ratio)
                 if style == "v" and m < 2 * p - 1:  # torch drops the micro-batches it planned for: a bound
                     assert predicted >= replayed, (p, v, m, r, ratio, weight_ratio)
                 else:
@@ -249,25 +256,44 @@ def test_zero_bubble_weight_gradients_waiting_by_hand():
     assert zero_bubble_peaks(4, 3, 12, 2) == ((12, 3, 2),)
 
 
-def _gradients_peak(actions: list, m: int, a: float, d: float, e: float, g: float, n: float, r: float = 0.0) -> float:
-    """Largest a x activations + d x output gradients + e x stages' weight gradients in compute
-    precision (the other stages' waiting and the running stage's own) + g x stages' fp32
-    accumulations + n x a weight pass's new gradients over torch's order (:func:`_replay`, as each
-    action starts), with FSDP2's rules: a stage's weight pass leaves its gradients in compute
-    precision until its next input pass, whose post-backward hook makes (the first time) or adds
-    into its fp32 accumulation; after a stage's last weight pass of the step its gradients are
-    reduce-scattered, in compute precision and fp32 alike, leaving r x its sharded gradients (less
-    its parameters, resharded)."""
+def _as_each_action_starts(actions: list, m: int) -> list[tuple[int, int, int, int, int, bool]]:
+    """(activations, output gradients, stages' weight gradients in compute precision, stages' fp32
+    accumulations, stages reduced, whether it is a weight pass) as each action of torch's order
+    starts (:func:`_replay`), with FSDP2's rules: a stage's weight pass leaves its gradients in
+    compute precision until its next input pass, whose post-backward hook makes (the first time)
+    or adds into its fp32 accumulation; after a stage's last weight pass of the step its
+    gradients are reduce-scattered, in compute precision and fp32 alike. Counted once for all the
+    sizes :func:`_gradients_peak` tries."""
     from torch.distributed.pipelining.schedules import _ComputationType as Kind
 
-    peak = 0.0
-    for when, held in _replay(actions, m):
-        if when == "start":
-            new = n if held.kind == Kind.BACKWARD_WEIGHT else 0.0
-            bf16, fp32 = held.weights_wait - held.reduced, held.accumulated - held.reduced
-            grads = e * len(bf16) + g * len(fp32) + r * len(held.reduced)
-            peak = max(peak, a * len(held.alive) + d * len(held.waiting) + grads + new)
-    return peak
+    return [
+        (
+            len(held.alive),
+            len(held.waiting),
+            len(held.weights_wait - held.reduced),
+            len(held.accumulated - held.reduced),
+            len(held.reduced),
+            held.kind == Kind.BACKWARD_WEIGHT,
+        )
+        for when, held in _replay(actions, m)
+        if when == "start"
+    ]
+
+
+def _gradients_peak(counts: list, a: float, d: float, e: float, g: float, n: float, r: float = 0.0) -> float:
+    """Largest a x activations + d x output gradients + e x stages' weight gradients in compute
+    precision (the other stages' waiting and the running stage's own) + g x stages' fp32
+    accumulations + n x a weight pass's new gradients + r x a reduced stage's sharded gradients
+    (less its parameters, resharded) over :func:`_as_each_action_starts`' counts."""
+    return max(
+        [
+            0.0,
+            *(
+                a * alive + d * waiting + e * bf16 + g * fp32 + r * reduced + (n if weight_pass else 0.0)
+                for alive, waiting, bf16, fp32, reduced, weight_pass in counts
+            ),
+        ]
+    )
 
 
 def _moments_peak(moments, v: int, a: float, d: float, e: float, g: float, n: float, r: float = 0.0) -> float:
@@ -292,11 +318,11 @@ def test_zero_bubbles_last_rank_with_two_rounds_peaks_where_torchs_order_keeps_i
     for p, v, m in _legal("zero-bubble", (2, 3, 4), "looped"):
         if m != 2 * p:
             continue
-        order = _torch_order(p, v, m, "looped")[p - 1]
+        counts = _as_each_action_starts(_torch_order(p, v, m, "looped")[p - 1], m)
         for a, d, n in itertools.product((0.1, 0.5, 1.0, 4.0), (0.25, 1.0), (0.3, 0.67, 1.0)):
             e, g = 1.0, 2.0
             predicted = _moments_peak(zero_bubble_moments(p, v, m, p - 1), v, a, d, e, g, n)
-            assert predicted == pytest.approx(_gradients_peak(order, m, a, d, e, g, n)), (p, v, a, d, n)
+            assert predicted == pytest.approx(_gradients_peak(counts, a, d, e, g, n)), (p, v, a, d, n)
         checked += 1
     assert checked >= 8
     # By hand, p 4, v 2 (torch's order on rank 3: ... 7F7 7I7 7W4 3I4 7W5 ...): in 7W4, 8 held, 4
@@ -323,9 +349,10 @@ def test_zero_bubble_with_one_round_peaks_where_torchs_order_keeps_its_gradients
         order = _torch_order(p, v, m, "looped")
         for rank in range(p):
             moments = zero_bubble_moments(p, v, m, rank)
+            counts = _as_each_action_starts(order[rank], m)
             for a, d, n, r in itertools.product((0.1, 0.5, 1.0, 4.0), (0.25, 1.0), (0.3, 1.0), (-0.5, 0.0, 0.5)):
                 predicted = _moments_peak(moments, v, a, d, 1.0, 2.0, n, r)
-                assert predicted == pytest.approx(_gradients_peak(order[rank], m, a, d, 1.0, 2.0, n, r)), (
+                assert predicted == pytest.approx(_gradients_peak(counts, a, d, 1.0, 2.0, n, r)), (
                     p,
                     v,
                     m,
