@@ -128,6 +128,14 @@ class RuntimeProfile:
     (Narayanan et al. 2021, Sec. 4.1 'scatter/gather optimization')."""
     dp_overlap: bool = True
     """Data-parallel gradient reduction overlaps the backward pass (torch DDP buckets, FSDP)."""
+    distributed_optimizer: bool = False
+    """ZeRO-1 as Megatron-Core's distributed optimizer runs it (``--use-distributed-optimizer
+    --overlap-grad-reduce --overlap-param-gather``): the gradients are *reduce-scattered* in buckets
+    during the backward, each rank receiving the shard it updates, and the updated parameters are
+    all-gathered in the same buckets during the next forward, each bucket waited for by the first
+    module that uses it -- 2 Psi of traffic, as ZeRO Sec. 7.2 counts it, mostly hidden. torch's
+    ``ZeroRedundancyOptimizer`` (planc's program) all-reduces the gradients and broadcasts the
+    parameters after the step instead (:mod:`planc.strategies.zero1.cost_pass`)."""
     ddp_bucket_copy: bool = False
     """Whether DDP holds a second, flat copy of every gradient in its buckets (torch's default
     ``gradient_as_bucket_view=False``). planc's ``ddp`` sets ``gradient_as_bucket_view=True``, so the
@@ -199,9 +207,10 @@ MEGATRON_LM_2021 = RuntimeProfile(
 #: Megatron-Core with Transformer Engine as NVIDIA benchmarked it on H100 in 2024 (Megatron-LM
 #: README at f2e5db4, r0.8.0): bf16 with fp32 main grads and the distributed optimizer, fused
 #: kernels, fused (cuDNN) attention, sequence parallelism that keeps the 1/t shard, pipeline
-#: buffers for the micro-batches in flight and non-blocking p2p, gradient reduce-scatter and
-#: parameter all-gather overlapped with compute, dropout 0.1 (Megatron's default). Its overlap of
-#: tensor-parallel communication with GEMMs (``--tp-comm-overlap``) is not modelled.
+#: buffers for the micro-batches in flight and non-blocking p2p, the distributed optimizer's
+#: gradient reduce-scatter and parameter all-gather overlapped with compute (the README's scaling
+#: runs pass ``--overlap-grad-reduce --overlap-param-gather``), dropout 0.1 (Megatron's default).
+#: Its overlap of tensor-parallel communication with GEMMs (``--tp-comm-overlap``) is not modelled.
 MEGATRON_CORE_2024 = RuntimeProfile(
     name="Megatron-Core 2024 (Transformer Engine, H100)",
     gpu_only=True,
@@ -216,6 +225,7 @@ MEGATRON_CORE_2024 = RuntimeProfile(
     pp_p2p_blocking=False,
     p2p_scatter_gather=False,
     dp_overlap=True,
+    distributed_optimizer=True,
     state_bytes=StateBytes(working=2, master=4, grads=4, optimizer=8),
     residual_bytes=2,
 )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from planc.cost.comm import all_gather_seconds, broadcasts_seconds
+import math
+
+from planc.cost.comm import all_gather_seconds, broadcasts_seconds, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import bucket_bytes, bucket_terms, grad_all_reduce, shard_states, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory
@@ -19,8 +21,10 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     planc's program builds ``ZeroRedundancyOptimizer`` with torch's default
     ``parameters_as_bucket_view=False``, and ``_sync_params`` then broadcasts parameter by
     parameter (torch/distributed/optim/zero_redundancy_optimizer.py, ``_broadcast_params_from_rank``):
-    one broadcast's latency per parameter tensor, not one all-gather's. Another runtime's
-    profile (Megatron-Core's bucketed distributed optimizer) keeps the all-gather.
+    one broadcast's latency per parameter tensor, not one all-gather's. Megatron-LM 2021's profile
+    (MT-NLG's ZeRO-1) keeps an all-reduce and one all-gather, exposed as here; Megatron-Core's
+    distributed optimizer reduce-scatters and all-gathers in buckets behind compute
+    (:func:`_distributed_optimizer`).
 
     Memory: ``ZeroRedundancyOptimizer`` gives each parameter tensor whole to one rank
     (:mod:`planc.cost.zero_partition`); a stage's optimizer states are its most loaded rank's,
@@ -28,6 +32,9 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     lay = ctx.layout
     if lay.dp == 1:
         return est
+    if ctx.profile.distributed_optimizer:
+        comm, hidden = _distributed_optimizer(ctx)
+        return with_contention(ctx, shard_states(ctx, est, 1, lambda s: (), comm), hidden)
     link = ctx.links["dp"]
     nbytes, seconds, exposed = grad_all_reduce(ctx, bucket_bytes(options))
     params = ctx.state_bytes.working * max(st.params for st in ctx.stages)
@@ -56,3 +63,47 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
 def _most_loaded_rank(ctx: CostContext, s: StageMemory) -> StageMemory:
     """Stage memory with the master and optimizer states of the data-parallel rank holding most."""
     return with_zero1_share(ctx, s, max(zero1_state_elements(ctx, s.rank)))
+
+
+def megatron_bucket_params(dp: int) -> int:
+    """Parameters per bucket of Megatron-Core's data-parallel buffers when none is given:
+    max(40,000,000, 1,000,000 x dp) ("larger DP sizes need larger buckets to ensure collectives do
+    not become latency-bound": ``DistributedDataParallelConfig.bucket_size``, Megatron-LM
+    megatron/core/distributed/distributed_data_parallel_config.py, core_v0.7.0)."""
+    return max(40_000_000, 1_000_000 * dp)
+
+
+def _distributed_optimizer(ctx: CostContext) -> tuple[CommCost, float]:
+    """(traffic, seconds of it hidden behind compute) of Megatron-Core's distributed optimizer
+    (:attr:`~planc.cost.profile.RuntimeProfile.distributed_optimizer`) on the most loaded stage.
+
+    Both collectives run per bucket (:func:`megatron_bucket_params`), the gradients in the reduce
+    precision (fp32 under bf16: Megatron sets ``accumulate_allreduce_grads_in_fp32`` for bf16), the
+    parameters in the working precision:
+
+    - the reduce-scatter of a bucket starts once the last micro-batch's backward has made its
+      gradients: what does not fit behind that backward is exposed, and at least the last bucket;
+    - the all-gather of a bucket is waited for by the next forward's first module in it: what does
+      not fit behind the first micro-batch's forward is exposed, and at least the first bucket.
+
+    Without ``dp_overlap`` both are exposed whole."""
+    link = ctx.links["dp"]
+    params = max(st.params for st in ctx.stages)
+    grads, weights = ctx.grad_reduce_bytes * params, ctx.state_bytes.working * params
+    buckets = max(1, math.ceil(params / megatron_bucket_params(ctx.layout.dp)))
+    scatter_one = reduce_scatter_seconds(grads / buckets, link)
+    gather_one = all_gather_seconds(weights / buckets, link)
+    scatter, gather = buckets * scatter_one, buckets * gather_one
+    if ctx.profile.dp_overlap:
+        exposed = max(scatter - ctx.slowest.backward, scatter_one) + max(gather - ctx.slowest.forward, gather_one)
+    else:
+        exposed = scatter + gather
+    comm = CommCost(
+        "dp",
+        volume=(ctx.layout.dp - 1) / ctx.layout.dp * (grads + weights),
+        total=scatter + gather,
+        exposed=exposed,
+        medium=link.medium,
+        detail="reduce-scatter of gradients behind the backward + all-gather of parameters behind the next forward",
+    )
+    return comm, scatter + gather - exposed
