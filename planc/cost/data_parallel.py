@@ -79,6 +79,9 @@ class MomentGradients(NamedTuple):
     """Bytes of the running stage's gradients from its earlier weight passes, in compute precision."""
     new: float
     """Bytes of the running weight pass's new parameter group's gradients."""
+    resharded: float = 0.0
+    """Of ``absent``, the gathered parameters: those of the stages already reduced, which the
+    working copy counts gathered (the rest is gradients)."""
 
 
 def moment_gradients(ctx: CostContext, rank: int, moment: ZeroBubbleMoment) -> MomentGradients:
@@ -110,13 +113,14 @@ def moment_gradients(ctx: CostContext, rank: int, moment: ZeroBubbleMoment) -> M
     blocks = st.layers / v * st.layer_params
     accumulations = v - moment.first_waits if moment.accumulations is None else moment.accumulations
     absent = (v - accumulations) * accumulated + moment.reduced * (accumulated - accumulated / ctx.layout.shard_degree)
-    absent += moment.reduced * e * blocks
+    resharded = moment.reduced * e * blocks
     running_root = moment.accumulations is None  # two rounds: the running stage is the head's
     if moment.accumulations is not None and root:
         order = 0 if st.head else v - 1  # the root's stage, in the order the backwards run
         running_root = order == moment.reduced
         if order < moment.reduced:  # reduced
-            absent += g * root - g * root / ctx.layout.shard_degree + e * root
+            absent += g * root - g * root / ctx.layout.shard_degree
+            resharded += e * root
         elif order > moment.reduced or not moment.accumulations:  # no accumulation yet
             absent += g * root
     own = own - (0.0 if running_root else e * root)
@@ -125,9 +129,10 @@ def moment_gradients(ctx: CostContext, rank: int, moment: ZeroBubbleMoment) -> M
         # gradients exist in compute precision until its hook adds them, as in any backward.
         new = e * st.layer_params
     return MomentGradients(
-        absent,
+        absent + resharded,
         own if moment.running_grads and (moment.weight_pass or moment.input_pass) else 0.0,
         new if moment.weight_pass else 0.0,
+        resharded,
     )
 
 

@@ -142,6 +142,15 @@ class StageMemory:
     zero_bubble_moment: ZeroBubbleMoment | None = None
     """Zero-bubble: the moment of the rank's peak (:func:`planc.stages.zero_bubble_moments`), for
     what the data-parallel wrapper keeps of the gradients there."""
+    accumulated_grads: float | None = None
+    """Gradient bytes a data-parallel wrapper that reduces once per step keeps from the step's
+    first backward on *in place of* ``grads`` (None: ``grads`` is what a backward leaves). FSDP
+    under a pipeline accumulates the gradients unsharded in fp32 and reduce-scatters them into
+    the sharded ones, which ``grads`` counts, only after the last micro-batch, when the
+    activations are gone (``strategies/fsdp/cost_pass.py``, ``_pipelined_buffers``): mid-step no
+    sharded gradient exists, so a moment after a backward holds these instead (:meth:`_moments`).
+    Counting ``grads`` there and taking them off again in a buffer term printed a negative
+    "held" amount where a zero-bubble rank holds no accumulation at its peak."""
 
     def _peak(self) -> tuple[_Moment, float]:
         """(the moment of the stage's peak, bytes of the terms held there): the moment of the step
@@ -191,10 +200,10 @@ class StageMemory:
         blocks = self.act_per_layer * self.act_layers
         if not self.first_backward_frees:  # the gradients are held throughout
             for phase in (*phases, ""):
-                yield _Moment(phase, self.grads, blocks)
+                yield _Moment(phase, self._after_backward(self.grads), blocks)
             return
         # After the first micro-batch's backward: every gradient, its activations freed.
-        grads, freed = self.grads, blocks - self.act_per_layer * self.first_backward_frees
+        grads, freed = self._after_backward(self.grads), blocks - self.act_per_layer * self.first_backward_frees
         later = self.act_layers > self.first_backward_frees
         for phase in dict.fromkeys((*phases, "backward")):
             if phase in ("forward start", "forward"):  # before any backward
@@ -205,12 +214,32 @@ class StageMemory:
                     yield _Moment(phase, grads, freed, later_loss=phase == "loss")
             else:  # a block's backward: the first one (the head's gradients only) to the last (all but the embedding's)
                 yield _Moment(phase, self.head_grads, blocks, after_backward=False)
-                yield _Moment(phase, grads - self.embedding_grads, freed)
+                yield _Moment(phase, self._after_backward(self.grads - self.embedding_grads), freed)
                 if phase == "embedding" and later:  # a later micro-batch's, beside the embedding's gradient
                     # whose terms count beyond the finished activations, against every block's
                     yield _Moment(phase, grads, blocks, later_loss=True)
         yield _Moment("", 0.0, blocks, after_backward=False)  # the forward's end
         yield _Moment("", grads, freed)  # the embedding's backward, with no phase's terms of its own
+
+    def _after_backward(self, grads: float) -> float:
+        """Gradient bytes held after a backward where the model states' ``grads`` would hold
+        ``grads`` of them: the same, or under a wrapper that keeps ``accumulated_grads`` in their
+        place, those less what ``grads`` lacks (the embedding's before its first backward).
+
+        At the last block's backward of the first micro-batch (``first_backward_frees``) that may
+        come to less than nothing -- an accumulation smaller than the embedding's sharded share,
+        where a zero-bubble rank holds none yet: none is held. The moment then holds less than the
+        same phase's start (every activation, the head's gradients), which comes first and is
+        kept by ``max``: the peak does not move."""
+        if self.accumulated_grads is None:
+            return grads
+        return max(0.0, grads - self.grads + self.accumulated_grads)
+
+    @property
+    def grads_after_backward(self) -> float:
+        """Gradient bytes held from the step's first backward on: the accumulation a wrapper keeps
+        in place of the model states' gradients, else those."""
+        return self.grads if self.accumulated_grads is None else self.accumulated_grads
 
     @property
     def peak_phase(self) -> str:

@@ -50,6 +50,16 @@ def transient_rows(s: StageMemory) -> list[MemoryRow]:
     return _term_rows(s, s.transient)
 
 
+#: The gradients row of a stage whose wrapper keeps an accumulation in place of the sharded
+#: gradients (``StageMemory.accumulated_grads``: FSDP under a pipeline).
+ACCUMULATED_GRADIENTS = "gradients: unsharded fp32, accumulated over micro-batches (sharded at the step's end)"
+
+
+def gradients_name(s: StageMemory) -> str:
+    """The gradients row's name: what the stage holds of them after a backward."""
+    return "gradients" if s.accumulated_grads is None else ACCUMULATED_GRADIENTS
+
+
 def memory_rows(est: Estimate) -> list[tuple[str, float, list[tuple[str, float]]]]:
     """The memory of the worst pipeline rank as (group, bytes, [(row, bytes)]) held at its peak:
     every group's bytes are the sum of its rows, and the groups' sum is the total."""
@@ -61,7 +71,7 @@ def memory_rows(est: Estimate) -> list[tuple[str, float, list[tuple[str, float]]
             [
                 ("parameters (working copy)", s.params),
                 ("master weights (fp32)", s.master),
-                ("gradients", s.grads_at_peak),
+                (gradients_name(s), s.grads_at_peak),
                 ("optimizer states", s.optimizer),
             ],
         ),
@@ -81,7 +91,7 @@ def memory_dict(est: Estimate) -> dict[str, Any]:
         "params_bytes": worst.params,
         "master_bytes": worst.master,
         "grads_bytes": worst.grads_at_peak,  # at the peak: none yet when it comes before the first backward
-        "grads_after_backward_bytes": worst.grads,
+        "grads_after_backward_bytes": worst.grads_after_backward,
         "optimizer_bytes": worst.optimizer,  # Adam m and v (or momentum) only: master_bytes is its own part
         "activations_bytes": worst.activations,
         "transient_bytes": worst.transient_bytes,
@@ -127,8 +137,9 @@ def memory_table(est: Estimate, plan: Plan) -> list[str]:
         for r in (*activation_rows(s), *transient_rows(s))
         if not r.at_peak
     ]
-    if s.grads_at_peak < s.grads:
-        elsewhere.append(("gradients, from the step's first backward on (set to None between steps)", s.grads))
+    if s.grads_at_peak < s.grads_after_backward:
+        name = gradients_name(s) + ", from the step's first backward on (set to None between steps)"
+        elsewhere.append((name, s.grads_after_backward))
     if elsewhere:  # held in another phase of the step than the peak: shown, not added
         where = f"the {s.peak_phase} phase" if s.peak_phase else "the forward's end"
         lines += ["", f"    not at the peak ({where} is larger):"]

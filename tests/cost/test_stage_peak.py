@@ -79,6 +79,28 @@ def test_terms_held_from_the_first_backward_or_until_a_later_loss():
     assert s.total == 10 + 20 + 8 + 18 + 6 + 8 + 5
 
 
+def test_an_accumulation_kept_in_place_of_the_gradients():
+    # FSDP under a pipeline: the sharded gradients (grads, 8) exist only after the step; from the
+    # first backward on the stage holds its accumulation (accumulated_grads) instead.
+    s = StageMemory(**BASE, transient=TERMS, accumulated_grads=0.0)
+    # none accumulated at the peak (a zero-bubble rank with one round): 10 + 20 + 0 + 18 + 1 + 7
+    assert s.peak_phase == "head backward" and s.total == 56
+    assert s.grads_at_peak == 0 and s.grads_after_backward == 0 and s.model_states == 10 + 20 + 8
+    s = StageMemory(**BASE, transient=TERMS, accumulated_grads=16.0)
+    assert s.total == 10 + 20 + 16 + 18 + 1 + 7 and s.grads_at_peak == 16
+    # GPipe-like (3 micro-batches of 2 blocks), embedding's sharded gradients 2 of the 8:
+    # backward start (before any backward): 0 + 18 = 18; its last block in the first micro-batch:
+    # 16 - 2 = 14 + 12 = 26; later loss 16 + 12 = 28 + 5; later head backward 28 + 7 = 35
+    s = StageMemory(**BASE, transient=TERMS, first_backward_frees=2.0, embedding_grads=2.0, accumulated_grads=16.0)
+    assert s.peak_phase == "head backward" and s.total == 10 + 20 + 16 + 12 + 1 + 7
+    # an accumulation smaller than the embedding's share: none at that moment, not -1
+    s = StageMemory(**BASE, transient=TERMS[3:], first_backward_frees=2.0, embedding_grads=2.0, accumulated_grads=1.0)
+    # (backward start, its last block: max(0, 8 - 2 - 8 + 1), the forward's end, the embedding's backward)
+    assert [m.grads for m in s._moments(["backward"])] == [0.0, 0.0, 0.0, 1.0]
+    # backward start 0 + 18 + 4 beats its last block 0 + 12 + 4 and the step's end 1 + 12
+    assert s.peak_phase == "backward" and s.total == 10 + 20 + 18 + 4
+
+
 def test_the_embeddings_gradient_comes_after_every_block_backward():
     # One micro-batch of 6 blocks under recompute: 1 byte of activations per block, a working set of
     # 4 while a block runs backward; gradients 30, of which the embedding's 12 come last.
@@ -275,7 +297,7 @@ def test_zero3_gpipe_keeps_the_blocks_gathered_at_a_later_loss():
     term = terms[name]
     assert term == Term(name, 4 * 2 * 99_520, "loss", FROM_FIRST_BACKWARD)
     # the peak is that later loss (simulated, docs/verify.md), the blocks counted there
-    assert last.peak_phase == "loss" and last.grads_at_peak == last.grads and last.at_peak(term)
+    assert last.peak_phase == "loss" and last.grads_at_peak == last.grads_after_backward and last.at_peak(term)
     # 1F1B reshards each block in the forward between; ZeRO-2 counts them in its states
     assert name not in _tp2_pp2_last_stage(3, "1f1b")[1]
     assert name not in _tp2_pp2_last_stage(2, "gpipe")[1]

@@ -13,11 +13,12 @@ from planc.cost.data_parallel import (
     with_contention,
 )
 from planc.cost.estimate import FROM_FIRST_BACKWARD, PHASES_JOINED, CommCost, Estimate, StageMemory, Term
-from planc.cost.memory import fsdp_gather_bytes, model_state_bytes
+from planc.cost.memory import fsdp_gather_bytes
 from planc.cost.params import StageParams, embedding_params_per_shard, whole_embedding_gradient_rows
 from planc.cost.wrappers import fsdp_seconds, with_dtensor_optimizer, with_wrapper_time
 from planc.hardware.topology import GroupLink
 from planc.spec.layout import Layout
+from planc.stages import ZeroBubbleMoment
 
 _ACCUMULATED = "unsharded fp32 gradients kept across micro-batches"
 
@@ -67,15 +68,12 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
     else:
         accumulated, embedding_terms = 0.0, reduced_embedding_gradient(ctx, st)
     if lay.pp > 1 and deferred:
-        sharded = model_state_bytes(st.params, lay.shard_degree, zero, ctx.state_bytes).grads
         largest = root if root else ctx.model.ffn * ctx.model.hidden / lay.tp
-        moment = s.zero_bubble_moment
-        if moment is not None and (moment.weight_pass or moment.input_pass):  # the moment prices its own
-            absent = moment_gradients(ctx, s.rank, moment).absent
-            pipelined = _pipelined_buffers(st, head, largest, zero, e, g, sharded, accumulated - absent, False)
-            pipelined += _weight_pass_moment(ctx, s)
+        if _priced_moment(s):
+            pipelined = _pipelined_buffers(st, head, largest, zero, e, g, False)
+            pipelined += _weight_pass_moment(ctx, s) + _resharded_at_the_moment(ctx, s)
         else:
-            pipelined = _pipelined_buffers(st, head, largest, zero, e, g, sharded, accumulated)
+            pipelined = _pipelined_buffers(st, head, largest, zero, e, g)
         pipelined += _blocks_gathered_at_a_later_loss(ctx, st, s)
         return pipelined + _waiting_weight_gradients(ctx, s) + embedding_terms
     held, per_block = fsdp_gather_bytes(st.layer_params, root, head, zero, e, g)
@@ -218,15 +216,7 @@ def whole_embedding_gradient(
 
 
 def _pipelined_buffers(
-    st: StageParams,
-    root: int,
-    largest: float,
-    zero: int,
-    e: int,
-    g: int,
-    sharded_grads: float,
-    whole: float,
-    compute_precision: bool = True,
+    st: StageParams, root: int, largest: float, zero: int, e: int, g: int, compute_precision: bool = True
 ) -> tuple[Term, ...]:
     """FSDP's buffers on a pipeline stage with several micro-batches. torch's ``PipelineStage``
     keeps the parameters unsharded after each backward and defers the gradient reduction to the
@@ -238,8 +228,9 @@ def _pipelined_buffers(
       bytes per parameter, until the one reduce-scatter after the last micro-batch: the gradient
       copies a per-micro-batch reduce-scatter would take never exist mid-step, and neither do the
       sharded gradients that the model states count -- the optimizer's ``zero_grad`` freed them
-      and that reduce-scatter makes them, when the activations are gone -- so the term is the
-      unsharded gradients less the sharded ones;
+      and that reduce-scatter makes them, when the activations are gone -- so the stage holds the
+      accumulation in their place from its first backward on (:func:`accumulated_gradients`,
+      ``StageMemory.accumulated_grads``), not here;
     - in mixed precision a unit's gradients exist in compute precision (e bytes) until its
       post-backward adds them to the fp32 ones: one block's while it runs backward, and the root
       unit's (``root`` parameters, the head on the last stage) from the head's backward until the
@@ -249,8 +240,6 @@ def _pipelined_buffers(
       zero-bubble stage peaked in a block's backward without them);
     - in fp32 autograd adds each new gradient into the accumulated one: the transient is one
       parameter's gradient, at most the ``largest`` (the embedding or head, else a block's FFN matrix);
-    - ``whole``: what a vocabulary-parallel embedding's accumulated gradient holds beyond its rows
-      (:func:`whole_embedding_gradient`), less any stage's not accumulated yet;
     - ``compute_precision``: whether the gradients in compute precision are the usual ones above
       (a zero-bubble weight pass prices its own, :func:`_weight_pass_moment`).
 
@@ -268,8 +257,6 @@ def _pipelined_buffers(
             )
     elif e == g:
         terms.append(Term("a new gradient before it is added to the accumulated one", e * largest, "backward"))
-    unsharded = g * st.params + whole - sharded_grads
-    terms.append(Term(f"{_ACCUMULATED} (less the sharded ones)", unsharded, held=FROM_FIRST_BACKWARD))
     if zero == 3:  # not resharded after backward (see parameter_gathers)
         blocks = e * st.layers * st.layer_params
         terms.append(Term("parameters left unsharded between micro-batches", e * st.params - blocks))
@@ -278,6 +265,50 @@ def _pipelined_buffers(
         # PP 2, ZeRO-3: the last stage +2.7% in fp32 with its block counted at the loss).
         terms.append(Term("blocks' parameters gathered from their backward on", blocks, _AFTER_HEAD))
     return tuple(terms)
+
+
+def _priced_moment(s: StageMemory) -> ZeroBubbleMoment | None:
+    """``s``'s zero-bubble moment where it prices FSDP's gradients itself
+    (:func:`~planc.cost.data_parallel.moment_gradients`): a weight pass, or an input pass's start."""
+    moment = s.zero_bubble_moment
+    return moment if moment is not None and (moment.weight_pass or moment.input_pass) else None
+
+
+def accumulated_gradients(ctx: CostContext, s: StageMemory) -> float:
+    """Bytes of gradients FSDP under a pipeline keeps on stage ``s`` from its first backward on, in
+    place of the sharded ones the model states count (``StageMemory.accumulated_grads``): the
+    stage's unsharded fp32 accumulation, g bytes per parameter (:func:`_pipelined_buffers`), and
+    what a vocabulary-parallel embedding's holds beyond its rows (:func:`whole_embedding_gradient`)
+    -- at a zero-bubble moment that prices its own, less the stages' accumulations not made yet
+    there, the reduced stages' counting their sharded gradients
+    (:func:`~planc.cost.data_parallel.moment_gradients`; ``absent`` less its parameters).
+
+    The sharded gradients themselves are no part of it: they exist only after the step's last
+    micro-batch. Priced as a buffer "less the sharded ones", the last zero-bubble rank with one
+    round of micro-batches (PP 4 x DP 2, v = 2, 4 micro-batches), which holds no accumulation at
+    its peak, printed -12.5 MiB "held" beside 12.5 MiB of gradients that do not exist."""
+    lay, st = ctx.layout, ctx.stage(s.rank)
+    held_at_peak = not s.first_backward_frees
+    whole = whole_embedding_gradient(ctx, st, held_at_peak)[0]
+    accumulated = ctx.grad_reduce_bytes * st.params + whole
+    moment = _priced_moment(s)
+    if lay.pp > 1 and moment is not None:
+        kept = moment_gradients(ctx, s.rank, moment)
+        accumulated -= kept.absent - kept.resharded
+    return accumulated
+
+
+def _resharded_at_the_moment(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
+    """A correction, negative: at a zero-bubble moment after one of the rank's stages was reduced
+    (one round of micro-batches), ``perform_reduce_grad`` has resharded that stage's parameters,
+    which ZeRO-2's working copy counts gathered (:func:`~planc.cost.memory.model_state_bytes`)
+    -- a model state that does not change with the moment, so the moment takes them off here."""
+    moment = s.zero_bubble_moment
+    resharded = moment_gradients(ctx, s.rank, moment).resharded if moment is not None else 0.0
+    if not resharded:
+        return ()
+    name = "less the parameters resharded by their stage's reduction (the working copy counts them gathered)"
+    return (Term(name, -resharded, held=FROM_FIRST_BACKWARD),)
 
 
 def _blocks_gathered_at_a_later_loss(ctx: CostContext, st: StageParams, s: StageMemory) -> tuple[Term, ...]:
@@ -439,6 +470,8 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     # on (_pipelined_buffers): where every forward comes first, none exists at the forwards' peak.
     pipelined = lay.pp > 1 and deferred
     est = shard_states(ctx, est, zero, buffers, comm, keeps_first_backward=pipelined)
+    if pipelined:  # the accumulation, in place of the sharded gradients (accumulated_gradients)
+        est = est.map_stages(lambda s: s.updated(accumulated_grads=accumulated_gradients(ctx, s)))
     est = with_wrapper_time(est, _WRAPPER, fsdp_seconds(ctx, units))
     est = with_dtensor_optimizer(est, ctx)  # fully_shard's parameters are DTensors
     return with_contention(ctx, est.replace(compute=est.compute + copies), comm.total - comm.exposed)
