@@ -119,7 +119,8 @@ def memory_table(est: Estimate, plan: Plan) -> list[str]:
     width = max(44, *(len(n) + 4 for n in names))
     s = est.memory
     unit, size = table_unit(s)
-    title = f"  memory per device (worst: pipeline rank {s.rank})"
+    pipelined = len({stage.rank for stage in est.stages}) > 1  # which stage is worst says nothing without PP
+    title = "  memory per device" + (f" (worst: pipeline rank {s.rank})" if pipelined else "")
     lines = [title + unit.rjust(4 + width + 8 - len(title))]
     total = round(s.total / size * 100)
     for (group, _, rows), shown in zip(groups, printed_hundredths([g / size for _, g, _ in groups], total)):

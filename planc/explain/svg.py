@@ -45,7 +45,8 @@ def render_svg(plan: Plan, choice: Choice) -> str:
     bar_w = WIDTH - 80
     els: list[str] = []
     title = f"{plan.model.name or 'model'} on {plan.world_size} × {plan.hardware.device}: {lay.describe()}"
-    caption = f"memory per device (pipeline rank {s.rank}): {format_bytes(s.total)} of " + (
+    worst = f" (worst: pipeline rank {s.rank})" if lay.pp > 1 else ""
+    caption = f"memory per device{worst}: {format_bytes(s.total)} of " + (
         f"{format_bytes(est.capacity)}" + ("" if est.fits else " — DOES NOT FIT")
     )
     schedule_caption = _schedule_caption(lay, est) if lay.pp > 1 else ""
