@@ -219,6 +219,53 @@ def chunks_in_flight(schedule: str | None, pp: int, v: int, m: int, rank: int, s
     raise ValueError(f"unknown schedule {schedule!r}")
 
 
+def zbv_order(pp: int, m: int, rank: int) -> list[tuple[str, int, int]]:
+    """The (kind, stage, micro-batch) sequence rank ``rank`` issues under ZB-V (Qi et al. 2023,
+    Sec. 6; torch ``ScheduleZBVZeroBubble._calculate_single_rank_operations``), kinds "F"
+    (forward), "B" (input-gradient pass) and "W" (weight-gradient pass): the rank's first stage
+    fills the pipeline, its second stage (the V's way back) starts the backward passes, and weight
+    gradients follow their input gradients except in the warm-up and cool-down, where they wait.
+
+    Planned for max(2p - 1, m) micro-batches and cut to the m that exist, as torch does (a test
+    checks it against torch's own for every p <= 8 and m). ``planc explain``'s timeline replays it.
+    """
+    stages = stages_of_rank(rank, pp, 2, "v")
+    n = max(2 * pp - 1, m)
+    ops: list[tuple[str, int, int]] = []
+    issued = {"F": [0, 0], "B": [0, 0], "W": [0, 0]}  # per kind, per local stage (0: first, 1: second)
+
+    def issue(kind: str, local: int) -> None:
+        ops.append((kind, stages[local], issued[kind][local]))
+        issued[kind][local] += 1
+
+    forwards, backwards, weights = issued["F"], issued["B"], issued["W"]
+    for _ in range(2 * (pp - rank) - 1):
+        issue("F", 0)
+    for _ in range(rank):
+        issue("F", 1)
+        issue("F", 0)
+    for _ in range(pp - rank):
+        for kind in "FBW":
+            issue(kind, 1)
+    while forwards[1] < forwards[0] or forwards[0] < n:
+        if forwards[0] < n:
+            issue("F", 0)
+        issue("B", 0)
+        issue("W", 0)
+        for kind in "FBW":
+            issue(kind, 1)
+    for _ in range(rank):
+        issue("B", 0)
+        issue("B", 1)
+    for _ in range(pp - rank):
+        issue("B", 0)
+        issue("W", 0)
+    for local in (1, 0):
+        while weights[local] < backwards[local]:
+            issue("W", local)
+    return [op for op in ops if op[2] < m]
+
+
 def zero_bubble_peaks(
     pp: int, v: int, m: int, rank: int, style: StageStyle = "looped"
 ) -> tuple[tuple[int, int, int], ...]:

@@ -19,6 +19,7 @@ from planc.stages import (
     rank_layer_counts,
     rank_of_stage,
     stages_of_rank,
+    zbv_order,
     zero_bubble_moments,
     zero_bubble_peaks,
 )
@@ -375,6 +376,20 @@ def test_zero_bubble_with_one_round_peaks_where_torchs_order_keeps_its_gradients
         ZeroBubbleMoment(3, 0, 0, running_grads=False, weight_pass=True, accumulations=1, reduced=1),
     )
     assert ZeroBubbleMoment(7, 4, 0, weight_pass=True, accumulations=0) in zero_bubble_moments(4, 2, 4, 3)
+
+
+def test_zbv_order_is_torchs():
+    """planc.stages.zbv_order, which the timeline and the cost model replay, is torch's own order,
+    the micro-batches it plans for but does not have dropped (m < 2 p - 1) included."""
+    from torch.distributed.pipelining.schedules import _ComputationType as Kind
+
+    kinds = {Kind.FORWARD: "F", Kind.BACKWARD_INPUT: "B", Kind.BACKWARD_WEIGHT: "W"}
+    for p in range(2, 9):
+        for m in range(1, 4 * p + 2):
+            order = _torch_order(p, 2, m, "v")
+            for rank in range(p):
+                torchs = [(kinds[a.computation_type], a.stage_index, a.microbatch_index) for a in order[rank] if a]
+                assert zbv_order(p, m, rank) == torchs, (p, m, rank)
 
 
 def _head_micro_batches_alive(actions: list, head_stage: int) -> int:
