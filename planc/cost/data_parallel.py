@@ -87,7 +87,7 @@ def moment_gradients(ctx: CostContext, rank: int, moment: ZeroBubbleMoment) -> M
     micro-batches and more hold from the first weight pass on (:func:`weight_pass_moment_bytes`
     prices one stage's blocks):
 
-    - absent: the fp32 accumulations of the stages that have none there, and for each stage
+    - absent: the fp32 accumulations of the stages that have none yet, and for each stage
       already reduced (one round of micro-batches; ``perform_reduce_grad`` reshards it) its
       unsharded accumulation less its sharded gradients, and its gathered blocks;
     - own (where the moment holds them): the running stage's blocks' gradients from its earlier
@@ -109,7 +109,9 @@ def moment_gradients(ctx: CostContext, rank: int, moment: ZeroBubbleMoment) -> M
     root = st.params - st.layers * st.layer_params
     blocks = st.layers / v * st.layer_params
     accumulations = v - moment.first_waits if moment.accumulations is None else moment.accumulations
-    absent = (v - accumulations) * accumulated + moment.reduced * (accumulated - accumulated / ctx.layout.shard_degree)
+    # A reduced stage holds its sharded gradients instead of its accumulation: not among those without one.
+    reduced = accumulated - accumulated / ctx.layout.shard_degree
+    absent = (v - accumulations - moment.reduced) * accumulated + moment.reduced * reduced
     absent += moment.reduced * e * blocks
     running_root = moment.accumulations is None  # two rounds: the running stage is the head's
     if moment.accumulations is not None and root:
