@@ -392,6 +392,41 @@ def test_zbv_order_is_torchs():
                 assert zbv_order(p, m, rank) == torchs, (p, m, rank)
 
 
+def test_zbv_with_fewer_micro_batches_than_planned_peaks_where_torchs_order_keeps_its_gradients():
+    """ZB-V with m < 2 p - 1, where torch drops the micro-batches it planned the V for: every
+    rank's moments (planc.stages.zero_bubble_moments) give the peak of torch's order replayed with
+    FSDP2's rules, for every legal p and m, whatever the sizes' ratios (fp32 accumulation twice the
+    compute-precision gradients; a reduced stage's sharded gradients less its resharded parameters
+    below, at or above nothing)."""
+    checked = 0
+    for p, _, m in _legal("zero-bubble", (2,), "v"):
+        if m >= 2 * p - 1:
+            continue
+        order = _torch_order(p, 2, m, "v")
+        for rank in range(p):
+            moments = zero_bubble_moments(p, 2, m, rank, "v")
+            counts = _as_each_action_starts(order[rank], m)
+            for a, d, n, r in itertools.product((0.1, 0.5, 1.0, 4.0), (0.25, 1.0), (0.3, 1.0), (-0.5, 0.0, 0.5)):
+                predicted = _moments_peak(moments, 2, a, d, 1.0, 2.0, n, r)
+                assert predicted == pytest.approx(_gradients_peak(counts, a, d, 1.0, 2.0, n, r)), (p, m, rank)
+        checked += 1
+    assert checked >= 30
+    # By hand, p 4, m 4 (torch's order on rank 0: 0F0-0F3 7F0 7I0 7W0 7F1 7I1 7W1 ... 7F3 7I3 7W3
+    # 0I0 0W0 ...; 0F4-0F6 and 7F4-7F6 dropped): the head's stage 7 runs all its backwards before
+    # stage 0's first, so in 7I3 the rank holds 5 stage-micro-batches (4 of stage 0, 1 of stage 7),
+    # stage 7's accumulation (made at 7I1) with 7W2's gradients beside it, and nothing of stage 0;
+    # 0W0 finds stage 7 reduced (REDUCE_GRAD after 7W3) and 4 held.
+    rank0 = zero_bubble_moments(4, 2, 4, 0, "v")
+    assert ZeroBubbleMoment(5, 1, 0, input_pass=True, accumulations=1, running=0) in rank0
+    first_weight_pass = ZeroBubbleMoment(4, 0, 0, 0, False, True, accumulations=0, reduced=1, running=1)
+    assert first_weight_pass in rank0
+    # Rank 2 (stages 2 and 5: ... 5W1 2I0 2W0 5I2 5W2 2I1 2W1 5I3 ...): in 2W1, after 2I1 made stage
+    # 2's accumulation from 2W0's gradients, both stages accumulate and 5W2's gradients wait for 5I3.
+    assert ZeroBubbleMoment(4, 1, 1, running_grads=False, weight_pass=True, accumulations=2, running=1) in (
+        zero_bubble_moments(4, 2, 4, 2, "v")
+    )
+
+
 def _head_micro_batches_alive(actions: list, head_stage: int) -> int:
     """Most micro-batches of the head stage between their forward and their weight pass."""
     from torch.distributed.pipelining.schedules import _ComputationType as Kind

@@ -17,7 +17,7 @@ from planc.cost.compute import overlap_contention
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import DDP_BUCKET_BYTES, model_state_bytes
-from planc.cost.params import mlp_params_per_shard
+from planc.cost.params import embedding_params_per_shard, mlp_params_per_shard
 from planc.stages import ZeroBubbleMoment
 
 
@@ -88,49 +88,68 @@ def moment_gradients(ctx: CostContext, rank: int, moment: ZeroBubbleMoment) -> M
     prices one stage's blocks):
 
     - absent: the fp32 accumulations of the stages that have none yet, and for each stage
-      already reduced (one round of micro-batches; ``perform_reduce_grad`` reshards it) its
-      unsharded accumulation less its sharded gradients, and its gathered blocks;
+      already reduced (``perform_reduce_grad`` reshards it) its unsharded accumulation less its
+      sharded gradients, and its gathered blocks;
     - own (where the moment holds them): the running stage's blocks' gradients from its earlier
       weight passes, in compute precision;
     - new (in a weight pass): the running parameter group's (the first stage's: a block's, its
       whole backward running there).
 
-    The root unit (the embedding on the first stage, the head on the last) goes with its stage:
-    with one round the rank's stages run their backwards one after another, its last first
-    (``reduced`` of them done), so the root is reduced, accumulating or not there yet with its
+    A root unit (the embedding on the first stage, the head on the last; both on ZB-V's rank 0)
+    goes with its stage: with one round (looped) or fewer micro-batches than the V is planned for
+    the rank's stages finish their backwards in order, the head's stage first and the
+    embedding's last (:class:`~planc.stages.ZeroBubbleMoment`: ``reduced`` of them done, the next
+    ``accumulations`` accumulating), so a root is reduced, accumulating or not there yet with its
     stage. ``planc verify --simulate``, PP 4 x DP 2, v = 2, 4 micro-batches (one round): at rank
     0's peak stage 4's accumulation alone, 12 MiB of the 25 priced before; at the last rank's
-    (7W1) none, its head's included, stage 7's input passes all done before its weight passes.
-    Zero where FSDP keeps no weight-pass gradients apart."""
+    (7W1) none, its head's included, stage 7's input passes all done before its weight passes;
+    ZB-V's rank 0 (7I3) the head stage's accumulation, the head's included, and none of the
+    embedding's stage. Zero where FSDP keeps no weight-pass gradients apart."""
     accumulated, own, new = weight_pass_moment_bytes(ctx, rank)
     if not accumulated:
         return MomentGradients(0.0, 0.0, 0.0)
-    st, v, e, g = ctx.stage(rank), ctx.layout.virtual_stages, ctx.compute_bytes, ctx.grad_reduce_bytes
-    root = st.params - st.layers * st.layer_params
-    blocks = st.layers / v * st.layer_params
-    accumulations = v - moment.first_waits if moment.accumulations is None else moment.accumulations
-    # A reduced stage holds its sharded gradients instead of its accumulation: not among those without one.
-    reduced = accumulated - accumulated / ctx.layout.shard_degree
-    absent = (v - accumulations - moment.reduced) * accumulated + moment.reduced * reduced
-    absent += moment.reduced * e * blocks
-    running_root = moment.accumulations is None  # two rounds: the running stage is the head's
-    if moment.accumulations is not None and root:
-        order = 0 if st.head else v - 1  # the root's stage, in the order the backwards run
-        running_root = order == moment.reduced
-        if order < moment.reduced:  # reduced
-            absent += g * root - g * root / ctx.layout.shard_degree + e * root
-        elif order > moment.reduced or not moment.accumulations:  # no accumulation yet
-            absent += g * root
-    own = own - (0.0 if running_root else e * root)
-    if running_root and st.embedding and moment.accumulations is not None:
+    lay, st, e, g = ctx.layout, ctx.stage(rank), ctx.compute_bytes, ctx.grad_reduce_bytes
+    v, shards = lay.virtual_stages, lay.shard_degree
+    if moment.accumulations is None:  # two rounds and more, or the whole V: nothing reduced, roots accumulating
+        absent = moment.first_waits * accumulated
+        return MomentGradients(absent, _running(moment, own), _in_weight_pass(moment, new))
+    # A reduced stage holds its sharded gradients, not its accumulation, and its blocks resharded.
+    reduced = accumulated - accumulated / shards + e * st.layers / v * st.layer_params
+    absent = (v - moment.accumulations - moment.reduced) * accumulated + moment.reduced * reduced
+    running = moment.reduced if moment.running is None else moment.running
+    for part, order in _root_units(ctx, rank):
+        if order < moment.reduced:
+            absent += g * part - g * part / shards + e * part
+        elif order >= moment.reduced + moment.accumulations:  # no accumulation yet
+            absent += g * part
+        if order != running:
+            own -= e * part
+    if st.embedding and running == v - 1:
         # The first stage's weight pass is its whole backward, FSDP's hook included: a block's
         # gradients exist in compute precision until its hook adds them, as in any backward.
         new = e * st.layer_params
-    return MomentGradients(
-        absent,
-        own if moment.running_grads and (moment.weight_pass or moment.input_pass) else 0.0,
-        new if moment.weight_pass else 0.0,
-    )
+    return MomentGradients(absent, _running(moment, own), _in_weight_pass(moment, new))
+
+
+def _root_units(ctx: CostContext, rank: int) -> tuple[tuple[float, int], ...]:
+    """(parameters, place in the order the rank's stages finish their backwards) of the root units
+    on ``rank``: the head's stage finishes first (0), the embedding's last (v - 1) -- the looped
+    schedules' last and first stage, ZB-V rank 0's second and first."""
+    st, v = ctx.stage(rank), ctx.layout.virtual_stages
+    root = st.params - st.layers * st.layer_params
+    embedding = embedding_params_per_shard(ctx.model, ctx.layout.tp) if st.embedding else 0
+    units = ((root - embedding, 0), (embedding, v - 1)) if st.head else ((root, v - 1),)
+    return tuple(unit for unit in units if unit[0])
+
+
+def _running(moment: ZeroBubbleMoment, own: float) -> float:
+    """The running stage's own gradients where the moment holds them."""
+    return own if moment.running_grads and (moment.weight_pass or moment.input_pass) else 0.0
+
+
+def _in_weight_pass(moment: ZeroBubbleMoment, new: float) -> float:
+    """A weight pass's new gradients, at a moment in one."""
+    return new if moment.weight_pass else 0.0
 
 
 def bucket_bytes(options: object) -> float:

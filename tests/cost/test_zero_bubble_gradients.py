@@ -17,7 +17,7 @@ from planc.spec import Layout
 from planc.stages import ZeroBubbleMoment
 from planc.strategies.registry import load_registry
 
-BLOCK = 3_152_384
+BLOCK, EMBEDDING, HEAD = 3_152_384, 294_912, 263_168
 
 PLAN = """
 model {
@@ -49,3 +49,22 @@ def test_a_reduced_stage_holds_its_sharded_gradients_not_its_accumulation():
     kept = moment_gradients(_context(zbv=False), 0, moment)
     assert kept.absent == 4 * BLOCK - 2 * BLOCK + 2 * BLOCK == 12_609_536
     assert kept.new == 2 * BLOCK  # stage 0's weight pass is its whole backward: a block's gradients
+
+
+def test_zbv_rank_0_keeps_each_root_with_its_own_stage():
+    # ZB-V, 4 micro-batches, rank 0 (stages 0 and 7) in 7I3: the head's stage 7 accumulates (its
+    # block's and the head's), with 7W2's gradients in bf16 beside; stage 0 and the embedding have
+    # nothing yet. Absent: stage 0's A and the embedding's 4 x 294,912; own: 2 (b + 263,168).
+    moment = ZeroBubbleMoment(5, 1, 0, input_pass=True, accumulations=1, running=0)
+    ctx = _context(zbv=True)
+    kept = moment_gradients(ctx, 0, moment)
+    assert kept.absent == 4 * BLOCK + 4 * EMBEDDING == 13_789_184
+    assert kept.own == 2 * (BLOCK + HEAD) == 6_831_104
+    assert kept.new == 0
+    # In 0W0, after REDUCE_GRAD of stage 7: stage 7 holds its sharded gradients (its block and the
+    # head resharded), stage 0 none yet, and its weight pass (its whole backward) a block's new ones.
+    moment = ZeroBubbleMoment(4, 0, 0, 0, False, True, accumulations=0, reduced=1, running=1)
+    kept = moment_gradients(ctx, 0, moment)
+    reduced_stage = 4 * (BLOCK + HEAD) - 2 * (BLOCK + HEAD) + 2 * (BLOCK + HEAD)
+    assert kept.absent == 4 * BLOCK + reduced_stage + 4 * EMBEDDING == 27_451_392
+    assert (kept.own, kept.new) == (0, 2 * BLOCK)
