@@ -1,5 +1,6 @@
 """Stage arithmetic (planc.stages): the split, the placements, and the closed forms of the schedules
-checked against the timeline simulator that replays them (planc.explain.timeline)."""
+checked against the timeline simulator that replays them (planc.explain.timeline); zero-bubble's
+moments (planc.zero_bubble) checked against torch's own orders."""
 
 import itertools
 from collections.abc import Iterator
@@ -11,7 +12,6 @@ from planc.cost.memory import micro_batches_holding_logits
 from planc.explain.timeline import simulate
 from planc.legality.rules import micro_batch_count
 from planc.stages import (
-    ZeroBubbleMoment,
     bubble_slots,
     chunk_layer_counts,
     chunks_in_flight,
@@ -19,10 +19,8 @@ from planc.stages import (
     rank_layer_counts,
     rank_of_stage,
     stages_of_rank,
-    zbv_order,
-    zero_bubble_moments,
-    zero_bubble_peaks,
 )
+from planc.zero_bubble import ZeroBubbleMoment, zbv_order, zero_bubble_moments, zero_bubble_peaks
 
 
 def test_uneven_layers_go_to_the_first_stages():
@@ -298,7 +296,7 @@ def _gradients_peak(counts: list, a: float, d: float, e: float, g: float, n: flo
 
 
 def _moments_peak(moments, v: int, a: float, d: float, e: float, g: float, n: float, r: float = 0.0) -> float:
-    """The largest of :func:`_gradients_peak`'s sum over the moments of planc.stages.zero_bubble_moments."""
+    """The largest of :func:`_gradients_peak`'s sum over the moments of planc.zero_bubble.zero_bubble_moments."""
     return max(
         a * c.held
         + d * c.waiting
@@ -313,7 +311,7 @@ def _moments_peak(moments, v: int, a: float, d: float, e: float, g: float, n: fl
 def test_zero_bubbles_last_rank_with_two_rounds_peaks_where_torchs_order_keeps_its_gradients():
     """The last rank with m = 2 p: the other stages' first weight gradients wait without an fp32
     accumulation, and the rank's peak can be in its last stage's weight pass
-    (planc.stages.zero_bubble_moments), for every legal p and v, whatever the sizes' ratios
+    (planc.zero_bubble.zero_bubble_moments), for every legal p and v, whatever the sizes' ratios
     (fp32 accumulation twice the compute-precision gradients, a group's new ones at most a stage's)."""
     checked = 0
     for p, v, m in _legal("zero-bubble", (2, 3, 4), "looped"):
@@ -340,7 +338,7 @@ def test_zero_bubble_with_one_round_peaks_where_torchs_order_keeps_its_gradients
     """Every looped rank with one round of micro-batches (p <= m < 2 p): its stages' weight passes
     run one stage after another, the done ones reduced, the later ones with no gradient yet, the
     running one's fp32 accumulation made only by an input pass after its first weight pass
-    (planc.stages.zero_bubble_moments), for every legal p and v, whatever the sizes' ratios
+    (planc.zero_bubble.zero_bubble_moments), for every legal p and v, whatever the sizes' ratios
     (fp32 accumulation twice the compute-precision gradients; a reduced stage's sharded gradients
     less its resharded parameters below, at or above nothing)."""
     checked = 0
@@ -379,7 +377,7 @@ def test_zero_bubble_with_one_round_peaks_where_torchs_order_keeps_its_gradients
 
 
 def test_zbv_order_is_torchs():
-    """planc.stages.zbv_order, which the timeline and the cost model replay, is torch's own order,
+    """planc.zero_bubble.zbv_order, which the timeline and the cost model replay, is torch's own order,
     the micro-batches it plans for but does not have dropped (m < 2 p - 1) included."""
     from torch.distributed.pipelining.schedules import _ComputationType as Kind
 
@@ -394,7 +392,7 @@ def test_zbv_order_is_torchs():
 
 def test_zbv_with_fewer_micro_batches_than_planned_peaks_where_torchs_order_keeps_its_gradients():
     """ZB-V with m < 2 p - 1, where torch drops the micro-batches it planned the V for: every
-    rank's moments (planc.stages.zero_bubble_moments) give the peak of torch's order replayed with
+    rank's moments (planc.zero_bubble.zero_bubble_moments) give the peak of torch's order replayed with
     FSDP2's rules, for every legal p and m, whatever the sizes' ratios (fp32 accumulation twice the
     compute-precision gradients; a reduced stage's sharded gradients less its resharded parameters
     below, at or above nothing)."""

@@ -18,7 +18,7 @@ from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import DDP_BUCKET_BYTES, model_state_bytes
 from planc.cost.params import embedding_params_per_shard, mlp_params_per_shard
-from planc.stages import ZeroBubbleMoment
+from planc.zero_bubble import ZeroBubbleMoment
 
 
 def weight_pass_gradient_bytes(ctx: CostContext, rank: int) -> float:
@@ -35,7 +35,7 @@ def weight_pass_gradient_bytes(ctx: CostContext, rank: int) -> float:
     adds them into the accumulated ``.grad`` itself: nothing waits. Without FSDP the gradients go
     to ``.grad`` where they stay (the model states). The first stage is not one of them: torch
     runs its whole backward in the weight pass (its input is token ids), hook included
-    (:func:`planc.stages.zero_bubble_peaks` counts the stages). ``planc verify --simulate`` of a
+    (:func:`planc.zero_bubble.zero_bubble_peaks` counts the stages). ``planc verify --simulate`` of a
     Llama 3 70B plan cut to 40 layers (TP 8 x PP 4, v = 2, 16 micro-batches): at the middle
     stage's peak, its other stage's five blocks' gradients in bf16, 1.0 GiB, all the gap."""
     lay, st = ctx.layout, ctx.stage(rank)
@@ -54,7 +54,7 @@ def _weight_pass_gradients_wait(ctx: CostContext) -> bool:
 def weight_pass_moment_bytes(ctx: CostContext, rank: int) -> tuple[float, float, float]:
     """(fp32 accumulated bytes of one of ``rank``'s stages, bytes of the running stage's own
     gradients in compute precision, bytes of a weight pass's new gradients) where a zero-bubble
-    moment differs from FSDP's usual one (:class:`planc.stages.ZeroBubbleMoment`): a stage whose
+    moment differs from FSDP's usual one (:class:`planc.zero_bubble.ZeroBubbleMoment`): a stage whose
     weight gradients wait for the first time has no fp32 accumulation yet (``grad_reduce_bytes``
     per parameter of its blocks); the running stage's gradients from its earlier weight passes
     are its blocks' and the root unit's in compute precision; and ``stage_backward_weight`` takes
@@ -98,7 +98,7 @@ def moment_gradients(ctx: CostContext, rank: int, moment: ZeroBubbleMoment) -> M
     A root unit (the embedding on the first stage, the head on the last; both on ZB-V's rank 0)
     goes with its stage: with one round (looped) or fewer micro-batches than the V is planned for
     the rank's stages finish their backwards in order, the head's stage first and the
-    embedding's last (:class:`~planc.stages.ZeroBubbleMoment`: ``reduced`` of them done, the next
+    embedding's last (:class:`~planc.zero_bubble.ZeroBubbleMoment`: ``reduced`` of them done, the next
     ``accumulations`` accumulating), so a root is reduced, accumulating or not there yet with its
     stage. ``planc verify --simulate``, PP 4 x DP 2, v = 2, 4 micro-batches (one round): at rank
     0's peak stage 4's accumulation alone, 12 MiB of the 25 priced before; at the last rank's

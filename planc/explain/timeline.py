@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planc.stages import StageStyle, interleaved_rounds, rank_of_stage, stages_of_rank, zbv_order
+from planc.stages import StageStyle, interleaved_rounds, rank_of_stage, stages_of_rank
+from planc.zero_bubble import zbv_order
 
 #: (kind, stage, micro-batch): one operation as a rank issues it.
 Step = tuple[str, int, int]

@@ -14,8 +14,8 @@ from planc.cost import build_context
 from planc.cost.data_parallel import moment_gradients
 from planc.dsl.load import load_plan_text
 from planc.spec import Layout
-from planc.stages import ZeroBubbleMoment
 from planc.strategies.registry import load_registry
+from planc.zero_bubble import ZeroBubbleMoment
 
 BLOCK, EMBEDDING, HEAD = 3_152_384, 294_912, 263_168
 
