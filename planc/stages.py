@@ -21,7 +21,7 @@ Pure integer arithmetic; no torch, no pydantic.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Literal
 
 StageStyle = Literal["looped", "v"]
 #: The zero-bubble schedules the ``pipeline`` strategy can run (its ``zero_bubble`` option).
@@ -156,9 +156,15 @@ def representative_ranks(pp: int, style: StageStyle = "looped") -> tuple[int, ..
     Looped: first, second, last. Rank 0 has the most blocks (the extra ones go to the front), the
     embedding and the most micro-batches in flight; the last rank has the head and the logits;
     rank 1 is the first to hold both activation and gradient receive buffers. Ranks 2 .. pp-2
-    hold no more than rank 1. V: rank 0 holds the embedding, the head and the most blocks; rank 1
-    the receive buffers; the last rank the middle of the model, whose two stages meet there.
+    hold no more than rank 1. V: every rank. Rank 0 holds the embedding, the head and the most
+    blocks, the last rank the middle of the model, whose two stages meet there; the others hold as
+    many blocks and buffers, but torch's order differs from rank to rank: with fewer micro-batches
+    than the V is planned for (:func:`planc.zero_bubble.zero_bubble_moments`) a later rank's two
+    stages overlap their backwards more, and its gradients peak higher (``planc verify
+    --simulate``, PP 4 x DP 2, 4 micro-batches: rank 2 89.3 MiB, rank 1 78.2).
     """
+    if style == "v":
+        return tuple(range(pp))
     return tuple(sorted({0, min(1, pp - 1), pp - 1}))
 
 
@@ -217,189 +223,6 @@ def chunks_in_flight(schedule: str | None, pp: int, v: int, m: int, rank: int, s
             return min(2 * pp - rank - 1, m) + min(rank + 1, m)
         return min((v - 1) * per_round + pp, v * m)
     raise ValueError(f"unknown schedule {schedule!r}")
-
-
-def zero_bubble_peaks(
-    pp: int, v: int, m: int, rank: int, style: StageStyle = "looped"
-) -> tuple[tuple[int, int, int], ...]:
-    """Where a zero-bubble rank's peak can be: (stage-micro-batches holding activations, of them
-    those whose output gradients wait for the weight-gradient pass, other stages of the rank whose
-    weight gradients wait for their next input pass), one triple per candidate; the peak is the
-    largest of a x activations + d x output gradients
-    (:func:`planc.cost.memory.split_backward_output_grads`) + w x a stage's weight gradients
-    (:func:`planc.cost.data_parallel.weight_pass_gradient_bytes`).
-
-    A stage-micro-batch keeps its output gradients from the start of its input-gradient pass to
-    the end of its weight-gradient pass. A stage's weight gradients wait from its weight pass to
-    its next input pass, where FSDP2's post-backward hook adds them into the accumulated ones; the
-    stage running is the backward's own term, so w counts the rank's *other* stages. The first
-    stage (its input is token ids) has no input pass: torch runs its whole backward in the weight
-    pass, hook included, so it keeps no output gradients and its weight gradients never wait.
-    Read off torch's own order (tests/test_stages.py checks every legal p <= 8, v <= 4, m at
-    several ratios of the three sizes):
-
-    - looped: at the activations' peak (:func:`chunks_in_flight`) rank i > 0 has i + 1 waiting.
-      With two rounds of micro-batches or more (m >= 2 p) every other stage has run a weight pass
-      since its last input pass there: w = v - 1. With one round a stage's next input pass (the
-      next micro-batch's) comes before its weight pass: weight gradients wait only once a stage's
-      backwards are done, while the activations fall -- with k stages done (k = 1 .. v - 1) the
-      rank holds p - i + (k - 1) g fewer stage-micro-batches (g = m). Rank 0 peaks either in an
-      input pass of a later stage (1 waiting, the first stage not among w) or in the first
-      stage's weight pass (none waiting, every other stage's weight gradients);
-    - V: either all 2 p stage-micro-batches with one waiting and the other stage's weight
-      gradients (rank 0: one waiting, or the other stage's weight gradients in the first stage's
-      weight pass, there with one stage-micro-batch fewer when m = 2 p - 1), or, on the later
-      ranks, p + i with 2 i + 1 waiting and none (the V's second stage runs its input passes
-      ahead of its weight passes), or 2 i - 1 with as many waiting and the first stage's weight
-      gradients (ranks i >= 2, as the second stage's backwards end). Exact from 2 p - 1
-      micro-batches on (the number torch plans the V for); with fewer, torch drops the missing ones
-      from the plan and the peak is lower: this is an upper bound there.
-    """
-    held = chunks_in_flight("zero-bubble", pp, v, m, rank, style)
-    if style == "v":
-        if rank == 0:
-            return ((held, 1, 0), (held - (m == 2 * pp - 1), 0, 1))
-        late = min(pp + rank, held)
-        candidates = [(late, min(2 * rank + 1, late), 0), (held, 1, 1)]
-        if rank >= 2:
-            candidates.append((2 * rank - 1, 2 * rank - 1, 1))
-        return tuple(candidates)
-    waiting = 1 if rank == 0 else min(rank + 1, held)
-    if v == 1:
-        return ((held, 0 if rank == 0 else waiting, 0),)
-    if interleaved_rounds(m, pp) > 1:
-        if rank == 0:
-            return ((held, waiting, v - 2), (held, 0, v - 1))
-        return ((held, waiting, v - 1),)
-    candidates = [(held, waiting, 0)]
-    for k in range(1, v):
-        last = rank == 0 and k == v - 1  # the first stage's weight pass
-        candidates.append((held - (pp - rank) - (k - 1) * m, 0 if last else waiting, k))
-    return tuple(candidates)
-
-
-class ZeroBubbleMoment(NamedTuple):
-    """A moment a zero-bubble rank's peak can be at, with what FSDP2 keeps of its stages' gradients
-    there (:func:`zero_bubble_moments`)."""
-
-    held: int
-    """Stage-micro-batches holding activations."""
-    waiting: int
-    """Of them, those whose output gradients wait for the weight pass."""
-    weights: int
-    """Other stages of the rank whose weight gradients wait for their next input pass."""
-    first_waits: int = 0
-    """Of those, the ones waiting for the first time in the step: FSDP2 makes a unit's fp32
-    accumulated gradients in the first input pass after its first weight pass
-    (``to_accumulated_grad_if_needed``), so these have none yet."""
-    running_grads: bool = True
-    """Whether the running stage holds weight gradients in compute precision of its own."""
-    weight_pass: bool = False
-    """Whether the moment is in the running stage's weight pass, whose parameter group's new
-    gradients exist beside ``.grad`` until added to it (``stage_backward_weight``)."""
-    input_pass: bool = False
-    """Whether the moment is at the start of the running stage's input pass, its gradients from
-    the weight pass before still in compute precision beside its fp32 accumulation, until the
-    pass's post-backward hook adds them into it."""
-    accumulations: int | None = None
-    """Stages of the rank holding an fp32 accumulation; None: every stage but ``first_waits``.
-    With one round of micro-batches a stage makes it only in its backward (see ``reduced``)."""
-    reduced: int = 0
-    """Stages whose last weight pass of the step is done: torch's ``REDUCE_GRAD`` right after it
-    reduce-scattered their gradients (the sharded ones now exist, the unsharded are gone) and
-    resharded their parameters (``perform_reduce_grad``)."""
-
-
-def zero_bubble_moments(
-    pp: int, v: int, m: int, rank: int, style: StageStyle = "looped"
-) -> tuple[ZeroBubbleMoment, ...]:
-    """:func:`zero_bubble_peaks`' placements with what FSDP2 keeps of the gradients at each.
-
-    With one round of micro-batches (looped, m < 2 p) the rank's stages run their backwards one
-    after another and hold gradients accordingly (:func:`_one_round_moments`). Elsewhere but one
-    case, at the placement every other stage waiting has been added into its fp32 accumulation
-    before and the running stage holds gradients of its own (its previous weight passes', or the
-    block running backward). The exception is the last rank with two
-    rounds of micro-batches (m = 2 p): each of its stages runs a round's input passes before that
-    round's weight passes, so at the activations' peak -- the last stage's input passes of the
-    second round, and the first weight pass that follows -- the other stages' weight gradients
-    wait for the *first* time (no fp32 accumulation yet: it comes with their next input pass) and
-    the last stage's were added at the round's first input pass, the weight pass's new ones its
-    only. Once the other stages' first input pass of the second round has made their
-    accumulation, the last stage runs its next weight pass, one stage-micro-batch fewer held, its
-    earlier weight pass's gradients beside the new ones, the first stages (v > 2) still waiting
-    for the first time (read off torch's order, tests/test_stages.py). ``planc verify
-    --simulate``, PP 4 x DP 2, v = 2, 8 micro-batches: the last rank peaks there (7W5), 97.5 MiB,
-    against 88.2 in the weight pass at the activations' peak (7W4).
-    """
-    if style == "looped" and interleaved_rounds(m, pp) == 1:
-        return _one_round_moments(pp, v, m, rank)
-    triples = zero_bubble_peaks(pp, v, m, rank, style)
-    if style == "v" or v == 1 or rank != pp - 1 or rank == 0 or interleaved_rounds(m, pp) != 2:
-        return tuple(ZeroBubbleMoment(*t) for t in triples)
-    ((held, waiting, weights),) = triples
-    return (
-        ZeroBubbleMoment(held, waiting, weights, first_waits=weights, running_grads=False, weight_pass=True),
-        ZeroBubbleMoment(held - 1, waiting, v - 2, first_waits=v - 2, weight_pass=True),
-    )
-
-
-def _one_round_moments(pp: int, v: int, m: int, rank: int) -> tuple[ZeroBubbleMoment, ...]:
-    """:func:`zero_bubble_moments` of a looped rank with one round of micro-batches (p <= m < 2 p).
-
-    Read off torch's order (tests/test_stages.py checks every legal p <= 8, v <= 4): the rank runs
-    its stages' weight passes one stage after another, its last stage first, each stage's m of
-    them before the next stage's first (its input passes may come earlier: they find no
-    gradient). So while the j-th of them runs (j = 0 the last stage), the j before it are done and
-    reduced (torch's ``REDUCE_GRAD`` follows a stage's last weight pass), the v - 1 - j after it
-    have no gradient at all, and the running stage has made its fp32 accumulation only if an input
-    pass came after its first weight pass. At its n-th weight pass (n = 0 .. m - 1) the rank
-    holds (v - 1) m + p - max(0, n - (m - p)) stage-micro-batches for j = 0 (its forwards end at
-    the (m - p)-th) and (v - j) m - n after; output gradients wait for i + 1 of them (the first
-    stage: min(i + 1, m - n), none on rank 0); an input pass precedes every weight pass from the
-    first to the (m - i - 1)-th, so the accumulation exists from n = 1 if m - i >= 2, and from
-    n = m - i each weight pass finds the previous one's gradients in compute precision. The
-    peak is at one of the points where that changes: n = 0, 1 or m - i of some stage -- or at the
-    start of the input pass before its second weight pass (m - i >= 3), which holds as many
-    stage-micro-batches and finds the first weight pass's gradients beside the accumulation
-    (more than a parameter group's new ones).
-
-    The usual count (every stage's accumulation held, the other stages' weight gradients waiting
-    from the rank's peak on) is that of two rounds: ``planc verify --simulate``, PP 4 x DP 2, v = 2,
-    4 micro-batches, read it 18-41% above, the last rank most (with m = p all of its input passes
-    come before its weight passes: no accumulation is ever made).
-    """
-    moments = []
-    for j in range(v):
-        first = j == v - 1
-        for n in sorted({0, 1, max(1, m - rank)} & set(range(m))):
-            held = (v - 1) * m + pp - max(0, n - (m - pp)) if j == 0 else (v - j) * m - n
-            waiting = _one_round_waiting(rank, m, n, first)
-            moments.append(
-                ZeroBubbleMoment(
-                    held,
-                    waiting,
-                    0,
-                    running_grads=n >= max(1, m - rank),
-                    weight_pass=True,
-                    accumulations=int(n >= 1 and m - rank >= 2),
-                    reduced=j,
-                )
-            )
-        if m - rank >= 3 and not (first and rank == 0):  # the input pass before the second weight pass
-            held = (v - 1) * m + pp - max(0, 2 - (m - pp)) if j == 0 else (v - j) * m - 2
-            waiting = _one_round_waiting(rank, m, 2, first)
-            moments.append(ZeroBubbleMoment(held, waiting, 0, input_pass=True, accumulations=1, reduced=j))
-    return tuple(moments)
-
-
-def _one_round_waiting(rank: int, m: int, n: int, first: bool) -> int:
-    """Stage-micro-batches whose output gradients wait at rank ``rank``'s n-th weight pass of a
-    stage with one round (:func:`_one_round_moments`): i + 1, fewer as the rank's first stage runs
-    out of micro-batches, none on the model's first stage (it has no input pass)."""
-    if not first:
-        return rank + 1
-    return 0 if rank == 0 else min(rank + 1, m - n)
 
 
 def flush_bubble_slots(pp: int, v: int, m: int) -> float:

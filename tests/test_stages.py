@@ -1,5 +1,6 @@
 """Stage arithmetic (planc.stages): the split, the placements, and the closed forms of the schedules
-checked against the timeline simulator that replays them (planc.explain.timeline)."""
+checked against the timeline simulator that replays them (planc.explain.timeline); zero-bubble's
+moments (planc.zero_bubble) checked against torch's own orders."""
 
 import itertools
 from collections.abc import Iterator
@@ -11,7 +12,6 @@ from planc.cost.memory import micro_batches_holding_logits
 from planc.explain.timeline import simulate
 from planc.legality.rules import micro_batch_count
 from planc.stages import (
-    ZeroBubbleMoment,
     bubble_slots,
     chunk_layer_counts,
     chunks_in_flight,
@@ -19,9 +19,8 @@ from planc.stages import (
     rank_layer_counts,
     rank_of_stage,
     stages_of_rank,
-    zero_bubble_moments,
-    zero_bubble_peaks,
 )
+from planc.zero_bubble import ZeroBubbleMoment, zbv_order, zero_bubble_moments, zero_bubble_peaks
 
 
 def test_uneven_layers_go_to_the_first_stages():
@@ -297,7 +296,7 @@ def _gradients_peak(counts: list, a: float, d: float, e: float, g: float, n: flo
 
 
 def _moments_peak(moments, v: int, a: float, d: float, e: float, g: float, n: float, r: float = 0.0) -> float:
-    """The largest of :func:`_gradients_peak`'s sum over the moments of planc.stages.zero_bubble_moments."""
+    """The largest of :func:`_gradients_peak`'s sum over the moments of planc.zero_bubble.zero_bubble_moments."""
     return max(
         a * c.held
         + d * c.waiting
@@ -312,7 +311,7 @@ def _moments_peak(moments, v: int, a: float, d: float, e: float, g: float, n: fl
 def test_zero_bubbles_last_rank_with_two_rounds_peaks_where_torchs_order_keeps_its_gradients():
     """The last rank with m = 2 p: the other stages' first weight gradients wait without an fp32
     accumulation, and the rank's peak can be in its last stage's weight pass
-    (planc.stages.zero_bubble_moments), for every legal p and v, whatever the sizes' ratios
+    (planc.zero_bubble.zero_bubble_moments), for every legal p and v, whatever the sizes' ratios
     (fp32 accumulation twice the compute-precision gradients, a group's new ones at most a stage's)."""
     checked = 0
     for p, v, m in _legal("zero-bubble", (2, 3, 4), "looped"):
@@ -339,7 +338,7 @@ def test_zero_bubble_with_one_round_peaks_where_torchs_order_keeps_its_gradients
     """Every looped rank with one round of micro-batches (p <= m < 2 p): its stages' weight passes
     run one stage after another, the done ones reduced, the later ones with no gradient yet, the
     running one's fp32 accumulation made only by an input pass after its first weight pass
-    (planc.stages.zero_bubble_moments), for every legal p and v, whatever the sizes' ratios
+    (planc.zero_bubble.zero_bubble_moments), for every legal p and v, whatever the sizes' ratios
     (fp32 accumulation twice the compute-precision gradients; a reduced stage's sharded gradients
     less its resharded parameters below, at or above nothing)."""
     checked = 0
@@ -375,6 +374,55 @@ def test_zero_bubble_with_one_round_peaks_where_torchs_order_keeps_its_gradients
         ZeroBubbleMoment(3, 0, 0, running_grads=False, weight_pass=True, accumulations=1, reduced=1),
     )
     assert ZeroBubbleMoment(7, 4, 0, weight_pass=True, accumulations=0) in zero_bubble_moments(4, 2, 4, 3)
+
+
+def test_zbv_order_is_torchs():
+    """planc.zero_bubble.zbv_order, which the timeline and the cost model replay, is torch's own order,
+    the micro-batches it plans for but does not have dropped (m < 2 p - 1) included."""
+    from torch.distributed.pipelining.schedules import _ComputationType as Kind
+
+    kinds = {Kind.FORWARD: "F", Kind.BACKWARD_INPUT: "B", Kind.BACKWARD_WEIGHT: "W"}
+    for p in range(2, 9):
+        for m in range(1, 4 * p + 2):
+            order = _torch_order(p, 2, m, "v")
+            for rank in range(p):
+                torchs = [(kinds[a.computation_type], a.stage_index, a.microbatch_index) for a in order[rank] if a]
+                assert zbv_order(p, m, rank) == torchs, (p, m, rank)
+
+
+def test_zbv_with_fewer_micro_batches_than_planned_peaks_where_torchs_order_keeps_its_gradients():
+    """ZB-V with m < 2 p - 1, where torch drops the micro-batches it planned the V for: every
+    rank's moments (planc.zero_bubble.zero_bubble_moments) give the peak of torch's order replayed with
+    FSDP2's rules, for every legal p and m, whatever the sizes' ratios (fp32 accumulation twice the
+    compute-precision gradients; a reduced stage's sharded gradients less its resharded parameters
+    below, at or above nothing)."""
+    checked = 0
+    for p, _, m in _legal("zero-bubble", (2,), "v"):
+        if m >= 2 * p - 1:
+            continue
+        order = _torch_order(p, 2, m, "v")
+        for rank in range(p):
+            moments = zero_bubble_moments(p, 2, m, rank, "v")
+            counts = _as_each_action_starts(order[rank], m)
+            for a, d, n, r in itertools.product((0.1, 0.5, 1.0, 4.0), (0.25, 1.0), (0.3, 1.0), (-0.5, 0.0, 0.5)):
+                predicted = _moments_peak(moments, 2, a, d, 1.0, 2.0, n, r)
+                assert predicted == pytest.approx(_gradients_peak(counts, a, d, 1.0, 2.0, n, r)), (p, m, rank)
+        checked += 1
+    assert checked >= 30
+    # By hand, p 4, m 4 (torch's order on rank 0: 0F0-0F3 7F0 7I0 7W0 7F1 7I1 7W1 ... 7F3 7I3 7W3
+    # 0I0 0W0 ...; 0F4-0F6 and 7F4-7F6 dropped): the head's stage 7 runs all its backwards before
+    # stage 0's first, so in 7I3 the rank holds 5 stage-micro-batches (4 of stage 0, 1 of stage 7),
+    # stage 7's accumulation (made at 7I1) with 7W2's gradients beside it, and nothing of stage 0;
+    # 0W0 finds stage 7 reduced (REDUCE_GRAD after 7W3) and 4 held.
+    rank0 = zero_bubble_moments(4, 2, 4, 0, "v")
+    assert ZeroBubbleMoment(5, 1, 0, input_pass=True, accumulations=1, running=0) in rank0
+    first_weight_pass = ZeroBubbleMoment(4, 0, 0, 0, False, True, accumulations=0, reduced=1, running=1)
+    assert first_weight_pass in rank0
+    # Rank 2 (stages 2 and 5: ... 5W1 2I0 2W0 5I2 5W2 2I1 2W1 5I3 ...): in 2W1, after 2I1 made stage
+    # 2's accumulation from 2W0's gradients, both stages accumulate and 5W2's gradients wait for 5I3.
+    assert ZeroBubbleMoment(4, 1, 1, running_grads=False, weight_pass=True, accumulations=2, running=1) in (
+        zero_bubble_moments(4, 2, 4, 2, "v")
+    )
 
 
 def _head_micro_batches_alive(actions: list, head_stage: int) -> int:

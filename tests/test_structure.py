@@ -87,6 +87,18 @@ def test_no_import_cycle_among_planc_modules():
 #: text -> AST -> Plan -> (registry) -> candidates + estimates -> choice -> program -> processes.
 LOWER_LAYERS = {
     "planc.stages": ("planc.",),
+    "planc.zero_bubble": (  # zero-bubble's moments, on planc.stages' placements alone
+        "planc.legality",
+        "planc.spec",
+        "planc.cost",
+        "planc.planner",
+        "planc.strategies",
+        "planc.explain",
+        "planc.codegen",
+        "planc.runtime",
+        "planc.dsl",
+        "planc.verify",
+    ),
     "planc.legality": ("planc.spec", "planc.cost", "planc.planner", "planc.strategies", "planc.dsl"),
     "planc.spec": (
         "planc.cost",

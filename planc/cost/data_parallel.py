@@ -17,8 +17,8 @@ from planc.cost.compute import overlap_contention
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import DDP_BUCKET_BYTES, model_state_bytes
-from planc.cost.params import mlp_params_per_shard
-from planc.stages import ZeroBubbleMoment
+from planc.cost.params import embedding_params_per_shard, mlp_params_per_shard
+from planc.zero_bubble import ZeroBubbleMoment
 
 
 def weight_pass_gradient_bytes(ctx: CostContext, rank: int) -> float:
@@ -35,7 +35,7 @@ def weight_pass_gradient_bytes(ctx: CostContext, rank: int) -> float:
     adds them into the accumulated ``.grad`` itself: nothing waits. Without FSDP the gradients go
     to ``.grad`` where they stay (the model states). The first stage is not one of them: torch
     runs its whole backward in the weight pass (its input is token ids), hook included
-    (:func:`planc.stages.zero_bubble_peaks` counts the stages). ``planc verify --simulate`` of a
+    (:func:`planc.zero_bubble.zero_bubble_peaks` counts the stages). ``planc verify --simulate`` of a
     Llama 3 70B plan cut to 40 layers (TP 8 x PP 4, v = 2, 16 micro-batches): at the middle
     stage's peak, its other stage's five blocks' gradients in bf16, 1.0 GiB, all the gap."""
     lay, st = ctx.layout, ctx.stage(rank)
@@ -54,7 +54,7 @@ def _weight_pass_gradients_wait(ctx: CostContext) -> bool:
 def weight_pass_moment_bytes(ctx: CostContext, rank: int) -> tuple[float, float, float]:
     """(fp32 accumulated bytes of one of ``rank``'s stages, bytes of the running stage's own
     gradients in compute precision, bytes of a weight pass's new gradients) where a zero-bubble
-    moment differs from FSDP's usual one (:class:`planc.stages.ZeroBubbleMoment`): a stage whose
+    moment differs from FSDP's usual one (:class:`planc.zero_bubble.ZeroBubbleMoment`): a stage whose
     weight gradients wait for the first time has no fp32 accumulation yet (``grad_reduce_bytes``
     per parameter of its blocks); the running stage's gradients from its earlier weight passes
     are its blocks' and the root unit's in compute precision; and ``stage_backward_weight`` takes
@@ -90,50 +90,72 @@ def moment_gradients(ctx: CostContext, rank: int, moment: ZeroBubbleMoment) -> M
     micro-batches and more hold from the first weight pass on (:func:`weight_pass_moment_bytes`
     prices one stage's blocks):
 
-    - absent: the fp32 accumulations of the stages that have none there, and for each stage
-      already reduced (one round of micro-batches; ``perform_reduce_grad`` reshards it) its
-      unsharded accumulation less its sharded gradients, and its gathered blocks;
+    - absent: the fp32 accumulations of the stages that have none yet, and for each stage
+      already reduced (``perform_reduce_grad`` reshards it) its unsharded accumulation less its
+      sharded gradients, and its gathered blocks;
     - own (where the moment holds them): the running stage's blocks' gradients from its earlier
       weight passes, in compute precision;
     - new (in a weight pass): the running parameter group's (the first stage's: a block's, its
       whole backward running there).
 
-    The root unit (the embedding on the first stage, the head on the last) goes with its stage:
-    with one round the rank's stages run their backwards one after another, its last first
-    (``reduced`` of them done), so the root is reduced, accumulating or not there yet with its
+    A root unit (the embedding on the first stage, the head on the last; both on ZB-V's rank 0)
+    goes with its stage: with one round (looped) or fewer micro-batches than the V is planned for
+    the rank's stages finish their backwards in order, the head's stage first and the
+    embedding's last (:class:`~planc.zero_bubble.ZeroBubbleMoment`: ``reduced`` of them done, the next
+    ``accumulations`` accumulating), so a root is reduced, accumulating or not there yet with its
     stage. ``planc verify --simulate``, PP 4 x DP 2, v = 2, 4 micro-batches (one round): at rank
     0's peak stage 4's accumulation alone, 12 MiB of the 25 priced before; at the last rank's
-    (7W1) none, its head's included, stage 7's input passes all done before its weight passes.
-    Zero where FSDP keeps no weight-pass gradients apart."""
+    (7W1) none, its head's included, stage 7's input passes all done before its weight passes;
+    ZB-V's rank 0 (7I3) the head stage's accumulation, the head's included, and none of the
+    embedding's stage. Zero where FSDP keeps no weight-pass gradients apart."""
     accumulated, own, new = weight_pass_moment_bytes(ctx, rank)
     if not accumulated:
         return MomentGradients(0.0, 0.0, 0.0)
-    st, v, e, g = ctx.stage(rank), ctx.layout.virtual_stages, ctx.compute_bytes, ctx.grad_reduce_bytes
-    root = st.params - st.layers * st.layer_params
-    blocks = st.layers / v * st.layer_params
-    accumulations = v - moment.first_waits if moment.accumulations is None else moment.accumulations
-    absent = (v - accumulations) * accumulated + moment.reduced * (accumulated - accumulated / ctx.layout.shard_degree)
-    resharded = moment.reduced * e * blocks
-    running_root = moment.accumulations is None  # two rounds: the running stage is the head's
-    if moment.accumulations is not None and root:
-        order = 0 if st.head else v - 1  # the root's stage, in the order the backwards run
-        running_root = order == moment.reduced
-        if order < moment.reduced:  # reduced
-            absent += g * root - g * root / ctx.layout.shard_degree
-            resharded += e * root
-        elif order > moment.reduced or not moment.accumulations:  # no accumulation yet
-            absent += g * root
-    own = own - (0.0 if running_root else e * root)
-    if running_root and st.embedding and moment.accumulations is not None:
+    lay, st, e, g = ctx.layout, ctx.stage(rank), ctx.compute_bytes, ctx.grad_reduce_bytes
+    v, shards = lay.virtual_stages, lay.shard_degree
+    if moment.accumulations is None:  # two rounds and more, or the whole V: nothing reduced, roots accumulating
+        absent = moment.first_waits * accumulated
+        return MomentGradients(absent, _running(moment, own), _in_weight_pass(moment, new))
+    # A reduced stage holds its sharded gradients, not its accumulation, and its blocks resharded.
+    blocks = e * st.layers / v * st.layer_params
+    resharded = moment.reduced * blocks
+    absent = (v - moment.accumulations - moment.reduced) * accumulated
+    absent += moment.reduced * (accumulated - accumulated / shards) + resharded
+    running = moment.reduced if moment.running is None else moment.running
+    for part, order in _root_units(ctx, rank):
+        if order < moment.reduced:
+            absent += g * part - g * part / shards + e * part
+            resharded += e * part
+        elif order >= moment.reduced + moment.accumulations:  # no accumulation yet
+            absent += g * part
+        if order != running:
+            own -= e * part
+    if st.embedding and running == v - 1:
         # The first stage's weight pass is its whole backward, FSDP's hook included: a block's
         # gradients exist in compute precision until its hook adds them, as in any backward.
         new = e * st.layer_params
-    return MomentGradients(
-        absent + resharded,
-        own if moment.running_grads and (moment.weight_pass or moment.input_pass) else 0.0,
-        new if moment.weight_pass else 0.0,
-        resharded,
-    )
+    return MomentGradients(absent, _running(moment, own), _in_weight_pass(moment, new), resharded)
+
+
+def _root_units(ctx: CostContext, rank: int) -> tuple[tuple[float, int], ...]:
+    """(parameters, place in the order the rank's stages finish their backwards) of the root units
+    on ``rank``: the head's stage finishes first (0), the embedding's last (v - 1) -- the looped
+    schedules' last and first stage, ZB-V rank 0's second and first."""
+    st, v = ctx.stage(rank), ctx.layout.virtual_stages
+    root = st.params - st.layers * st.layer_params
+    embedding = embedding_params_per_shard(ctx.model, ctx.layout.tp) if st.embedding else 0
+    units = ((root - embedding, 0), (embedding, v - 1)) if st.head else ((root, v - 1),)
+    return tuple(unit for unit in units if unit[0])
+
+
+def _running(moment: ZeroBubbleMoment, own: float) -> float:
+    """The running stage's own gradients where the moment holds them."""
+    return own if moment.running_grads and (moment.weight_pass or moment.input_pass) else 0.0
+
+
+def _in_weight_pass(moment: ZeroBubbleMoment, new: float) -> float:
+    """A weight pass's new gradients, at a moment in one."""
+    return new if moment.weight_pass else 0.0
 
 
 def bucket_bytes(options: object) -> float:

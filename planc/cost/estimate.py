@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from planc.stages import StageStyle, ZeroBubbleMoment
+from planc.stages import StageStyle
+from planc.zero_bubble import ZeroBubbleMoment
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -137,10 +138,10 @@ class StageMemory:
     weight_grads_waiting: int = 0
     """Zero-bubble: the rank's stages (other than the one running) whose weight-pass gradients
     wait in compute precision for the stage's next input pass at the peak
-    (:func:`planc.stages.zero_bubble_peaks`); the data-parallel wrapper that keeps them apart
+    (:func:`planc.zero_bubble.zero_bubble_peaks`); the data-parallel wrapper that keeps them apart
     prices them (:func:`planc.cost.data_parallel.weight_pass_gradient_bytes`)."""
     zero_bubble_moment: ZeroBubbleMoment | None = None
-    """Zero-bubble: the moment of the rank's peak (:func:`planc.stages.zero_bubble_moments`), for
+    """Zero-bubble: the moment of the rank's peak (:func:`planc.zero_bubble.zero_bubble_moments`), for
     what the data-parallel wrapper keeps of the gradients there."""
     accumulated_grads: float | None = None
     """Gradient bytes a data-parallel wrapper that reduces once per step keeps from the step's

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planc.stages import StageStyle, interleaved_rounds, rank_of_stage, stages_of_rank
+from planc.zero_bubble import zbv_order
 
 #: (kind, stage, micro-batch): one operation as a rank issues it.
 Step = tuple[str, int, int]
@@ -74,54 +75,10 @@ def _interleaved(schedule: str, p: int, v: int, m: int, rank: int) -> list[Step]
     return [op for op in ops if op[2] < m]
 
 
-def _zbv(p: int, m: int, rank: int) -> list[Step]:
-    """ZB-V (Qi et al. 2023, Sec. 6; torch ``ScheduleZBVZeroBubble``): the rank's first stage fills
-    the pipeline, its second stage (the V's way back) starts the backward passes, and weight
-    gradients follow their input gradients except in the warm-up and cool-down, where they wait.
-
-    Planned for max(2p - 1, m) micro-batches and cut to the m that exist, as torch does.
-    """
-    stages = stages_of_rank(rank, p, 2, "v")
-    n = max(2 * p - 1, m)
-    ops: list[Step] = []
-    issued = {"F": [0, 0], "B": [0, 0], "W": [0, 0]}  # per kind, per local stage (0: first, 1: second)
-
-    def issue(kind: str, local: int) -> None:
-        ops.append((kind, stages[local], issued[kind][local]))
-        issued[kind][local] += 1
-
-    forwards, backwards, weights = issued["F"], issued["B"], issued["W"]
-    for _ in range(2 * (p - rank) - 1):
-        issue("F", 0)
-    for _ in range(rank):
-        issue("F", 1)
-        issue("F", 0)
-    for _ in range(p - rank):
-        for kind in "FBW":
-            issue(kind, 1)
-    while forwards[1] < forwards[0] or forwards[0] < n:
-        if forwards[0] < n:
-            issue("F", 0)
-        issue("B", 0)
-        issue("W", 0)
-        for kind in "FBW":
-            issue(kind, 1)
-    for _ in range(rank):
-        issue("B", 0)
-        issue("B", 1)
-    for _ in range(p - rank):
-        issue("B", 0)
-        issue("W", 0)
-    for local in (1, 0):
-        while weights[local] < backwards[local]:
-            issue("W", local)
-    return [op for op in ops if op[2] < m]
-
-
 def _order(schedule: str, p: int, v: int, m: int, rank: int, style: StageStyle) -> list[Step]:
     """The (kind, stage, micro-batch) sequence a rank issues."""
     if style == "v":
-        return _zbv(p, m, rank)
+        return zbv_order(p, m, rank)
     if schedule == "gpipe":
         return [("F", rank, j) for j in range(m)] + [("B", rank, j) for j in range(m)]
     if v == 1 and schedule in ("1f1b", "zero-bubble"):

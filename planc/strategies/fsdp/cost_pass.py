@@ -18,7 +18,7 @@ from planc.cost.params import StageParams, embedding_params_per_shard, whole_emb
 from planc.cost.wrappers import fsdp_seconds, with_dtensor_optimizer, with_wrapper_time
 from planc.hardware.topology import GroupLink
 from planc.spec.layout import Layout
-from planc.stages import ZeroBubbleMoment
+from planc.zero_bubble import ZeroBubbleMoment
 
 _ACCUMULATED = "unsharded fp32 gradients kept across micro-batches"
 
@@ -334,7 +334,7 @@ def _blocks_gathered_at_a_later_loss(ctx: CostContext, st: StageParams, s: Stage
 
 def _weight_pass_moment(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
     """Zero-bubble's last rank with two rounds of micro-batches peaks in its last stage's weight
-    pass (:func:`planc.stages.zero_bubble_moments`), where FSDP holds, in compute precision, the
+    pass (:func:`planc.zero_bubble.zero_bubble_moments`), where FSDP holds, in compute precision, the
     stage's gradients from its earlier weight passes since its last input pass (its blocks' and
     the root unit's: the head's backward is in the weight pass too) and the new gradients of the
     parameter group running (:func:`~planc.cost.data_parallel.weight_pass_moment_bytes`); the
@@ -360,7 +360,7 @@ def _waiting_weight_gradients(ctx: CostContext, s: StageMemory) -> tuple[Term, .
     precision, for their stage's next input pass, whose post-backward hook adds them into the
     accumulated fp32 ones (:func:`~planc.cost.data_parallel.weight_pass_gradient_bytes`); how many
     stages wait at the peak is the schedule's (``StageMemory.weight_grads_waiting``, from
-    :func:`planc.stages.zero_bubble_peaks`). ``planc verify --simulate`` found them at the peak of
+    :func:`planc.zero_bubble.zero_bubble_peaks`). ``planc verify --simulate`` found them at the peak of
     every rank that runs a later stage's input pass from the second round of micro-batches on; the
     block the running stage writes is :func:`_pipelined_buffers`' own term."""
     if not s.weight_grads_waiting:

@@ -6,7 +6,7 @@ are :mod:`planc.stages`'s, the arithmetic the program and ``planc explain``'s ti
 
 from __future__ import annotations
 
-from planc import stages
+from planc import stages, zero_bubble
 from planc.cost.comm import all_gather_seconds, p2p_seconds
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import moment_gradients, weight_pass_gradient_bytes
@@ -35,7 +35,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
       (:func:`~planc.cost.memory.split_backward_output_grads`), and under FSDP its other stages'
       weight-pass gradients wait for their next input pass
       (:func:`~planc.cost.data_parallel.weight_pass_gradient_bytes`; the fsdp pass prices them): the
-      rank's peak is the largest of the placements :func:`~planc.stages.zero_bubble_peaks` reads
+      rank's peak is the largest of the placements :func:`~planc.zero_bubble.zero_bubble_peaks` reads
       off torch's order.
     - **Losses**: under GPipe the last stage runs every micro-batch's forward and loss before any
       backward, so m - 1 more losses wait with their saved tensors
@@ -203,7 +203,7 @@ def _outputs_held(v: int, chunks: int, head: bool, turn: bool = False) -> int:
     return max(0, held)
 
 
-def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[stages.ZeroBubbleMoment, tuple[Term, ...]]:
+def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[zero_bubble.ZeroBubbleMoment, tuple[Term, ...]]:
     """(the moment of the peak, the split backward's own terms) of a zero-bubble rank: the output
     gradients waiting for the weight pass and the input gradients kept on the received
     activations. The weight gradients at that moment are the data-parallel wrapper's to price
@@ -246,16 +246,16 @@ def _zero_bubble_terms(ctx: CostContext, s: StageMemory) -> tuple[stages.ZeroBub
 
 def _zero_bubble_peak(
     ctx: CostContext, s: StageMemory, activations: float, grads: float, weights: float
-) -> stages.ZeroBubbleMoment:
-    """The moment of the rank's peak under zero-bubble (:func:`~planc.stages.zero_bubble_moments`),
+) -> zero_bubble.ZeroBubbleMoment:
+    """The moment of the rank's peak under zero-bubble (:func:`~planc.zero_bubble.zero_bubble_moments`),
     for ``activations`` and output ``grads`` bytes per chunk-micro-batch and waiting ``weights``
     bytes per chunk, with what the data-parallel wrapper keeps of the gradients there
     (:func:`~planc.cost.data_parallel.weight_pass_moment_bytes`; the moments that differ in it
     come alone, so the usual running stage's gradients need no price here)."""
     lay = ctx.layout
-    candidates = stages.zero_bubble_moments(lay.pp, lay.virtual_stages, ctx.micro_batches, s.rank, ctx.stage_style)
+    candidates = zero_bubble.zero_bubble_moments(lay.pp, lay.virtual_stages, ctx.micro_batches, s.rank, ctx.stage_style)
 
-    def held(c: stages.ZeroBubbleMoment) -> float:
+    def held(c: zero_bubble.ZeroBubbleMoment) -> float:
         kept = moment_gradients(ctx, s.rank, c)
         return c.held * activations + c.waiting * grads + c.weights * weights - kept.absent + kept.own + kept.new
 
