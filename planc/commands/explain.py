@@ -102,7 +102,7 @@ def _measured(plan, layout, memory) -> tuple[dict, str]:
         found = results.load(plan, layout, kind)
         if found:
             body[key] = measured.measured_dict(found, memory)
-            text += "\n" + "\n".join(measured.measured_lines(found, memory)) + "\n"
+            text += "\n" + "\n".join(measured.measured_lines(found, memory, pipelined=layout.pp > 1)) + "\n"
     return body, text
 
 

@@ -203,11 +203,37 @@ def test_the_predicted_peak_says_it_is_net_of_the_margin_and_context_wherever_it
     out = capsys.readouterr().out
     assert "    total                                             32.99" in out
     assert "    peak memory: predicted net of the allocator margin and CUDA context, as the allocator counts:" in out
-    assert "      pipeline rank 0's total 32.99 MiB above, less 1.57 MiB = 31.42 MiB" in out
+    assert "      the total 32.99 MiB above, less 1.57 MiB = 31.42 MiB" in out  # no pipeline: no stage named
     assert main(["explain", str(PLANS / "tiny-cpu.plan"), "--json"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert "net of the allocator margin" in body["measured"]["peak_predicted"]
     assert body["measured"]["peak_net_bytes"] == pytest.approx(body["memory"]["total_bytes"] / 1.05)
+
+
+def test_the_peak_relation_names_a_pipeline_stage_only_under_a_pipeline_and_not_a_stand_ins_row(
+    tmp_path, monkeypatch, capsys
+):
+    """Review (fix-rev): explain wrote "pipeline rank 0's total" beside a plan without a pipeline, and
+    under a CPU stand-in related the plan's total (GPT-2: 12.00 GiB less 1.57 = 10.42 GiB) to a peak
+    row whose prediction is the stand-in's (2.9 MiB), as if that row's prediction were 10.42 GiB."""
+    monkeypatch.setenv("PLANC_VERIFY_DIR", str(tmp_path / "results"))
+    row = Row(0, "peak memory", "step peak", 1000.0, 1000.0, note="MemTracker")
+
+    def explained(name: str, **extra) -> str:
+        plan, layout = _chosen(name)
+        result = {"key": results.plan_key(plan, layout), "rows": [row.as_dict()], "world_size": 8, "device": "cpu"}
+        results.save({**result, **extra}, tmp_path)
+        assert main(["explain", str(PLANS / name)]) == 0
+        return capsys.readouterr().out.split("measured by planc verify")[1]
+
+    # cpu-3d: TP 2 x PP 2 x DP 2, so the table's stage is named, as the table's title names it.
+    piped = explained("cpu-3d.plan")
+    assert re.search(r"\n      pipeline rank \d's total [\d.]+ MiB above, less", piped)
+    # GPT-2 on 8 A100s, verified here through a CPU stand-in: the relation is the plan's, said to be so.
+    stand = explained("gpt2-small-8xa100.plan", stand_in=["device A100-80GB x 8 -> CPU processes"])
+    assert "pipeline rank" not in stand
+    assert "      for the plan, the total " in stand
+    assert "the rows' prediction is the stand-in's, net the same way" in stand
 
 
 def test_the_stored_parameters_are_named_for_what_they_are():
