@@ -46,6 +46,8 @@ def run(args) -> int:
     out = Path(args.out)
     if out.exists() and out.is_dir():
         raise PlanError(f"--out {args.out} is a directory", hint="give a file name, e.g. --out cluster.json")
+    if args.nproc is not None and args.nproc < 1:  # checked as given: `args.nproc or default` read 0 as unset
+        raise PlanError(f"--nproc must be at least 1, got {args.nproc}", hint="e.g. --nproc 4")
     cpu = args.cpu or not _has_gpu()
     if args.plan:
         from planc.commands.explain import read_plan
@@ -64,9 +66,7 @@ def run(args) -> int:
             from planc.calibrate.worker import main
 
             return main(worker[2:])
-        nproc = args.nproc or (_gpu_count() if not cpu else 2)
-        if nproc < 1:
-            raise PlanError("--nproc must be at least 1", hint="e.g. --nproc 4")
+        nproc = args.nproc if args.nproc is not None else (_gpu_count() if not cpu else 2)
         command = [sys.executable, *worker]
         if nproc > 1:
             command = [

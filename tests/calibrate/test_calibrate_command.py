@@ -78,3 +78,16 @@ def test_calibrate_writes_a_profile_the_plan_uses(tmp_path, capsys):
 
     assert main(["explain", str(tmp_path / "tiny.plan")]) == 0
     assert "profile   cal.json: measured rates" in capsys.readouterr().out
+
+
+def test_nproc_zero_is_refused_not_read_as_the_default(tmp_path, capsys, monkeypatch):
+    """Review (fix-rev): `--nproc 0` went through `args.nproc or default` as unset and launched a
+    whole calibration on 2 processes instead of saying the count is wrong."""
+    from planc.cli import main
+    from planc.commands import calibrate
+
+    monkeypatch.setattr(calibrate.subprocess, "run", lambda *a, **k: pytest.fail("nothing may be launched"))
+    out = tmp_path / "cpu.json"
+    assert main(["calibrate", "--nproc", "0", "--cpu", "--quick", "--out", str(out)]) == 1
+    assert "--nproc must be at least 1, got 0" in capsys.readouterr().err
+    assert not out.exists()
