@@ -99,7 +99,16 @@ def _measured(plan, layout, memory) -> tuple[dict, str]:
 
     body, text = {}, ""
     for kind, key in (("verify", "measured"), ("simulate", "simulated")):
-        found = results.load(plan, layout, kind)
+        try:
+            found = results.load(plan, layout, kind)
+        except results.UnreadableResult as exc:
+            command = "planc verify" + (" --simulate" if kind == "simulate" else "")
+            print(
+                f"note: a stored `{command}` result of this plan is not shown: {exc}; "
+                f"`{command}` of the plan again replaces it",
+                file=sys.stderr,
+            )
+            continue
         if found:
             body[key] = measured.measured_dict(found, memory)
             text += "\n" + "\n".join(measured.measured_lines(found, memory, pipelined=layout.pp > 1)) + "\n"

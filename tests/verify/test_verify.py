@@ -133,6 +133,28 @@ def test_explain_shows_the_measured_table_for_the_same_plan_only(tmp_path, monke
     assert json.loads(capsys.readouterr().out)["measured"]["rows"][0]["measured"] == 990.0
 
 
+def test_a_stored_result_this_planc_cannot_read_is_named_not_a_crash(tmp_path, monkeypatch, capsys):
+    """Review (fix-rev): the key holds the plan, not planc's version, so another version's result (rows
+    with a field this Row lacks) or a damaged file can sit under it; explain stopped with an internal
+    error (TypeError from Row(**row)) instead of explaining the plan."""
+    monkeypatch.setenv("PLANC_VERIFY_DIR", str(tmp_path / "results"))
+    plan, layout = _chosen("tiny-cpu.plan")
+    row = {**Row(0, "model states", "params", 1000.0, 990.0).as_dict(), "from_a_newer_planc": 1}
+    saved = results.save({"key": results.plan_key(plan, layout), "rows": [row], "world_size": 4}, tmp_path)
+    why = {
+        saved.read_text(): "its rows are not this planc's (unknown field(s) from_a_newer_planc)",
+        "{": "is not valid JSON",
+        "[1]": "not a result of planc verify (no list of rows)",
+    }
+    for text, problem in why.items():
+        saved.write_text(text)
+        assert main(["explain", str(PLANS / "tiny-cpu.plan")]) == 0
+        out, err = capsys.readouterr()
+        assert "measured by planc verify" not in out and "memory per device" in out
+        assert f"note: a stored `planc verify` result of this plan is not shown: {saved}" in err
+        assert problem in err and "`planc verify` of the plan again replaces it" in err
+
+
 def test_verify_needs_its_measurement_steps(tmp_path, capsys):
     assert main(["verify", str(PLANS / "tiny-cpu.plan"), "--steps", "2"]) == 1
     assert "at least 4" in capsys.readouterr().err
