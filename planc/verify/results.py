@@ -55,6 +55,31 @@ def _file_name(key: str, kind: str) -> str:
     return f"{key}.json" if kind == "verify" else f"{key}-{KINDS[kind]}.json"
 
 
+def source_of(plan_path: Path) -> str:
+    """How a result names the file it measured (``plan_source``): resolved, so that explain run from
+    another directory finds it."""
+    return str(Path(plan_path).resolve())
+
+
+def earlier_version(plan_path: Path, kind: str = "verify") -> Path | None:
+    """The newest stored result of ``kind`` that measured the file at ``plan_path``, whatever its key.
+
+    Asked when :func:`load` found none for the plan as it is now: one here was measured before the
+    file (or the layout planc chooses for it) changed, which explain says rather than dropping the
+    table without a word."""
+    source, found = source_of(plan_path), []
+    for path in results_dir().glob("*.json"):
+        if path.name.endswith("-simulate.json") != (kind == "simulate"):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+            if json.dumps(source) in text and json.loads(text).get("plan_source") == source:
+                found.append((path.stat().st_mtime, path))
+        except (OSError, ValueError, AttributeError):  # unreadable, or JSON that is not an object
+            continue
+    return max(found)[1] if found else None
+
+
 class UnreadableResult(ValueError):
     """A stored result this planc cannot show: damaged, or written by a planc whose rows differ."""
 

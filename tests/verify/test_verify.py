@@ -155,6 +155,33 @@ def test_a_stored_result_this_planc_cannot_read_is_named_not_a_crash(tmp_path, m
         assert problem in err and "`planc verify` of the plan again replaces it" in err
 
 
+def test_explain_says_when_the_plans_measurement_is_of_an_earlier_version(tmp_path, monkeypatch, capsys):
+    """Review (fix-rev): verify a plan, edit it, explain it: the measured table went away without a
+    word. A result filed for the same file under another key is named, and how to measure anew."""
+    monkeypatch.setenv("PLANC_VERIFY_DIR", str(tmp_path / "results"))
+    path = tmp_path / "tiny.plan"
+    path.write_text((PLANS / "tiny-cpu.plan").read_text())
+    other = tmp_path / "other.plan"
+    other.write_text(path.read_text())
+    plan, layout = _chosen("tiny-cpu.plan")
+    row = Row(0, "model states", "params", 1000.0, 990.0).as_dict()
+    result = {"key": results.plan_key(plan, layout), "rows": [row], "world_size": 4, "device": "cpu"}
+    saved = results.save({**result, "plan_source": str(path.resolve())}, tmp_path)
+    assert main(["explain", str(path)]) == 0  # as verified: the table, no note
+    out, err = capsys.readouterr()
+    assert "measured by planc verify" in out and "note:" not in err
+
+    path.write_text(path.read_text().replace("lr           = 3e-3", "lr           = 1e-3"))  # edited since
+    assert main(["explain", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert "measured by planc verify" not in out
+    assert f"note: `planc verify` measured {path} before it, or the layout chosen for it, changed ({saved})" in err
+    assert f"`planc verify {path}` measures it as it is now" in err
+    other.write_text(path.read_text())  # the edited content in a file never verified: nothing to say
+    assert main(["explain", str(other)]) == 0
+    assert "note:" not in capsys.readouterr().err
+
+
 def test_verify_needs_its_measurement_steps(tmp_path, capsys):
     assert main(["verify", str(PLANS / "tiny-cpu.plan"), "--steps", "2"]) == 1
     assert "at least 4" in capsys.readouterr().err
