@@ -53,7 +53,9 @@ def run(args) -> int:
         from planc.commands.explain import read_plan
         from planc.strategies.registry import load_registry
 
-        workload = plan_workload(read_plan(args.plan, load_registry()), args.quick)
+        plan = read_plan(args.plan, load_registry())
+        _refuse_another_device(plan, args.plan, cpu, args.cpu)
+        workload = plan_workload(plan, args.quick)
     else:
         workload = default_workload(args.quick, cpu)
     budget = "0.1" if args.quick else "0.3"
@@ -85,6 +87,26 @@ def run(args) -> int:
         )
     _summarise(out)
     return 0
+
+
+def _refuse_another_device(plan, plan_file: str, cpu: bool, cpu_asked: bool) -> None:
+    """The plan refuses a profile measured on another kind of device (``hardware.profile``): a GPU
+    plan's shapes measured on CPU processes, or a CPU plan's on GPUs, is said before the measurement,
+    not found when the plan names the profile."""
+    if plan.hardware.is_cpu == cpu:
+        return
+    if cpu:
+        why = "--cpu" if cpu_asked else "this machine has no GPU"
+        raise PlanError(
+            f"--plan {plan_file} runs on {plan.hardware.device}, but this calibration measures CPU processes "
+            f"({why}): the plan would refuse the profile (it must be measured on the plan's device)",
+            hint="run `planc calibrate --plan` on the plan's hardware; a CPU profile needs a CPU plan or no --plan",
+        )
+    raise PlanError(
+        f"--plan {plan_file} runs on CPU processes, but this calibration measures the GPUs here: the plan "
+        "would refuse the profile (it must be measured on the plan's device)",
+        hint="add --cpu",
+    )
 
 
 def _has_gpu() -> bool:
