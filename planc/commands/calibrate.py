@@ -46,12 +46,16 @@ def run(args) -> int:
     out = Path(args.out)
     if out.exists() and out.is_dir():
         raise PlanError(f"--out {args.out} is a directory", hint="give a file name, e.g. --out cluster.json")
+    if args.nproc is not None and args.nproc < 1:  # checked as given: `args.nproc or default` read 0 as unset
+        raise PlanError(f"--nproc must be at least 1, got {args.nproc}", hint="e.g. --nproc 4")
     cpu = args.cpu or not _has_gpu()
     if args.plan:
         from planc.commands.explain import read_plan
         from planc.strategies.registry import load_registry
 
-        workload = plan_workload(read_plan(args.plan, load_registry()), args.quick)
+        plan = read_plan(args.plan, load_registry())
+        _refuse_another_device(plan, args.plan, cpu, args.cpu)
+        workload = plan_workload(plan, args.quick)
     else:
         workload = default_workload(args.quick, cpu)
     budget = "0.1" if args.quick else "0.3"
@@ -64,9 +68,7 @@ def run(args) -> int:
             from planc.calibrate.worker import main
 
             return main(worker[2:])
-        nproc = args.nproc or (_gpu_count() if not cpu else 2)
-        if nproc < 1:
-            raise PlanError("--nproc must be at least 1", hint="e.g. --nproc 4")
+        nproc = args.nproc if args.nproc is not None else (_gpu_count() if not cpu else 2)
         command = [sys.executable, *worker]
         if nproc > 1:
             command = [
@@ -85,6 +87,26 @@ def run(args) -> int:
         )
     _summarise(out)
     return 0
+
+
+def _refuse_another_device(plan, plan_file: str, cpu: bool, cpu_asked: bool) -> None:
+    """The plan refuses a profile measured on another kind of device (``hardware.profile``): a GPU
+    plan's shapes measured on CPU processes, or a CPU plan's on GPUs, is said before the measurement,
+    not found when the plan names the profile."""
+    if plan.hardware.is_cpu == cpu:
+        return
+    if cpu:
+        why = "--cpu" if cpu_asked else "this machine has no GPU"
+        raise PlanError(
+            f"--plan {plan_file} runs on {plan.hardware.device}, but this calibration measures CPU processes "
+            f"({why}): the plan would refuse the profile (it must be measured on the plan's device)",
+            hint="run `planc calibrate --plan` on the plan's hardware; a CPU profile needs a CPU plan or no --plan",
+        )
+    raise PlanError(
+        f"--plan {plan_file} runs on CPU processes, but this calibration measures the GPUs here: the plan "
+        "would refuse the profile (it must be measured on the plan's device)",
+        hint="add --cpu",
+    )
 
 
 def _has_gpu() -> bool:

@@ -91,18 +91,34 @@ def _misfit(choice) -> PlanError | None:
     )
 
 
-def _measured(plan, layout, memory) -> tuple[dict, str]:
+def _measured(plan, layout, memory, file: str) -> tuple[dict, str]:
     """(explain --json's "measured" and "simulated", the text's tables) from a `planc verify` and a
     `planc verify --simulate` of this very plan; empty without them. ``memory``: the memory table's
-    stage, whose total the peak rows' prediction is related to."""
+    stage, whose total the peak rows' prediction is related to. ``file``: the plan's path, under which
+    a result of an earlier version of it is looked for when there is none of this one."""
     from planc.verify import measured, results
 
     body, text = {}, ""
     for kind, key in (("verify", "measured"), ("simulate", "simulated")):
-        found = results.load(plan, layout, kind)
+        command = "planc verify" + (" --simulate" if kind == "simulate" else "")
+        try:
+            found = results.load(plan, layout, kind)
+        except results.UnreadableResult as exc:
+            print(
+                f"note: a stored `{command}` result of this plan is not shown: {exc}; "
+                f"`{command}` of the plan again replaces it",
+                file=sys.stderr,
+            )
+            continue
+        if found is None and (earlier := results.earlier_version(Path(file), kind)) is not None:
+            print(
+                f"note: `{command}` measured {file} before it, or the layout chosen for it, changed "
+                f"({earlier}): not shown; `{command} {file}` measures it as it is now",
+                file=sys.stderr,
+            )
         if found:
             body[key] = measured.measured_dict(found, memory)
-            text += "\n" + "\n".join(measured.measured_lines(found, memory)) + "\n"
+            text += "\n" + "\n".join(measured.measured_lines(found, memory, pipelined=layout.pp > 1)) + "\n"
     return body, text
 
 
@@ -177,7 +193,7 @@ def run(args) -> int:
         write_output(
             Path(args.svg), render_svg(plan, choice), option="--svg", inputs=(Path(args.file),), example="plan.svg"
         )
-    measured_json, measured_text = _measured(plan, choice.layout, choice.estimate.memory)
+    measured_json, measured_text = _measured(plan, choice.layout, choice.estimate.memory, args.file)
     if args.json:
         # One object: the explanation, and with "error" when nothing fits (exit status 1).
         error = {"error": error_dict(misfit)} if misfit else {}

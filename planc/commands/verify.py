@@ -104,7 +104,7 @@ def _run_program(args) -> int:
     result = collect(compiled.plan, compiled.layout, registry, run_dir)
     result.update(
         key=results.plan_key(plan, layout_as_planned),
-        plan_source=str(plan_path),
+        plan_source=results.source_of(plan_path),
         stand_in=list(chosen.changes),
     )
     print_result(args, result, render, run_dir, results.save(result, run_dir), "verify.json")

@@ -29,9 +29,10 @@ def worst_rows(result: dict) -> list[Row]:
     return list(chosen.values())
 
 
-def measured_lines(result: dict, memory: StageMemory | None = None) -> list[str]:
+def measured_lines(result: dict, memory: StageMemory | None = None, pipelined: bool = False) -> list[str]:
     """The explain section: predicted, measured and error per quantity; under a peak row, how its
-    prediction relates to the total of the memory table above (``memory``, the table's stage)."""
+    prediction relates to the total of the memory table above (``memory``, the table's stage, named
+    by its pipeline rank only when ``pipelined``, as the table's title names it)."""
     stand_in = bool(result.get("stand_in"))
     if result.get("simulated"):
         title = (
@@ -50,20 +51,27 @@ def measured_lines(result: dict, memory: StageMemory | None = None) -> list[str]
         predicted, measured = value_text(row.predicted, row.unit), value_text(row.measured, row.unit)
         lines.append(f"    {name:<46}{predicted:>12}{measured:>12}{error:>9}  {row.rank}")
     if memory is not None and any(r.section == "peak memory" and r.measured is not None for r in worst_rows(result)):
-        lines += [f"    peak memory: predicted {PEAK_NET_WORDS}:", f"      {_net_relation(memory)}"]
+        relation = _net_relation(memory, pipelined, stand_in)
+        lines += [f"    peak memory: predicted {PEAK_NET_WORDS}:", f"      {relation}"]
     return lines
 
 
-def _net_relation(memory: StageMemory) -> str:
-    """``pipeline rank 0's total 32.99 MiB above, less 1.57 MiB = 31.42 MiB``, in the table's unit."""
+def _net_relation(memory: StageMemory, pipelined: bool, stand_in: bool) -> str:
+    """``the total 32.99 MiB above, less 1.57 MiB = 31.42 MiB`` (``pipeline rank 0's total ...`` under a
+    pipeline), in the table's unit. Under a CPU stand-in the peak rows' prediction is the stand-in's,
+    not the table's: the relation is the plan's, and the line says the row is not it."""
     from planc.explain.memory_table import table_unit
 
     unit, size = table_unit(memory)
     net = peak_net_bytes(memory)
-    return (
-        f"pipeline rank {memory.rank}'s total {memory.total / size:.2f} {unit} above, "
+    whose = f"pipeline rank {memory.rank}'s total" if pipelined else "the total"
+    relation = (
+        f"{whose} {memory.total / size:.2f} {unit} above, "
         f"less {(memory.total - net) / size:.2f} {unit} = {net / size:.2f} {unit}"
     )
+    if stand_in:
+        return f"for the plan, {relation}; the rows' prediction is the stand-in's, net the same way"
+    return relation
 
 
 def measured_dict(result: dict, memory: StageMemory | None = None) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 from planc.fileio import write_text_atomically
@@ -54,10 +55,70 @@ def _file_name(key: str, kind: str) -> str:
     return f"{key}.json" if kind == "verify" else f"{key}-{KINDS[kind]}.json"
 
 
+def source_of(plan_path: Path) -> str:
+    """How a result names the file it measured (``plan_source``): resolved, so that explain run from
+    another directory finds it."""
+    return str(Path(plan_path).resolve())
+
+
+def earlier_version(plan_path: Path, kind: str = "verify") -> Path | None:
+    """The newest stored result of ``kind`` that measured the file at ``plan_path``, whatever its key.
+
+    Asked when :func:`load` found none for the plan as it is now: one here was measured before the
+    file (or the layout planc chooses for it) changed, which explain says rather than dropping the
+    table without a word."""
+    source, found = source_of(plan_path), []
+    for path in results_dir().glob("*.json"):
+        if path.name.endswith("-simulate.json") != (kind == "simulate"):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+            if json.dumps(source) in text and json.loads(text).get("plan_source") == source:
+                found.append((path.stat().st_mtime, path))
+        except (OSError, ValueError, AttributeError):  # unreadable, or JSON that is not an object
+            continue
+    return max(found)[1] if found else None
+
+
+class UnreadableResult(ValueError):
+    """A stored result this planc cannot show: damaged, or written by a planc whose rows differ."""
+
+
 def load(plan: Plan, layout: Layout, kind: str = "verify") -> dict | None:
-    """The newest result of ``kind`` ("verify" or "simulate") for this plan and layout, or None."""
+    """The newest result of ``kind`` ("verify" or "simulate") for this plan and layout, or None.
+
+    Raises :class:`UnreadableResult` for a file under the key that is not such a result: the key holds
+    the plan, not planc's version, so another version's rows can sit there, and explain must say so
+    rather than fail on them."""
     path = results_dir() / _file_name(plan_key(plan, layout), kind)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except OSError:
         return None
+    try:
+        found = json.loads(text)
+    except ValueError as exc:
+        raise UnreadableResult(f"{path} is not valid JSON ({exc})") from None
+    problem = _rows_problem(found)
+    if problem:
+        raise UnreadableResult(f"{path}: {problem}")
+    return found
+
+
+def _rows_problem(found: object) -> str | None:
+    """What keeps ``found``'s rows from being :class:`planc.verify.report.Row`s, or None."""
+    from planc.verify.report import Row
+
+    if not isinstance(found, dict) or not isinstance(found.get("rows"), list):
+        return "not a result of planc verify (no list of rows)"
+    known = {f.name for f in fields(Row)} | {"error"}
+    required = {f.name for f in fields(Row) if f.default is MISSING}
+    for row in found["rows"]:
+        if not isinstance(row, dict):
+            return "a row is not an object"
+        unknown, missing = sorted(set(row) - known), sorted(required - set(row))
+        if unknown or missing:
+            parts = [f"unknown field(s) {', '.join(unknown)}"] if unknown else []
+            parts += [f"missing field(s) {', '.join(missing)}"] if missing else []
+            return f"its rows are not this planc's ({'; '.join(parts)})"
+    return None

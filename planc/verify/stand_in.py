@@ -10,9 +10,9 @@ what it changed, each change the smallest that makes the run possible:
 - data parallelism shrinks when tp x pp x dp exceeds :data:`MAX_CPU_PROCESSES` (the other
   degrees stay; a layout whose tp x pp alone exceeds it cannot stand in: use ``--simulate``);
 - a model too large for a CPU step (over :data:`MAX_CPU_PARAMS` parameters, or longer sequences
-  than :data:`MAX_CPU_SEQ`) keeps its shape -- layers per stage, GQA ratio, MLP and norm kind,
-  tied embeddings -- at the width of :data:`CPU_HEAD_DIM`-wide heads, with a shorter sequence
-  and vocabulary; and the batch keeps at most :data:`MAX_CPU_ACCUMULATION` micro-batches per rank.
+  than :data:`MAX_CPU_SEQ`) keeps its kind -- GQA ratio, MLP and norm kind, tied embeddings --
+  with one or two layers per pipeline chunk, at the width of :data:`CPU_HEAD_DIM`-wide heads, with
+  a shorter sequence and vocabulary; and the batch keeps at most :data:`MAX_CPU_ACCUMULATION` micro-batches per rank.
 
 The prediction ``verify`` compares against is always the cost model's for the plan that ran,
 so the comparison checks the model's formulas, not the shrinking.

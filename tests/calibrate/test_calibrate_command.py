@@ -78,3 +78,40 @@ def test_calibrate_writes_a_profile_the_plan_uses(tmp_path, capsys):
 
     assert main(["explain", str(tmp_path / "tiny.plan")]) == 0
     assert "profile   cal.json: measured rates" in capsys.readouterr().out
+
+
+def test_nproc_zero_is_refused_not_read_as_the_default(tmp_path, capsys, monkeypatch):
+    """Review (fix-rev): `--nproc 0` went through `args.nproc or default` as unset and launched a
+    whole calibration on 2 processes instead of saying the count is wrong."""
+    from planc.cli import main
+    from planc.commands import calibrate
+
+    monkeypatch.setattr(calibrate.subprocess, "run", lambda *a, **k: pytest.fail("nothing may be launched"))
+    out = tmp_path / "cpu.json"
+    assert main(["calibrate", "--nproc", "0", "--cpu", "--quick", "--out", str(out)]) == 1
+    assert "--nproc must be at least 1, got 0" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_plan_on_another_kind_of_device_is_refused_before_measuring(tmp_path, capsys, monkeypatch):
+    """Review (fix-rev): `planc calibrate --plan plans/llama3-8b-8xh100.plan` on a CPU machine measured
+    the 8B plan's GEMMs on CPU processes, and the plan then refused the profile at hardware.profile
+    ("measured on cpu, but the plan's device is 'H100-SXM'")."""
+    from pathlib import Path
+
+    from planc.cli import main
+    from planc.commands import calibrate
+
+    plans = Path(__file__).resolve().parents[2] / "plans"
+    monkeypatch.setattr(calibrate.subprocess, "run", lambda *a, **k: pytest.fail("nothing may be launched"))
+    out = tmp_path / "p.json"
+    gpu_plan = str(plans / "llama3-8b-8xh100.plan")
+    assert main(["calibrate", "--plan", gpu_plan, "--cpu", "--quick", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"--plan {gpu_plan} runs on H100-SXM, but this calibration measures CPU processes (--cpu)" in err
+    # A CPU plan on a machine with GPUs, without --cpu: the GPUs would be measured.
+    monkeypatch.setattr(calibrate, "_gpu_count", lambda: 8)
+    assert main(["calibrate", "--plan", str(plans / "tiny-cpu.plan"), "--quick", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "runs on CPU processes, but this calibration measures the GPUs here" in err and "add --cpu" in err
+    assert not out.exists()

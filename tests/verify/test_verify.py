@@ -133,6 +133,55 @@ def test_explain_shows_the_measured_table_for_the_same_plan_only(tmp_path, monke
     assert json.loads(capsys.readouterr().out)["measured"]["rows"][0]["measured"] == 990.0
 
 
+def test_a_stored_result_this_planc_cannot_read_is_named_not_a_crash(tmp_path, monkeypatch, capsys):
+    """Review (fix-rev): the key holds the plan, not planc's version, so another version's result (rows
+    with a field this Row lacks) or a damaged file can sit under it; explain stopped with an internal
+    error (TypeError from Row(**row)) instead of explaining the plan."""
+    monkeypatch.setenv("PLANC_VERIFY_DIR", str(tmp_path / "results"))
+    plan, layout = _chosen("tiny-cpu.plan")
+    row = {**Row(0, "model states", "params", 1000.0, 990.0).as_dict(), "from_a_newer_planc": 1}
+    saved = results.save({"key": results.plan_key(plan, layout), "rows": [row], "world_size": 4}, tmp_path)
+    why = {
+        saved.read_text(): "its rows are not this planc's (unknown field(s) from_a_newer_planc)",
+        "{": "is not valid JSON",
+        "[1]": "not a result of planc verify (no list of rows)",
+    }
+    for text, problem in why.items():
+        saved.write_text(text)
+        assert main(["explain", str(PLANS / "tiny-cpu.plan")]) == 0
+        out, err = capsys.readouterr()
+        assert "measured by planc verify" not in out and "memory per device" in out
+        assert f"note: a stored `planc verify` result of this plan is not shown: {saved}" in err
+        assert problem in err and "`planc verify` of the plan again replaces it" in err
+
+
+def test_explain_says_when_the_plans_measurement_is_of_an_earlier_version(tmp_path, monkeypatch, capsys):
+    """Review (fix-rev): verify a plan, edit it, explain it: the measured table went away without a
+    word. A result filed for the same file under another key is named, and how to measure anew."""
+    monkeypatch.setenv("PLANC_VERIFY_DIR", str(tmp_path / "results"))
+    path = tmp_path / "tiny.plan"
+    path.write_text((PLANS / "tiny-cpu.plan").read_text())
+    other = tmp_path / "other.plan"
+    other.write_text(path.read_text())
+    plan, layout = _chosen("tiny-cpu.plan")
+    row = Row(0, "model states", "params", 1000.0, 990.0).as_dict()
+    result = {"key": results.plan_key(plan, layout), "rows": [row], "world_size": 4, "device": "cpu"}
+    saved = results.save({**result, "plan_source": str(path.resolve())}, tmp_path)
+    assert main(["explain", str(path)]) == 0  # as verified: the table, no note
+    out, err = capsys.readouterr()
+    assert "measured by planc verify" in out and "note:" not in err
+
+    path.write_text(path.read_text().replace("lr           = 3e-3", "lr           = 1e-3"))  # edited since
+    assert main(["explain", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert "measured by planc verify" not in out
+    assert f"note: `planc verify` measured {path} before it, or the layout chosen for it, changed ({saved})" in err
+    assert f"`planc verify {path}` measures it as it is now" in err
+    other.write_text(path.read_text())  # the edited content in a file never verified: nothing to say
+    assert main(["explain", str(other)]) == 0
+    assert "note:" not in capsys.readouterr().err
+
+
 def test_verify_needs_its_measurement_steps(tmp_path, capsys):
     assert main(["verify", str(PLANS / "tiny-cpu.plan"), "--steps", "2"]) == 1
     assert "at least 4" in capsys.readouterr().err
@@ -203,11 +252,37 @@ def test_the_predicted_peak_says_it_is_net_of_the_margin_and_context_wherever_it
     out = capsys.readouterr().out
     assert "    total                                             32.99" in out
     assert "    peak memory: predicted net of the allocator margin and CUDA context, as the allocator counts:" in out
-    assert "      pipeline rank 0's total 32.99 MiB above, less 1.57 MiB = 31.42 MiB" in out
+    assert "      the total 32.99 MiB above, less 1.57 MiB = 31.42 MiB" in out  # no pipeline: no stage named
     assert main(["explain", str(PLANS / "tiny-cpu.plan"), "--json"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert "net of the allocator margin" in body["measured"]["peak_predicted"]
     assert body["measured"]["peak_net_bytes"] == pytest.approx(body["memory"]["total_bytes"] / 1.05)
+
+
+def test_the_peak_relation_names_a_pipeline_stage_only_under_a_pipeline_and_not_a_stand_ins_row(
+    tmp_path, monkeypatch, capsys
+):
+    """Review (fix-rev): explain wrote "pipeline rank 0's total" beside a plan without a pipeline, and
+    under a CPU stand-in related the plan's total (GPT-2: 12.00 GiB less 1.57 = 10.42 GiB) to a peak
+    row whose prediction is the stand-in's (2.9 MiB), as if that row's prediction were 10.42 GiB."""
+    monkeypatch.setenv("PLANC_VERIFY_DIR", str(tmp_path / "results"))
+    row = Row(0, "peak memory", "step peak", 1000.0, 1000.0, note="MemTracker")
+
+    def explained(name: str, **extra) -> str:
+        plan, layout = _chosen(name)
+        result = {"key": results.plan_key(plan, layout), "rows": [row.as_dict()], "world_size": 8, "device": "cpu"}
+        results.save({**result, **extra}, tmp_path)
+        assert main(["explain", str(PLANS / name)]) == 0
+        return capsys.readouterr().out.split("measured by planc verify")[1]
+
+    # cpu-3d: TP 2 x PP 2 x DP 2, so the table's stage is named, as the table's title names it.
+    piped = explained("cpu-3d.plan")
+    assert re.search(r"\n      pipeline rank \d's total [\d.]+ MiB above, less", piped)
+    # GPT-2 on 8 A100s, verified here through a CPU stand-in: the relation is the plan's, said to be so.
+    stand = explained("gpt2-small-8xa100.plan", stand_in=["device A100-80GB x 8 -> CPU processes"])
+    assert "pipeline rank" not in stand
+    assert "      for the plan, the total " in stand
+    assert "the rows' prediction is the stand-in's, net the same way" in stand
 
 
 def test_the_stored_parameters_are_named_for_what_they_are():
