@@ -119,6 +119,13 @@ def _measured(plan, layout, memory, file: str) -> tuple[dict, str]:
         if found:
             body[key] = measured.measured_dict(found, memory)
             text += "\n" + "\n".join(measured.measured_lines(found, memory, pipelined=layout.pp > 1)) + "\n"
+            if body[key]["predicted_by_another_model"]:
+                print(
+                    f"note: the `{command}` result shown was predicted by other cost-model code than this "
+                    f"planc's (an earlier version): its predicted column may differ from the tables above; "
+                    f"`{command} {file}` compares today's predictions",
+                    file=sys.stderr,
+                )
     return body, text
 
 

@@ -34,7 +34,11 @@ def run_simulation(args) -> int:
         result = simulate(plan, layout, registry, ranks)
     except CannotSimulate as exc:
         raise PlanError(f"the simulation of {layout.describe()} failed: {exc}", hint=exc.hint) from None
-    result.update(key=results.plan_key(plan, layout), plan_source=results.source_of(plan_path))
+    result.update(
+        key=results.plan_key(plan, layout),
+        plan_source=results.source_of(plan_path),
+        cost_model=results.cost_model_fingerprint(),
+    )
     print_result(args, result, render, run_dir, results.save(result, run_dir, "simulate"), "simulate.json")
     return 0
 

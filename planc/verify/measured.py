@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from planc.verify.predicted import PEAK_NET_WORDS, peak_net_bytes
 from planc.verify.report import Row, value_text
+from planc.verify.results import predicted_by_another_model
 
 if TYPE_CHECKING:
     from planc.cost.estimate import StageMemory
@@ -83,6 +84,7 @@ def measured_dict(result: dict, memory: StageMemory | None = None) -> dict:
         "stand_in": result.get("stand_in", []),
         "rows": [row.as_dict() for row in worst_rows(result)],
         "peak_predicted": PEAK_NET_WORDS,
+        "predicted_by_another_model": predicted_by_another_model(result),
     }
     if memory is not None:
         body["peak_net_bytes"] = peak_net_bytes(memory)

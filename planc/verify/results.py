@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 from dataclasses import MISSING, fields
+from functools import lru_cache
 from pathlib import Path
 
 from planc.fileio import write_text_atomically
@@ -27,6 +28,39 @@ def plan_key(plan: Plan, layout: Layout) -> str:
         data.pop(name, None)
     text = json.dumps({"plan": data, "layout": layout.model_dump(mode="json")}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+#: planc's modules whose code makes a prediction (relative to the package): the cost model, the
+#: strategies' cost passes, where stages sit and when zero-bubble's gradients live, the topology,
+#: the device presets, and the rows verify predicts. A result keeps their digest
+#: (:func:`cost_model_fingerprint`): the key holds the plan, not the model that priced it.
+PREDICTING_MODULES = (
+    "cost/*.py",
+    "strategies/*/cost_pass.py",
+    "stages.py",
+    "zero_bubble.py",
+    "hardware/*.py",
+    "spec/presets/*.py",
+    "verify/predicted.py",
+)
+
+
+@lru_cache(maxsize=1)
+def cost_model_fingerprint() -> str:
+    """SHA-256 (first 16 hex digits) of the source of :data:`PREDICTING_MODULES`: equal for two
+    results exactly when the same code predicted them (a new planc, or an edit of the model)."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for pattern in PREDICTING_MODULES:
+        for path in sorted(root.glob(pattern)):
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def predicted_by_another_model(result: dict) -> bool:
+    """Whether ``result``'s predicted column came from other cost-model code than this planc's
+    (or from a planc that did not record it)."""
+    return result.get("cost_model") != cost_model_fingerprint()
 
 
 def results_dir() -> Path:

@@ -166,6 +166,7 @@ def test_explain_says_when_the_plans_measurement_is_of_an_earlier_version(tmp_pa
     plan, layout = _chosen("tiny-cpu.plan")
     row = Row(0, "model states", "params", 1000.0, 990.0).as_dict()
     result = {"key": results.plan_key(plan, layout), "rows": [row], "world_size": 4, "device": "cpu"}
+    result["cost_model"] = results.cost_model_fingerprint()
     saved = results.save({**result, "plan_source": str(path.resolve())}, tmp_path)
     assert main(["explain", str(path)]) == 0  # as verified: the table, no note
     out, err = capsys.readouterr()
@@ -300,3 +301,37 @@ def test_the_stored_parameters_are_named_for_what_they_are():
         # the value is that row's of explain: the fp32 copy under bf16, the parameters under fp32
         memory = est.memory
         assert predicted["model_states"]["params"] == (memory.master if memory.master else memory.params)
+
+
+def test_explain_says_when_the_measured_tables_predictions_are_another_cost_models(tmp_path, monkeypatch, capsys):
+    """A result is filed by the plan, not by the code that priced it: after a planc upgrade (or an
+    edit of the model) its predicted column is the old model's, beside tables of the new. explain
+    shows it, says so, and says how to compare today's predictions; --json flags it."""
+    monkeypatch.setenv("PLANC_VERIFY_DIR", str(tmp_path / "results"))
+    path = tmp_path / "tiny.plan"
+    path.write_text((PLANS / "tiny-cpu.plan").read_text())
+    plan, layout = _chosen("tiny-cpu.plan")
+    row = Row(0, "model states", "params", 1000.0, 990.0).as_dict()
+    result = {"key": results.plan_key(plan, layout), "rows": [row], "world_size": 4, "device": "cpu"}
+    for fingerprint, stale in ((results.cost_model_fingerprint(), False), ("0123456789abcdef", True), (None, True)):
+        stored = {**result, "cost_model": fingerprint} if fingerprint else result  # None: a planc that kept none
+        results.save(stored, tmp_path)
+        assert main(["explain", str(path)]) == 0
+        out, err = capsys.readouterr()
+        assert "measured by planc verify" in out
+        assert ("predicted by other cost-model code than this planc's" in err) is stale, err
+        if stale:
+            assert f"`planc verify {path}` compares today's predictions" in err
+        assert main(["explain", "--json", str(path)]) == 0
+        body = json.loads(capsys.readouterr().out)
+        assert body["measured"]["predicted_by_another_model"] is stale
+
+
+def test_the_cost_model_fingerprint_covers_the_modules_that_predict():
+    """Every module the digest names exists (a rename would silently drop it), and it reads the
+    cost passes of every built-in strategy."""
+    root = Path(results.__file__).resolve().parent.parent
+    for pattern in results.PREDICTING_MODULES:
+        assert list(root.glob(pattern)), pattern
+    passes = {p.parent.name for p in root.glob("strategies/*/cost_pass.py")}
+    assert {"ddp", "zero1", "fsdp", "tensor_parallel", "pipeline", "recompute", "bf16"} <= passes
