@@ -200,7 +200,11 @@ def run(args) -> int:
         write_output(
             Path(args.svg), render_svg(plan, choice), option="--svg", inputs=(Path(args.file),), example="plan.svg"
         )
-    measured_json, measured_text = _measured(plan, choice.layout, choice.estimate.memory, args.file)
+    # verify measures planc's own program: beside another runtime's prediction its table would compare
+    # that program with a prediction for a different one.
+    measured_json, measured_text = (
+        _measured(plan, choice.layout, choice.estimate.memory, args.file) if args.runtime == "planc" else ({}, "")
+    )
     if args.json:
         # One object: the explanation, and with "error" when nothing fits (exit status 1).
         error = {"error": error_dict(misfit)} if misfit else {}

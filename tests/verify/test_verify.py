@@ -335,3 +335,20 @@ def test_the_cost_model_fingerprint_covers_the_modules_that_predict():
         assert list(root.glob(pattern)), pattern
     passes = {p.parent.name for p in root.glob("strategies/*/cost_pass.py")}
     assert {"ddp", "zero1", "fsdp", "tensor_parallel", "pipeline", "recompute", "bf16"} <= passes
+
+
+def test_another_runtimes_prediction_is_not_shown_beside_planc_programs_measurement(tmp_path, monkeypatch, capsys):
+    """verify runs planc's program: `explain --runtime megatron-core-2024` predicts another one, so
+    the stored measurement of planc's is not set beside it (review fix-rev)."""
+    monkeypatch.setenv("PLANC_VERIFY_DIR", str(tmp_path / "results"))
+    path = PLANS / "tiny-cpu.plan"
+    plan, layout = _chosen("tiny-cpu.plan")
+    row = Row(0, "model states", "params", 1000.0, 990.0).as_dict()
+    stored = {"key": results.plan_key(plan, layout), "rows": [row], "world_size": 4, "device": "cpu"}
+    results.save({**stored, "cost_model": results.cost_model_fingerprint()}, tmp_path)
+    assert main(["explain", str(path)]) == 0
+    assert "measured by planc verify" in capsys.readouterr().out
+    assert main(["explain", "--runtime", "megatron-core-2024", str(path)]) == 0
+    assert "measured by planc verify" not in capsys.readouterr().out
+    assert main(["explain", "--json", "--runtime", "megatron-core-2024", str(path)]) == 0
+    assert "measured" not in json.loads(capsys.readouterr().out)
