@@ -91,14 +91,18 @@ def _misfit(choice) -> PlanError | None:
     )
 
 
-def _measured(plan, layout, memory, file: str) -> tuple[dict, str]:
+def _measured(plan, layout, memory, file: str, runtime: str = "planc") -> tuple[dict, str]:
     """(explain --json's "measured" and "simulated", the text's tables) from a `planc verify` and a
     `planc verify --simulate` of this very plan; empty without them. ``memory``: the memory table's
     stage, whose total the peak rows' prediction is related to. ``file``: the plan's path, under which
-    a result of an earlier version of it is looked for when there is none of this one."""
+    a result of an earlier version of it is looked for when there is none of this one. Empty for
+    another ``runtime`` than planc's: verify measures planc's program, and beside a prediction for
+    another program its table would compare the two."""
     from planc.verify import measured, results
 
     body, text = {}, ""
+    if runtime != "planc":
+        return body, text
     for kind, key in (("verify", "measured"), ("simulate", "simulated")):
         command = "planc verify" + (" --simulate" if kind == "simulate" else "")
         try:
@@ -200,11 +204,7 @@ def run(args) -> int:
         write_output(
             Path(args.svg), render_svg(plan, choice), option="--svg", inputs=(Path(args.file),), example="plan.svg"
         )
-    # verify measures planc's own program: beside another runtime's prediction its table would compare
-    # that program with a prediction for a different one.
-    measured_json, measured_text = (
-        _measured(plan, choice.layout, choice.estimate.memory, args.file) if args.runtime == "planc" else ({}, "")
-    )
+    measured_json, measured_text = _measured(plan, choice.layout, choice.estimate.memory, args.file, args.runtime)
     if args.json:
         # One object: the explanation, and with "error" when nothing fits (exit status 1).
         error = {"error": error_dict(misfit)} if misfit else {}
