@@ -21,6 +21,7 @@ Pure integer arithmetic; no torch, no pydantic.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Literal
 
 StageStyle = Literal["looped", "v"]
@@ -127,6 +128,7 @@ def holds_turn(rank: int, pp: int, style: StageStyle = "looped") -> bool:
     return style == "v" and rank_of_stage(pp - 1, pp, 2, style) == rank == rank_of_stage(pp, pp, 2, style)
 
 
+@lru_cache(maxsize=1024)  # the planner asks for every pipeline layout it scores
 def busiest_rank_pair_boundaries(pp: int, v: int, style: StageStyle = "looped") -> int:
     """Stage boundaries (stage s feeding stage s + 1) between the pair of pipeline ranks that
     shares the most: each carries every micro-batch's activation one way and its gradient back.

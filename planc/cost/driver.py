@@ -151,12 +151,15 @@ def finalize(ctx: CostContext, est: Estimate) -> Estimate:
     slot = (est.compute + (tp.exposed if tp else 0.0)) / est.micro_batches
     fixed = 0.0 if ctx.plan.hardware.is_cpu else DEVICE_RUNTIME_OVERHEAD
 
-    stages = []
+    stages, peak = [], 0.0
     for s in est.stages:
         terms = (Term(_RUNTIME_NAME, fixed),) if fixed else ()
-        margin = Term(_MARGIN_NAME, ALLOCATOR_MARGIN * (s.total + fixed))
+        before = s.total + fixed
+        margin = Term(_MARGIN_NAME, ALLOCATOR_MARGIN * before)
         stages.append(s.updated(transient=terms + (margin,)))
-    peak = max(s.total for s in stages)
+        # Both terms are held at every moment of the step, so they move no peak: the new total is
+        # the old one plus them (the planner finalizes every layout it scores; no second _peak).
+        peak = max(peak, before + margin.value)
     return est.replace(stages=tuple(stages), bubble=est.bubble_slots * slot, peak_memory=peak)
 
 

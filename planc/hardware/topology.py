@@ -132,7 +132,7 @@ class Topology:
         self.hardware = hardware
         self.graph = _build_graph(hardware)
         self._links: dict[tuple, GroupLink] = {}
-        self._hops: dict[tuple, tuple[GroupLink, ...]] = {}
+        self._hops: dict[tuple, tuple] = {}
 
     @property
     def world_size(self) -> int:
@@ -209,6 +209,20 @@ class Topology:
             ranks = [rank_of_stage(j, dims.pp, v, style) for j in range(dims.pp * v)]
             hops = self._hops[key] = tuple(self._boundary(dims, a, b) for a, b in zip(ranks, ranks[1:]))
         return hops
+
+    def pipeline_hop_counts(
+        self, dims: ParallelDims, v: int = 1, style: StageStyle = "looped"
+    ) -> tuple[tuple[GroupLink, int], ...]:
+        """:meth:`pipeline_hops` as (link, how many hops have it), in first-seen order: a 64-stage
+        pipeline crosses two or three kinds of link, and the planner prices each kind once."""
+        key = ("pp-hop-counts", dims.tp, dims.dp, dims.pp, v, style)
+        counts = self._hops.get(key)
+        if counts is None:
+            tally: dict[GroupLink, int] = {}
+            for hop in self.pipeline_hops(dims, v, style):
+                tally[hop] = tally.get(hop, 0) + 1
+            counts = self._hops[key] = tuple(tally.items())
+        return counts
 
     def pipeline_p2p(self, dims: ParallelDims, v: int = 1, style: StageStyle = "looped") -> GroupLink:
         """The slowest link between pipeline neighbours (:meth:`pipeline_hops`): each boundary is a

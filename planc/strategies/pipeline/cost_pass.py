@@ -283,7 +283,7 @@ def _p2p(ctx: CostContext) -> CommCost:
     link = ctx.links["pp_p2p"]
     transfer = _hop_seconds(ctx, link)
     # The warm-up and cool-down run one micro-batch over every hop in turn, each at its own link.
-    path = sum(_hop_seconds(ctx, hop) for hop in ctx.links["pp_hops"])
+    path = sum(count * _hop_seconds(ctx, hop) for hop, count in ctx.links["pp_hop_counts"])
     # The busiest pair of neighbouring ranks: every micro-batch's activation one way and its
     # gradient back at each stage boundary between them -- v per pair, or 2 v - 1 with pp = 2,
     # where the wrap from the last rank to the first joins the same two ranks.
