@@ -100,7 +100,8 @@ def _measured(plan, layout, memory, file: str, runtime: str = "planc") -> tuple[
     another program its table would compare the two."""
     from planc.verify import measured, results
 
-    body, text = {}, ""
+    body: dict = {}
+    text = ""
     if runtime != "planc":
         return body, text
     for kind, key in (("verify", "measured"), ("simulate", "simulated")):

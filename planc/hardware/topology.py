@@ -133,6 +133,7 @@ class Topology:
         self.graph = _build_graph(hardware)
         self._links: dict[tuple, GroupLink] = {}
         self._hops: dict[tuple, tuple] = {}
+        self._boundaries: dict[tuple[int, int, int], GroupLink] = {}
 
     @property
     def world_size(self) -> int:
@@ -242,9 +243,13 @@ class Topology:
         if a == b:
             return LOCAL_LINK
         group, node = dims.dp * dims.tp, self.graph.nodes
-        pairs = [(a * group + o, b * group + o) for o in range(group)]
-        crossing = next(((x, y) for x, y in pairs if node[x]["node"] != node[y]["node"]), pairs[0])
-        return self.p2p(*crossing)
+        key = (group, a, b)  # the planner meets the same boundary in many layouts
+        found = self._boundaries.get(key)
+        if found is None:
+            pairs = ((a * group + o, b * group + o) for o in range(group))
+            crossing = next(((x, y) for x, y in pairs if node[x]["node"] != node[y]["node"]), (a * group, b * group))
+            found = self._boundaries[key] = self.p2p(*crossing)
+        return found
 
 
 def _measured_kinds(hw: HardwareSpec, medium: str) -> tuple[tuple[str, float, float], ...]:
