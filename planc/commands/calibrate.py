@@ -86,7 +86,19 @@ def run(args) -> int:
             f"calibration failed (exit status {status})", hint="see the messages above; try --quick or --nproc 1"
         )
     _summarise(out)
+    print(use_it_line(out, args.plan))
     return 0
+
+
+def use_it_line(out: Path, plan_file: str | None) -> str:
+    """How a plan names the profile just written: a path relative to ``plan_file``'s folder (how
+    ``hardware.profile`` resolves) when ``--plan`` named one, else the absolute path (the plan's
+    folder is unknown; the bare file name worked only for a plan beside it). JSON-quoted, as the
+    .plan language writes a string."""
+    if plan_file:
+        where = os.path.relpath(out.resolve(), Path(plan_file).resolve().parent)
+        return f"use it: hardware {{ profile = {json.dumps(where)} }} in {plan_file}"
+    return f"use it: hardware {{ profile = {json.dumps(str(out.resolve()))} }} (or a path relative to the .plan file)"
 
 
 def _refuse_another_device(plan, plan_file: str, cpu: bool, cpu_asked: bool) -> None:
@@ -159,4 +171,3 @@ def _summarise(out: Path) -> None:
         print(f"  {c.kind} x{c.group_size} ({c.medium}): {speed}")
     for note in profile.notes:
         print(f"  note: {note}")
-    print(f'use it: hardware {{ profile = "{out.name}" }} (a path relative to the .plan file)')

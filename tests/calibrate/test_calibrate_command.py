@@ -40,6 +40,7 @@ def test_calibrate_writes_a_profile_the_plan_uses(tmp_path, capsys):
     command += ["--plan", "tiny.plan", "--out", "cal.json"]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert 'use it: hardware { profile = "cal.json" } in tiny.plan' in done.stdout
     profile = load_profile(tmp_path / "cal.json")
     assert profile.world_size == 2 and profile.backend == "gloo" and profile.device_kind == "cpu"
     # The plan's own GEMMs at TP 1 and micro-batch 4 (64 tokens), and its head (64 x 32 x padded vocabulary).
@@ -115,3 +116,17 @@ def test_a_plan_on_another_kind_of_device_is_refused_before_measuring(tmp_path, 
     err = capsys.readouterr().err
     assert "runs on CPU processes, but this calibration measures the GPUs here" in err and "add --cpu" in err
     assert not out.exists()
+
+
+def test_the_use_it_line_names_the_profile_as_the_plan_would_find_it(tmp_path, monkeypatch):
+    """hardware.profile resolves against the .plan file's folder: with --plan the line gives that
+    relative path; without, the absolute one (the bare file name it printed before found the profile
+    only from a plan beside it)."""
+    from planc.commands.calibrate import use_it_line
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plans").mkdir()
+    out = tmp_path / "profiles" / "h100.json"
+    line = use_it_line(out, "plans/run.plan")
+    assert line == 'use it: hardware { profile = "../profiles/h100.json" } in plans/run.plan'
+    assert use_it_line(out, None).startswith(f'use it: hardware {{ profile = "{out}" }}')
