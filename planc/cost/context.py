@@ -84,9 +84,9 @@ class CostContext:
     logits: float
     """Logits + loss bytes of one micro-batch on the last stage."""
     links: dict
-    """GroupLink per group: "tp", "dp", "pp" (collectives), "pp_hops" (each hop between pipeline
-    stages, in a micro-batch's order), "pp_hop_counts" (the same as (link, count) pairs) and
-    "pp_p2p" (the slowest of them)."""
+    """GroupLink per group: "tp", "dp", "pp" (collectives), "pp_hop_counts" (the links of the hops
+    between pipeline stages a micro-batch crosses, as (link, how many hops) pairs) and "pp_p2p" (the
+    slowest of them)."""
     capacity: float
     """Memory per device, bytes."""
 
@@ -192,7 +192,6 @@ class ContextCache:
                 "dp": topo.group("dp", dims),
                 "pp": topo.group("pp", dims),
                 "pp_p2p": topo.pipeline_p2p(dims, v, style),
-                "pp_hops": topo.pipeline_hops(dims, v, style),
                 "pp_hop_counts": topo.pipeline_hop_counts(dims, v, style),
             }
             if layout.shard_group:

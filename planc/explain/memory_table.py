@@ -119,7 +119,7 @@ def memory_table(est: Estimate, plan: Plan) -> list[str]:
     width = max(44, *(len(n) + 4 for n in names))
     s = est.memory
     unit, size = table_unit(s)
-    pipelined = len({stage.rank for stage in est.stages}) > 1  # which stage is worst says nothing without PP
+    pipelined = len(est.stages) > 1  # one stage without PP: "worst" would say nothing
     title = "  memory per device" + (f" (worst: pipeline rank {s.rank})" if pipelined else "")
     lines = [title + unit.rjust(4 + width + 8 - len(title))]
     total = round(s.total / size * 100)

@@ -132,7 +132,8 @@ class Topology:
         self.hardware = hardware
         self.graph = _build_graph(hardware)
         self._links: dict[tuple, GroupLink] = {}
-        self._hops: dict[tuple, tuple] = {}
+        self._hops: dict[tuple, tuple[GroupLink, ...]] = {}
+        self._hop_counts: dict[tuple, tuple[tuple[GroupLink, int], ...]] = {}
         self._boundaries: dict[tuple[int, int, int], GroupLink] = {}
 
     @property
@@ -216,13 +217,13 @@ class Topology:
     ) -> tuple[tuple[GroupLink, int], ...]:
         """:meth:`pipeline_hops` as (link, how many hops have it), in first-seen order: a 64-stage
         pipeline crosses two or three kinds of link, and the planner prices each kind once."""
-        key = ("pp-hop-counts", dims.tp, dims.dp, dims.pp, v, style)
-        counts = self._hops.get(key)
+        key = (dims.tp, dims.dp, dims.pp, v, style)
+        counts = self._hop_counts.get(key)
         if counts is None:
             tally: dict[GroupLink, int] = {}
             for hop in self.pipeline_hops(dims, v, style):
                 tally[hop] = tally.get(hop, 0) + 1
-            counts = self._hops[key] = tuple(tally.items())
+            counts = self._hop_counts[key] = tuple(tally.items())
         return counts
 
     def pipeline_p2p(self, dims: ParallelDims, v: int = 1, style: StageStyle = "looped") -> GroupLink:
