@@ -41,6 +41,9 @@ _DERIVED_DEFAULTS = {
     ("hardware", "intra_node_latency"): "device preset, else 5 us",
     ("hardware", "inter_node_latency"): "device preset, else 10 us",
     ("hardware", "efficiency"): "device preset, else 0.7",
+    ("hardware", "intra_node_link_efficiency"): "device preset, else 0.8; 1 with a profile's measured link",
+    ("hardware", "inter_node_link_efficiency"): "device preset, else 0.96; 1 with a profile's measured link",
+    ("hardware", "nvls_all_reduce_bw"): "device preset's over its own NVLink (H100, H200), else none",
     ("hardware", "inter_node_bw"): "device preset, or inter_node_bw_per_node / per_node",
     ("hardware", "inter_node_bw_per_node"): "none",
     ("hardware", "intra_node_link"): (

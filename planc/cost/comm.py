@@ -7,6 +7,9 @@ alpha + n / beta. For a group of p ranks whose slowest hop has (alpha, beta) —
 - ring all-reduce (reduce-scatter then all-gather): 2 (p - 1) alpha + 2 (p - 1)/p * n / beta
 - tree all-reduce (NCCL's double binary tree, Sanders et al. 2009): 2 log2(p) alpha + 2 n / beta
   — the latency term grows with log p instead of p; NCCL picks whichever is faster, so do we;
+- switch all-reduce (NVLink SHARP, H100/H200 inside a node): each rank sends its buffer to the
+  NVSwitch once and receives the sum once, 2 alpha + n / beta_switch, beta_switch the algorithm
+  bandwidth NCCL reaches (:mod:`planc.spec.presets.hardware`); NCCL uses it where it beats the ring;
 - ring reduce-scatter / all-gather: (p - 1) alpha + (p - 1)/p * n / beta
 - point-to-point: alpha + n / beta;
 - k broadcasts that together fill an n-byte buffer, each from the rank that owns its part
@@ -25,13 +28,15 @@ from planc.hardware.topology import GroupLink
 
 
 def all_reduce_seconds(nbytes: float, link: GroupLink) -> float:
-    """Faster of ring and tree all-reduce of ``nbytes`` over the group."""
+    """Fastest of ring, tree and (where the node's switch reduces) switch all-reduce of ``nbytes``."""
     p = link.size
     if p <= 1 or nbytes <= 0:
         return 0.0
     alpha, beta = link.alpha_beta("all_reduce")
     ring = 2 * (p - 1) * alpha + 2 * (p - 1) / p * nbytes / beta
     tree = 2 * math.ceil(math.log2(p)) * alpha + 2 * nbytes / beta
+    if link.switch_all_reduce_bw > 0:
+        return min(ring, tree, 2 * alpha + nbytes / link.switch_all_reduce_bw)
     return min(ring, tree)
 
 

@@ -64,9 +64,10 @@ def link_text(link: GroupLink, hw: HardwareSpec) -> str:
     bound it per device (``GroupLink.capped``)."""
     medium, bandwidth = _medium(link.medium, hw), format_bandwidth(link.bandwidth)
     if link.crosses_nodes and link.per_node > 1:
-        nics = f"{link.per_node} NICs × {format_bandwidth(hw.inter_node_bw)}"
+        nic = hw.inter_node_bw * hw.inter_node_link_efficiency  # what a NIC moves, as link.bandwidth
+        nics = f"{link.per_node} NICs × {format_bandwidth(nic)}"
         if link.capped:
-            aggregate = format_bandwidth(link.per_node * hw.inter_node_bw)
+            aggregate = format_bandwidth(link.per_node * nic)
             by = visible(hw.intra_node_link) if hw.intra_node_link_named else "the intra-node link"
             return (
                 f"{medium} {bandwidth} per device (capped by {by}: the ring's hops inside "
@@ -328,6 +329,22 @@ def _profile_line(hw) -> list[str]:
     return [f"  profile   {visible(hw.profile)}: measured rates ({visible(hw.measured.measured_on)})"]
 
 
+def _link_share_line(hw: HardwareSpec) -> list[str]:
+    """The links' rates the tables use: the line rates above less what the collective library's
+    protocol costs (``hardware.*_link_efficiency``); nothing when they are taken whole."""
+    local_link = "between processes" if hw.is_cpu else visible(hw.intra_node_link)
+    shares = []
+    if hw.per_node > 1 and hw.intra_node_link_efficiency < 1:
+        moved = format_bandwidth(hw.intra_node_bw * hw.intra_node_link_efficiency)
+        shares.append(f"{local_link} {hw.intra_node_link_efficiency:.0%} = {moved}")
+    if hw.nodes > 1 and hw.inter_node_link_efficiency < 1:
+        moved = format_bandwidth(hw.inter_node_bw * hw.inter_node_link_efficiency)
+        shares.append(f"network {hw.inter_node_link_efficiency:.0%} = {moved}")
+    if not shares:
+        return []
+    return ["  links     priced at what collectives move of those line rates: " + ", ".join(shares)]
+
+
 def _header(plan: Plan, choice: Choice) -> list[str]:
     m, hw, tr = plan.model, plan.hardware, plan.train
     est, lay = choice.estimate, choice.layout
@@ -343,6 +360,7 @@ def _header(plan: Plan, choice: Choice) -> list[str]:
         f"  hardware  {hw.world_size} × {visible(hw.device)} ({nodes} × {hw.per_node}) · "
         + "".join(f"{link} · " for link in links)
         + f"{format_bytes(hw.memory)} each",
+        *_link_share_line(hw),
         *_profile_line(hw),
         f"  batch     {tr.global_batch} sequences × {m.seq_len} = {format_count(plan.tokens_per_step)} tokens "
         f"per step · {est.micro_batches} micro-batch(es) of {lay.micro_batch} per DP rank",

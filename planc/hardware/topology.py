@@ -6,10 +6,11 @@ Vertices are the devices (global ranks ``0 .. nodes*per_node-1``, attribute ``no
 NVSwitch vertex per node (``("nvswitch", n)``) and one vertex for the network fabric
 (:data:`FABRIC`). Every device has two edges:
 
-- to its node's switch: ``kind="nvlink"``, ``bandwidth = intra_node_bw`` (per device, one
-  direction), ``latency = intra_node_latency``;
-- to the fabric, through its own NIC: ``kind="network"``, ``bandwidth = inter_node_bw``,
-  ``latency = inter_node_latency``.
+- to its node's switch: ``kind="nvlink"``, ``bandwidth = intra_node_bw x
+  intra_node_link_efficiency`` (per device, one direction: what NCCL moves of the line rate),
+  ``latency = intra_node_latency``;
+- to the fabric, through its own NIC: ``kind="network"``, ``bandwidth = inter_node_bw x
+  inter_node_link_efficiency``, ``latency = inter_node_latency``.
 
 This is the DGX shape (NVSwitch inside a node, one NIC per GPU, a non-blocking fat tree between
 nodes — Narayanan et al. 2021, Sec. 5; NVIDIA DGX A100/H100 user guides). The fabric vertex
@@ -79,6 +80,9 @@ class GroupLink:
     capped: bool = False
     """Across nodes with several members per node: the ring's hops inside a node (their NVLink or
     other intra-node link) bound it, not the members' NICs, whose sum per node would carry more."""
+    switch_all_reduce_bw: float = 0.0
+    """Inside one node whose switch reduces (NVLS): the all-reduce's algorithm bandwidth there,
+    bytes of the buffer per second; 0 where the switch cannot (or a profile measured the link)."""
     kinds: tuple[tuple[str, float, float], ...] = ()
     """Per collective kind measured by ``planc calibrate`` on this medium, other than the one that
     set ``latency`` and ``bandwidth``: (kind, alpha, beta relative to that one's)."""
@@ -169,6 +173,7 @@ class Topology:
             limits.append(cut)
         latency = hw.inter_node_latency if crosses else hw.intra_node_latency
         per_node = min(len(m) for m in by_node.values())
+        kinds = _measured_kinds(hw, "inter_node" if crosses else "intra_node")
         return GroupLink(
             size=len(ranks),
             bandwidth=min(limits),
@@ -176,7 +181,8 @@ class Topology:
             nodes=len(by_node),
             per_node=per_node,
             capped=capped,
-            kinds=_measured_kinds(hw, "inter_node" if crosses else "intra_node"),
+            switch_all_reduce_bw=0.0 if crosses or kinds else (hw.nvls_all_reduce_bw or 0.0),
+            kinds=kinds,
         )
 
     def group(self, kind: str, dims: ParallelDims) -> GroupLink:
@@ -277,11 +283,14 @@ def _build_graph(hw: HardwareSpec) -> nx.Graph:
     graph.add_edges_from(
         ((rank, ("nvswitch", rank // per_node)) for rank in ranks),
         kind="nvlink",
-        bandwidth=hw.intra_node_bw,
+        bandwidth=hw.intra_node_bw * hw.intra_node_link_efficiency,
         latency=hw.intra_node_latency,
     )
     graph.add_edges_from(
-        ((rank, FABRIC) for rank in ranks), kind="network", bandwidth=hw.inter_node_bw, latency=hw.inter_node_latency
+        ((rank, FABRIC) for rank in ranks),
+        kind="network",
+        bandwidth=hw.inter_node_bw * hw.inter_node_link_efficiency,
+        latency=hw.inter_node_latency,
     )
     return graph
 

@@ -12,7 +12,9 @@ from planc.spec.hardware_profile import MeasuredRates
 from planc.spec.presets.hardware import (
     DEFAULT_HEADROOM,
     DEFAULT_INTER_NODE_LATENCY,
+    DEFAULT_INTER_NODE_LINK_EFFICIENCY,
     DEFAULT_INTRA_NODE_LATENCY,
+    DEFAULT_INTRA_NODE_LINK_EFFICIENCY,
     HARDWARE_PRESETS,
     INTRA_NODE_LINK,
     UNNAMED_INTRA_NODE_LINK,
@@ -48,6 +50,14 @@ class HardwareSpec(SpecModel):
     inter_node_bw_per_node: Bandwidth | None = None
     """The network per node instead (e.g. 8 x 400 Gb/s = 400 GB/s): planc divides it by per_node
     into inter_node_bw (give one of the two)."""
+    intra_node_link_efficiency: float = Field(gt=0, le=1)
+    """Fraction of intra_node_bw that NCCL's collectives move (bus bandwidth over line rate): 0.77 on
+    A100's NVLink, 0.82 on H100's (sources in planc/spec/presets/hardware.py); 1 where a profile measured it."""
+    inter_node_link_efficiency: float = Field(gt=0, le=1)
+    """Fraction of inter_node_bw that NCCL's collectives move: 0.96 on InfiniBand; 1 where a profile measured it."""
+    nvls_all_reduce_bw: Bandwidth | None = None
+    """Algorithm bandwidth (buffer bytes per second) of an all-reduce inside a node that the NVSwitch
+    reduces (NVLink SHARP: 275 GB/s on H100 and H200); none where the node's switch cannot reduce."""
     intra_node_latency: Seconds
     """Start-up cost (alpha) of one message inside a node."""
     inter_node_latency: Seconds
@@ -82,6 +92,10 @@ class HardwareSpec(SpecModel):
         if preset and "peak_fp32" not in data and peak:
             # A plan that overrides the bf16 peak but not fp32 keeps the preset's ratio.
             data["peak_fp32"] = preset["peak_fp32"] * peak / preset["peak"]
+        if preset and data["intra_node_link"] != INTRA_NODE_LINK.get(device):
+            # NVLS is the preset's NVSwitch reducing: a plan that made the node's link another
+            # (a PCIe card's intra_node_bw) has no such switch.
+            preset = {k: v for k, v in preset.items() if k != "nvls_all_reduce_bw"}
         for key, value in preset.items():
             data.setdefault(key, value)
         if not preset and peak:
@@ -91,6 +105,8 @@ class HardwareSpec(SpecModel):
         data.setdefault("inter_node_latency", DEFAULT_INTER_NODE_LATENCY)
         data.setdefault("hbm_bw", 2000e9)
         data.setdefault("efficiency", 0.7)
+        data.setdefault("intra_node_link_efficiency", DEFAULT_INTRA_NODE_LINK_EFFICIENCY)
+        data.setdefault("inter_node_link_efficiency", DEFAULT_INTER_NODE_LINK_EFFICIENCY)
         return data
 
     @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form

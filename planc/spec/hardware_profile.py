@@ -229,6 +229,7 @@ def hardware_values(profile: HardwareProfile) -> dict:
     Collective fits become the links' bandwidth and latency: per medium, the all-reduce fit
     (the collective data parallelism, the most common, runs) or else the first kind measured;
     the other kinds' fits ride along in ``measured.collectives`` and price their own kind.
+    The measured media's link efficiencies become 1 (a fit is already what the library moves).
     Compute and memory rates go in ``measured`` and replace the data-sheet rates in the cost
     model (:func:`planc.cost.compute.device_for`). A fit with a ``problem`` is left out: its kind
     keeps the data sheet's (or another kind's measured) link.
@@ -256,6 +257,11 @@ def hardware_values(profile: HardwareProfile) -> dict:
         fit = next((f for f in fits if f.kind == "all_reduce"), fits[0])
         values[f"{medium}_bw"] = fit.bandwidth
         values[f"{medium}_latency"] = fit.latency
+        # A measured rate is what NCCL (or gloo) moved, protocol and NVLS included: no share of it
+        # is lost again, and the all-reduce fit is NVLS's own where the switch reduced.
+        values[f"{medium}_link_efficiency"] = 1.0
+        if medium == "intra_node":
+            values["nvls_all_reduce_bw"] = None
     return values
 
 
@@ -321,7 +327,13 @@ def profile_defaults(values: dict, base_dir: Path, issues: list, notes: list | N
         return {}
     if notes is not None:
         notes.extend(f"profile {written}: {note}" for note in profile.notes)
-    return {k: v for k, v in hardware_values(profile).items() if k not in values}
+    written = set(values) | ({"inter_node_bw"} if "inter_node_bw_per_node" in values else set())
+    measured = {k: v for k, v in hardware_values(profile).items() if k not in written}
+    for medium, follows in (("intra_node", ("nvls_all_reduce_bw",)), ("inter_node", ())):
+        if f"{medium}_bw" in written:  # the plan's own (line) rate keeps the data sheet's share of it
+            for key in (f"{medium}_link_efficiency", *follows):
+                measured.pop(key, None)
+    return measured
 
 
 def process_count_note(hardware: HardwareSpec, base_dir: Path) -> str | None:

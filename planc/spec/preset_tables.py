@@ -27,8 +27,8 @@ def model_preset_table() -> str:
 def device_preset_table() -> str:
     rows = [
         "| device | memory (reported) | nominal | peak (bf16) | peak_fp32 | hbm_bw | intra_node_bw | inter_node_bw | "
-        "per_node | efficiency |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "per_node | efficiency | link shares (intra / inter) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, p in HARDWARE_PRESETS.items():
         memory = f"{p['memory'] / 2**30:.4g} GiB"
@@ -36,6 +36,7 @@ def device_preset_table() -> str:
         rows.append(
             f"| `{name}` | {memory} | {nominal} | {p['peak'] / 1e12:g} TFLOPS | {p['peak_fp32'] / 1e12:g} TFLOPS | "
             f"{p['hbm_bw'] / 1e9:g} GB/s | {p['intra_node_bw'] / 1e9:g} GB/s | "
-            f"{p['inter_node_bw'] / 1e9:g} GB/s | {p['per_node']} | {p['efficiency']} |"
+            f"{p['inter_node_bw'] / 1e9:g} GB/s | {p['per_node']} | {p['efficiency']} | "
+            f"{p['intra_node_link_efficiency']:g} / {p['inter_node_link_efficiency']:g} |"
         )
     return "\n".join(rows)

@@ -302,3 +302,24 @@ def test_a_profile_of_another_process_count_gets_a_note(tmp_path):
     assert "measured with 2 process(es) per node on 1 node(s), but the plan runs 2 on 2 node(s)" in two_nodes.notes[0]
     assert "as the program of a 2-node torchrun" in two_nodes.notes[0]
     assert plan_with(tmp_path, None, per_node=4).notes == ()  # no profile, no note
+
+
+def test_a_measured_link_is_what_nccl_moved(tmp_path):
+    """A profile's fit already is what the library moved, protocol and NVLS included: the data
+    sheet's link share and the switch all-reduce give way to it, but only for the medium it
+    measured, and not where the plan wrote that medium's (line) rate itself."""
+    from planc.units import Quantity
+
+    gpu = profile_dict(device_kind="cuda", device_name="NVIDIA H100 80GB HBM3", backend="nccl")
+    (tmp_path / "gpu.json").write_text(json.dumps(gpu))
+    raw = {
+        "model": {"layers": 2, "hidden": 32, "heads": 4, "vocab": 96, "seq_len": 16},
+        "hardware": {"device": "H100-SXM", "nodes": 2, "profile": "gpu.json"},
+        "train": {"global_batch": 8},
+    }
+    hw = build_plan(raw, base_dir=tmp_path).hardware
+    assert (hw.intra_node_bw, hw.intra_node_link_efficiency, hw.nvls_all_reduce_bw) == (2e9, 1.0, None)
+    assert hw.inter_node_link_efficiency == 0.96  # the network was not measured
+    raw["hardware"]["intra_node_bw"] = Quantity.of(450, "GB/s")
+    hw = build_plan(raw, base_dir=tmp_path).hardware
+    assert (hw.intra_node_link_efficiency, hw.nvls_all_reduce_bw) == (0.82, 275e9)

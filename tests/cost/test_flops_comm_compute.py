@@ -120,3 +120,17 @@ def test_gemm_roofline():
     m = n = 4096
     assert gemm_seconds(m, 1, n, dev, 2) == pytest.approx(2 * (m + n + m * n) / (1e12 * 0.85))
     assert math.isclose(gemm_seconds(64, 64, 64, dev, 2, batch=8), 8 * gemm_seconds(64, 64, 64, dev, 2))
+
+
+def test_a_switch_all_reduce_sends_each_buffer_once_and_wins_only_past_two_ranks():
+    """NVLS: 2 alpha + n / beta_switch, whatever the group's size; a ring's 2 (p-1)/p n / beta grows
+    toward 2 n / beta. With beta = 369 GB/s (NVLink4 as NCCL moves it) and beta_switch = 275 GB/s:"""
+    n = 1e9
+
+    def link(p):
+        return GroupLink(size=p, bandwidth=369e9, latency=1e-5, nodes=1, per_node=p, switch_all_reduce_bw=275e9)
+
+    switch = 2e-5 + n / 275e9  # 3.66 ms
+    assert all_reduce_seconds(n, link(8)) == pytest.approx(switch)  # ring: 1.75 n / beta = 4.74 ms
+    assert all_reduce_seconds(n, link(4)) == pytest.approx(switch)  # ring: 1.5 n / beta = 4.07 ms
+    assert all_reduce_seconds(n, link(2)) == pytest.approx(2e-5 + n / 369e9)  # ring: n / beta = 2.71 ms

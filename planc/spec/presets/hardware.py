@@ -46,6 +46,37 @@ Conventions (the cost model relies on them):
                                       first kernel, so there is no burst to discount)
   V100      --           --           0.73, assumed equal to A100 (no published measurement)
   ========= ============ ============ ====================================================
+- ``intra_node_link_efficiency`` and ``inter_node_link_efficiency`` are the fractions of those
+  line rates that NCCL's collectives move (bus bandwidth over line rate, large messages): every
+  NVLink or NIC packet carries headers, and NCCL's kernels send 128-byte payloads. Sources are
+  NCCL's developers at NVIDIA (GitHub handles) answering users' nccl-tests results. The cost model
+  prices links at ``bw x efficiency``; a ``planc calibrate`` profile's measured rates are already
+  what NCCL moves and set both to 1:
+
+  ============ ========= ==================================================================
+  link         share     source
+  ============ ========= ==================================================================
+  NVLink3 A100 0.77      230 of 300 GB/s: each 25 GB/s link moves ~20 GB/s with 128-byte
+                         payloads, 240 GB/s, and "other bottlenecks on the GPUs" limit it to
+                         ~230 (@sjeaugey, NVIDIA/nccl-tests#149, 2023-07-05)
+  NVLink4 H100 0.82      370 of 450 GB/s: "with the protocol overhead (~20%) NCCL can get an
+                         effective NVLink bandwidth of 370GB/s" (@sjeaugey,
+                         NVIDIA/nccl-tests#212, 2024-05-06); H200 has the same NVLink4
+  other NVLink 0.80      the per-link figure above, 20 of 25 GB/s (V100's NVLink2, B200's
+                         NVLink5: no NCCL figure found for either); MI300X's Infinity Fabric
+                         under RCCL: no figure found, the same share assumed
+  InfiniBand   0.96      24 of 25 GB/s per HDR NIC (@sjeaugey, NVIDIA/nccl#412, 2023-04-24);
+                         192 of 200 GB/s all-reduce bus bandwidth on a DGX A100's 8 HDR NICs
+                         (@AddyLaddy, NVIDIA/nccl#812); 48-49 of 50 GB/s per NDR ConnectX-7
+                         (@AddyLaddy, NVIDIA/nccl-tests#267, 2024-11-19)
+  ============ ========= ==================================================================
+- ``nvls_all_reduce_bw``: on H100 and H200 NVSwitch nodes NCCL (2.17 and later) runs an all-reduce
+  inside the node as NVLink SHARP (NVLS): the switch adds, each GPU sends its buffer once and
+  receives the sum once, at an algorithm bandwidth (buffer bytes per second) of ~275 GB/s on 8
+  GPUs, bus bandwidth ~480 GB/s (@sjeaugey, NVIDIA/nccl-tests#212). Unlike a ring's, that rate
+  does not fall with the group's size; :func:`planc.cost.comm.all_reduce_seconds` takes the faster
+  of it and the ring (on 2 GPUs the ring is faster). A100 switches cannot reduce (nccl-tests#228:
+  "NVLS was a new feature of H100"); B200's NVLS has no figure here and is not modelled.
 - Latencies are the per-message start-up cost (alpha) of NCCL within a node (NVLink) and across
   nodes (InfiniBand/RoCE), order-of-magnitude figures from NCCL's tuning model.
 """
@@ -77,6 +108,8 @@ HARDWARE_PRESETS: dict[str, dict] = {
         inter_node_bw=6.25 * GB,
         per_node=8,
         efficiency=0.73,
+        intra_node_link_efficiency=0.8,
+        inter_node_link_efficiency=0.96,
         bf16=False,  # Volta tensor cores take fp16 only (bf16 came with Ampere: A100 whitepaper, 2020)
     ),
     # NVIDIA A100 Tensor Core GPU data sheet (2021): 312 TFLOPS bf16 dense, 19.5 TFLOPS fp32,
@@ -90,6 +123,8 @@ HARDWARE_PRESETS: dict[str, dict] = {
         inter_node_bw=25 * GB,
         per_node=8,
         efficiency=0.73,
+        intra_node_link_efficiency=0.77,
+        inter_node_link_efficiency=0.96,
     ),
     "A100-80GB": dict(
         memory=81920 * MiB,
@@ -100,6 +135,8 @@ HARDWARE_PRESETS: dict[str, dict] = {
         inter_node_bw=25 * GB,
         per_node=8,
         efficiency=0.73,
+        intra_node_link_efficiency=0.77,
+        inter_node_link_efficiency=0.96,
     ),
     # NVIDIA H100 Tensor Core GPU data sheet (SXM5): 989 TFLOPS bf16 dense (1,979 with sparsity),
     # 67 TFLOPS fp32, 3.35 TB/s HBM3, NVLink4 900 GB/s total. DGX H100: 8 x 400 Gb/s ConnectX-7.
@@ -112,6 +149,9 @@ HARDWARE_PRESETS: dict[str, dict] = {
         inter_node_bw=50 * GB,
         per_node=8,
         efficiency=0.68,
+        intra_node_link_efficiency=0.82,
+        inter_node_link_efficiency=0.96,
+        nvls_all_reduce_bw=275 * GB,
     ),
     # NVIDIA H200 data sheet (SXM): same compute as H100, 141 GB HBM3e at 4.8 TB/s;
     # nvidia-smi reports 143771 MiB = 140.4 GiB.
@@ -124,6 +164,9 @@ HARDWARE_PRESETS: dict[str, dict] = {
         inter_node_bw=50 * GB,
         per_node=8,
         efficiency=0.71,
+        intra_node_link_efficiency=0.82,
+        inter_node_link_efficiency=0.96,
+        nvls_all_reduce_bw=275 * GB,
     ),
     # NVIDIA DGX B200 data sheet: 1,440 GB for 8 GPUs (180 GB each), 72 PFLOPS fp8 training
     # (dense) for 8 -> 2.25 PFLOPS bf16 dense per GPU; HBM3e 8 TB/s; NVLink5 1.8 TB/s total;
@@ -137,6 +180,8 @@ HARDWARE_PRESETS: dict[str, dict] = {
         inter_node_bw=50 * GB,
         per_node=8,
         efficiency=0.65,
+        intra_node_link_efficiency=0.8,
+        inter_node_link_efficiency=0.96,
     ),
     # AMD Instinct MI300X data sheet: 192 GB HBM3 at 5.3 TB/s, 1,307.4 TFLOPS bf16 dense,
     # 163.4 TFLOPS fp32 matrix; 7 Infinity Fabric links of 128 GB/s (bidirectional) each
@@ -150,6 +195,8 @@ HARDWARE_PRESETS: dict[str, dict] = {
         inter_node_bw=50 * GB,
         per_node=8,
         efficiency=0.60,
+        intra_node_link_efficiency=0.8,
+        inter_node_link_efficiency=0.96,
     ),
     # CPU processes over gloo, for laptop runs and tests. Rough, modest figures: a few cores'
     # worth of fp32 GEMM per process and loopback TCP between processes. Nobody plans a real
@@ -163,6 +210,8 @@ HARDWARE_PRESETS: dict[str, dict] = {
         inter_node_bw=1 * GB,
         per_node=4,
         efficiency=0.5,
+        intra_node_link_efficiency=1.0,
+        inter_node_link_efficiency=1.0,
         intra_node_latency=20e-6,
         inter_node_latency=50e-6,
     ),
@@ -200,3 +249,8 @@ UNNAMED_INTRA_NODE_LINK = "intra-node"
 #: NCCL-like message start-up costs (alpha), used when a preset does not set its own.
 DEFAULT_INTRA_NODE_LATENCY = 5e-6
 DEFAULT_INTER_NODE_LATENCY = 10e-6
+
+#: The link shares NCCL reaches on a device no preset describes: NVLink's per-link protocol figure
+#: and InfiniBand's (see the module's docstring for both sources).
+DEFAULT_INTRA_NODE_LINK_EFFICIENCY = 0.80
+DEFAULT_INTER_NODE_LINK_EFFICIENCY = 0.96
