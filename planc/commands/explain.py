@@ -91,7 +91,7 @@ def _misfit(choice) -> PlanError | None:
     )
 
 
-def _measured(plan, layout, memory, file: str, runtime: str = "planc") -> tuple[dict, str]:
+def _measured(plan, layout, memory, file: str, runtime: str = "planc", registry=None) -> tuple[dict, str]:
     """(explain --json's "measured" and "simulated", the text's tables) from a `planc verify` and a
     `planc verify --simulate` of this very plan; empty without them. ``memory``: the memory table's
     stage, whose total the peak rows' prediction is related to. ``file``: the plan's path, under which
@@ -104,6 +104,8 @@ def _measured(plan, layout, memory, file: str, runtime: str = "planc") -> tuple[
     text = ""
     if runtime != "planc":
         return body, text
+    sources = results.plugin_cost_sources(plan, layout, registry) if registry is not None else ()
+    fingerprint = results.cost_model_fingerprint(sources)
     for kind, key in (("verify", "measured"), ("simulate", "simulated")):
         command = "planc verify" + (" --simulate" if kind == "simulate" else "")
         try:
@@ -122,7 +124,7 @@ def _measured(plan, layout, memory, file: str, runtime: str = "planc") -> tuple[
                 file=sys.stderr,
             )
         if found:
-            body[key] = measured.measured_dict(found, memory)
+            body[key] = measured.measured_dict(found, memory, fingerprint)
             text += "\n" + "\n".join(measured.measured_lines(found, memory, pipelined=layout.pp > 1)) + "\n"
             if body[key]["predicted_by_another_model"]:
                 print(
@@ -205,7 +207,9 @@ def run(args) -> int:
         write_output(
             Path(args.svg), render_svg(plan, choice), option="--svg", inputs=(Path(args.file),), example="plan.svg"
         )
-    measured_json, measured_text = _measured(plan, choice.layout, choice.estimate.memory, args.file, args.runtime)
+    measured_json, measured_text = _measured(
+        plan, choice.layout, choice.estimate.memory, args.file, args.runtime, registry=registry
+    )
     if args.json:
         # One object: the explanation, and with "error" when nothing fits (exit status 1).
         error = {"error": error_dict(misfit)} if misfit else {}

@@ -105,7 +105,7 @@ def _run_program(args) -> int:
     result.update(
         key=results.plan_key(plan, layout_as_planned),
         plan_source=results.source_of(plan_path),
-        cost_model=results.cost_model_fingerprint(),
+        cost_model=results.cost_model_fingerprint(results.plugin_cost_sources(plan, layout_as_planned, registry)),
         stand_in=list(chosen.changes),
     )
     print_result(args, result, render, run_dir, results.save(result, run_dir), "verify.json")

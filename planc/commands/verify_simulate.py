@@ -37,7 +37,7 @@ def run_simulation(args) -> int:
     result.update(
         key=results.plan_key(plan, layout),
         plan_source=results.source_of(plan_path),
-        cost_model=results.cost_model_fingerprint(),
+        cost_model=results.cost_model_fingerprint(results.plugin_cost_sources(plan, layout, registry)),
     )
     print_result(args, result, render, run_dir, results.save(result, run_dir, "simulate"), "simulate.json")
     return 0

@@ -75,16 +75,17 @@ def _net_relation(memory: StageMemory, pipelined: bool, stand_in: bool) -> str:
     return relation
 
 
-def measured_dict(result: dict, memory: StageMemory | None = None) -> dict:
+def measured_dict(result: dict, memory: StageMemory | None = None, fingerprint: str | None = None) -> dict:
     """explain --json's ``measured``: the same rows as data, and what the peak rows' prediction is:
     ``peak_predicted`` in words and, for the memory table's stage, ``peak_net_bytes`` beside its
-    ``memory.total_bytes``."""
+    ``memory.total_bytes``. ``fingerprint``: this planc's cost model for the plan, its plugins'
+    cost passes included (:func:`planc.verify.results.cost_model_fingerprint`)."""
     body = {
         "key": result.get("key"),
         "stand_in": result.get("stand_in", []),
         "rows": [row.as_dict() for row in worst_rows(result)],
         "peak_predicted": PEAK_NET_WORDS,
-        "predicted_by_another_model": predicted_by_another_model(result),
+        "predicted_by_another_model": predicted_by_another_model(result, fingerprint),
     }
     if memory is not None:
         body["peak_net_bytes"] = peak_net_bytes(memory)

@@ -9,14 +9,20 @@ of model, hardware, train or layout) has another key, so a stale measurement is 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import MISSING, fields
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from planc.fileio import write_text_atomically
 from planc.spec import Layout, Plan
+
+if TYPE_CHECKING:
+    from planc.strategies.registry import Registry
 
 _IGNORED = ("source", "notes", "data_root")
 
@@ -46,21 +52,54 @@ PREDICTING_MODULES = (
 
 
 @lru_cache(maxsize=1)
-def cost_model_fingerprint() -> str:
-    """SHA-256 (first 16 hex digits) of the source of :data:`PREDICTING_MODULES`: equal for two
-    results exactly when the same code predicted them (a new planc, or an edit of the model)."""
+def _own_digest() -> bytes:
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
     for pattern in PREDICTING_MODULES:
         for path in sorted(root.glob(pattern)):
             digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.digest()
+
+
+def cost_model_fingerprint(plugin_sources: Iterable[Path] = ()) -> str:
+    """SHA-256 (first 16 hex digits) of the source of :data:`PREDICTING_MODULES` and of the plugins'
+    cost-pass modules that priced the plan (:func:`plugin_cost_sources`): equal for two results
+    exactly when the same code predicted them (a new planc or plugin, or an edit of either)."""
+    digest = hashlib.sha256(_own_digest())
+    for path in sorted({Path(p) for p in plugin_sources}):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def predicted_by_another_model(result: dict) -> bool:
+def plugin_cost_sources(plan: Plan, layout: Layout, registry: Registry) -> tuple[Path, ...]:
+    """The source files of the third-party strategies active in ``layout`` (outside planc): their
+    cost passes predict too, and a new version of a plugin prices differently. A plugin that is a
+    package gives all its modules (PowerSGD's cost pass reads ``compression.py`` beside it)."""
+    own = Path(__file__).resolve().parent.parent
+    found: set[Path] = set()
+    for step in registry.passes(plan, layout).steps:
+        module = getattr(getattr(step.cost, "__self__", None), "module", None)  # a LoadedStrategy's
+        source = getattr(module, "__file__", None) or _source_file(step.cost)
+        if not source or Path(source).resolve().is_relative_to(own):
+            continue
+        path = Path(source).resolve()
+        package = getattr(module, "__package__", None)
+        found.update(path.parent.glob("*.py") if package else (path,))
+    return tuple(sorted(found))
+
+
+def _source_file(function: object) -> str | None:
+    try:
+        return inspect.getsourcefile(function)  # type: ignore[arg-type]
+    except TypeError:  # a callable object or a builtin: no file of its own to read
+        return None
+
+
+def predicted_by_another_model(result: dict, fingerprint: str | None = None) -> bool:
     """Whether ``result``'s predicted column came from other cost-model code than this planc's
-    (or from a planc that did not record it)."""
-    return result.get("cost_model") != cost_model_fingerprint()
+    (or from a planc that did not record it). ``fingerprint``: this planc's for the result's plan
+    (with its plugins' cost passes); planc's own code alone when not given."""
+    return result.get("cost_model") != (fingerprint or cost_model_fingerprint())
 
 
 def results_dir() -> Path:

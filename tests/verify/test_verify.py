@@ -352,3 +352,24 @@ def test_another_runtimes_prediction_is_not_shown_beside_planc_programs_measurem
     assert "measured by planc verify" not in capsys.readouterr().out
     assert main(["explain", "--json", "--runtime", "megatron-core-2024", str(path)]) == 0
     assert "measured" not in json.loads(capsys.readouterr().out)
+
+
+def test_a_plugins_cost_pass_is_part_of_the_fingerprint(tmp_path):
+    """A third-party strategy predicts too: a result priced with its cost pass is another model's
+    once the plugin's code changes. The digest of a plan with PowerSGD reads the plugin's module;
+    a plan without it reads none, and a changed copy of that module changes the digest."""
+    pytest.importorskip("planc_powersgd")
+    registry = load_registry()
+    plan = load_plan(Path(__file__).resolve().parents[1] / "codegen" / "data" / "powersgd.plan", strategies=registry)
+    layout = choose(plan, registry).layout
+    sources = results.plugin_cost_sources(plan, layout, registry)
+    assert {path.parts[-2] for path in sources} == {"planc_powersgd"}
+    assert {"strategy.py", "compression.py"} <= {path.name for path in sources}
+    source = next(path for path in sources if path.name == "compression.py")
+    plain, plain_layout = _chosen("tiny-cpu.plan")
+    assert results.plugin_cost_sources(plain, plain_layout, registry) == ()
+    with_plugin = results.cost_model_fingerprint((source,))
+    assert with_plugin != results.cost_model_fingerprint()
+    edited = tmp_path / "compression.py"
+    edited.write_bytes(source.read_bytes() + b"\n# a new version of the plugin\n")
+    assert results.cost_model_fingerprint((edited,)) != with_plugin
