@@ -248,6 +248,12 @@ def _plan_dict(plan: Plan, est: Estimate) -> dict[str, Any]:
             "world_size": plan.world_size,
             "profile": plan.hardware.profile,
             "profile_measured_on": plan.hardware.measured.measured_on if plan.hardware.measured else None,
+            # the line rates and the shares of them the tables price (the header's "links" line)
+            "intra_node_bw": plan.hardware.intra_node_bw,
+            "inter_node_bw": plan.hardware.inter_node_bw,
+            "intra_node_link_efficiency": plan.hardware.intra_node_link_efficiency,
+            "inter_node_link_efficiency": plan.hardware.inter_node_link_efficiency,
+            "nvls_all_reduce_bw": plan.hardware.nvls_all_reduce_bw,
         },
         "batch": {
             "global_batch": plan.train.global_batch,

@@ -173,6 +173,9 @@ def test_link_columns_say_what_is_per_device_and_what_is_aggregate():
     assert dp.endswith("network 192 GB/s per node (8 NICs × 24 GB/s each)")
     (comm,) = [c for c in to_dict(p, choose(p, load_registry()))["comm"] if c["group"] == "dp"]
     assert comm["bandwidth"] == pytest.approx(8 * 24e9) and comm["bandwidth_per"] == "node"
+    hardware = to_dict(p, choose(p, load_registry()))["hardware"]
+    assert (hardware["inter_node_bw"], hardware["inter_node_link_efficiency"]) == (25e9, 0.96)
+    assert (hardware["intra_node_link_efficiency"], hardware["nvls_all_reduce_bw"]) == (0.77, None)
     # On H100s the 8 NICs (8 x 48 = 384 GB/s) outrun what NVLink's hops move (370): capped.
     h100 = plan({"preset": "gpt2-xl"}, nodes=2, gb=512, layout={"tp": 1, "pp": 1, "dp": 16})
     rows = render_text(h100, choose(h100, load_registry())).splitlines()
