@@ -43,6 +43,7 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("hbm_bw", MB, 100 * TB, _BANDWIDTH, format_bandwidth, "per device"),
     Bound("intra_node_bw", MB, 100 * TB, _BANDWIDTH, format_bandwidth, "per device and link"),
     Bound("inter_node_bw", MB, 100 * TB, _BANDWIDTH, format_bandwidth, "per device and link"),
+    Bound("nvls_all_reduce_bw", MB, 100 * TB, _BANDWIDTH, format_bandwidth, "of the all-reduced buffer"),
 )
 
 #: What each key is compared with, for the hint.
@@ -54,6 +55,7 @@ _TODAY = {
     "intra_node_bw": "NVLink 5 moves 900 GB/s per direction, PCIe 4 x16 32 GB/s",
     "inter_node_bw": "a 400 Gb/s NIC moves 50 GB/s, 10 Gb Ethernet 1.25 GB/s; "
     "inter_node_bw_per_node is shared by the node's per_node devices",
+    "nvls_all_reduce_bw": "an H100 node's NVSwitch all-reduces 275 GB/s of buffer on 8 GPUs",
 }
 
 
@@ -63,6 +65,8 @@ def check_hardware_ranges(plan: Plan) -> Iterable[SpecIssue]:
     refused: set[str] = set()
     for bound in BOUNDS:
         value = getattr(hw, bound.key)
+        if value is None:  # an optional rate not given (a switch that cannot reduce)
+            continue
         if bound.low <= value <= bound.high or (bound.key == "peak_fp32" and "peak" in refused):
             continue  # (an absurd peak makes its derived fp32 peak absurd too: one error is enough)
         refused.add(bound.key)

@@ -166,6 +166,7 @@ def test_bf16_on_a_device_without_bf16_is_refused_with_what_to_do():
         ("hbm_bw", Quantity.of(200, "TB/s"), "above"),  # over 100 TB/s
         ("intra_node_bw", Quantity.of(500, "KB/s"), "below"),  # under 1 MB/s
         ("inter_node_bw", Quantity.of(1e-300, "GB/s"), "below"),
+        ("nvls_all_reduce_bw", Quantity.of(1e-300, "GB/s"), "below"),
     ],
 )
 def test_hardware_numbers_outside_any_device_are_refused(key, written, side):
