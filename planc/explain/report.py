@@ -56,12 +56,13 @@ def shown_links(plan: Plan, layout: Layout, style: StageStyle = "looped") -> dic
     return {**links, "dp": links["dp_shard"]} if "dp_shard" in links else links
 
 
-def link_text(link: GroupLink, hw: HardwareSpec) -> str:
+def link_text(link: GroupLink, hw: HardwareSpec, all_reduces: bool = False) -> str:
     """Where a group's traffic runs, saying what the bandwidth is per: a group inside a node gets
     its intra-node link per device; a group across nodes crosses each node through the NICs of its
     members there (:mod:`planc.hardware.topology`), an aggregate: "network 400 GB/s per node (8 NICs
     × 50 GB/s each)" -- unless that aggregate outruns the ring's hops inside the node, which then
-    bound it per device (``GroupLink.capped``)."""
+    bound it per device (``GroupLink.capped``). ``all_reduces``: the row's traffic has all-reduces,
+    which an NVSwitch that reduces (NVLS) prices at its own rate where it beats the ring."""
     medium, bandwidth = _medium(link.medium, hw), format_bandwidth(link.bandwidth)
     if link.crosses_nodes and link.per_node > 1:
         nic = hw.inter_node_bw * hw.inter_node_link_efficiency  # what a NIC moves, as link.bandwidth
@@ -74,6 +75,12 @@ def link_text(link: GroupLink, hw: HardwareSpec) -> str:
                 f"a node run at {bandwidth}, less than the node's {nics} = {aggregate})"
             )
         return f"{medium} {bandwidth} per node ({nics} each)"
+    p = link.size
+    if all_reduces and link.switch_all_reduce_bw > link.bandwidth * p / (2 * (p - 1)):
+        # the switch's n / beta_switch beats the ring's 2 (p-1)/p n / beta (planc.cost.comm): 4 or
+        # more H100s, not 2 or 3
+        switch = format_bandwidth(link.switch_all_reduce_bw)
+        return f"{medium} {bandwidth} per device; all-reduces in the NVSwitch (NVLS) at {switch} of buffer"
     return f"{medium} {bandwidth} per device"
 
 
@@ -441,7 +448,7 @@ def _time_lines(est: Estimate, links: dict[str, GroupLink], plan: Plan) -> list[
         lines.append(f"    {'communication':<16}{'per step':>12}{'total':>11}{'exposed':>11}   link")
         for c in est.comm:
             link = _row_link(c.group, links)
-            where = link_text(link, hw) if link else _medium(c.medium, hw)
+            where = link_text(link, hw, all_reduces="all-reduce" in c.detail) if link else _medium(c.medium, hw)
             lines.append(
                 f"    {c.group.upper():<16}{format_bytes(c.volume):>12}{format_seconds(c.total):>11}"
                 f"{format_seconds(c.exposed):>11}   {where}"

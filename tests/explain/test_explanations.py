@@ -467,3 +467,14 @@ def test_a_pinned_device_count_is_told_which_key_to_free():
     s = choose(p, load_registry()).suggestion
     assert s.changed and s.nodes * s.per_node > 16
     assert len(s.changed) == 1  # one key suffices: dp = 2 or pp = 8 on 32 devices
+
+
+def test_an_all_reduce_in_the_nvswitch_says_so():
+    """DDP inside one H100 node: its gradients' all-reduce is priced in the NVSwitch (NVLS, 275 GB/s of
+    buffer), faster than a ring over 8 ranks at 369 GB/s (2 x 7/8 / 369 > 1 / 275), and the link says
+    so; with 2 ranks the ring is faster (1 / 369 < 1 / 275) and nothing is said."""
+    for dp, said in ((8, True), (2, False)):
+        p = plan({"preset": "gpt2"}, per_node=dp, gb=64, layout={"tp": 1, "pp": 1, "zero": 0})
+        text = render_text(p, choose(p, load_registry()))
+        row = next(line for line in text.splitlines() if line.strip().startswith("DP "))
+        assert ("all-reduces in the NVSwitch (NVLS) at 275 GB/s of buffer" in row) is said, row
