@@ -47,7 +47,10 @@ def write_run_dir(run_dir: Path, compiled: CompiledPlan) -> None:
     if run_dir.exists() and not run_dir.is_dir():
         raise PlanError(f"--out {run_dir} exists and is not a directory", hint="choose another run directory")
     run_dir.mkdir(parents=True, exist_ok=True)
+    source = compiled.plan.source
     record = {
+        # where the plan file is, whatever directory a later `planc doctor` runs from
+        "plan_file": str(Path(source).resolve()) if source else None,
         "plan": compiled.plan.model_dump(mode="json"),
         "layout": compiled.layout.model_dump(mode="json"),
         "strategies": [s.name for s in compiled.strategies],

@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from planc.rundir.events import last_event
@@ -106,7 +107,7 @@ def _run_line(state: RunState) -> list[str]:
     parts = [str(state.run_dir)]
     if plan:
         parts.append(f"model {plan.get('model', {}).get('name') or 'unnamed'}")
-        parts.append(f"plan {plan.get('source') or '?'}")
+        parts.append(f"plan {plan_file_from_here(state) if plan.get('source') else '?'}")
     if layout.get("layout"):
         parts.append(f"{layout['layout']} on {layout.get('world_size', '?')} process(es)")
     if state.resume_source:
@@ -237,9 +238,23 @@ def _step_time(state: RunState) -> list[str]:
     return [line]
 
 
+def plan_file_from_here(state: RunState) -> str:
+    """The run's plan file as a command typed here names it: relative to this directory when it is
+    below it, else absolute (``plan.json``'s ``plan_file``, recorded absolute at launch). A run
+    directory from before that record has only the path as written then, relative to a directory
+    that may not be this one."""
+    recorded = (state.record or {}).get("plan_file")
+    if not isinstance(recorded, str):
+        return (state.plan or {}).get("source") or "PLAN"
+    path = Path(recorded)
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _next_steps(state: RunState, status: str) -> list[str]:
-    plan_file = (state.plan or {}).get("source") or "PLAN"
-    again = f"planc run {plan_file} --out {state.run_dir}"
+    again = f"planc run {plan_file_from_here(state)} --out {state.run_dir}"
     newest = state.newest_checkpoint
     lines = []
     if status == "running":

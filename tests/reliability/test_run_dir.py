@@ -380,3 +380,27 @@ def test_gpu_launches_dump_the_flight_record_on_a_timeout_on_every_node(tmp_path
     capsys.readouterr()
     assert main(["run", str(cpu), "--out", str(tmp_path / "cpu"), "--print"]) == 0
     assert "TORCH_NCCL" not in capsys.readouterr().out  # gloo has no watchdog to dump
+
+
+def test_doctor_names_the_plan_as_a_path_from_where_it_runs(tmp_path, capsys, monkeypatch):
+    """The run was started from its project folder with a relative plan path; doctor runs later from
+    elsewhere. The command it suggests must name the plan as seen from there: a path below the
+    doctor's directory relative to it, any other absolute."""
+    project = tmp_path / "project"
+    project.mkdir()
+    _plan(project)
+    monkeypatch.chdir(project)
+    assert main(["run", "p.plan", "--out", "run", "--print"]) == 0
+    _metrics(project / "run", [1, 2])
+    record_event(project / "run", "launch", steps=4, layout="TP 1 × PP 1 × DP 2 · DDP", world_size=2)
+    capsys.readouterr()
+    for cwd, plan_shown, run_shown in (
+        (tmp_path, "project/p.plan", "project/run"),  # below: relative, as typed here
+        (tmp_path / "elsewhere", str(project / "p.plan"), str(project / "run")),  # not below: absolute
+    ):
+        cwd.mkdir(exist_ok=True)
+        monkeypatch.chdir(cwd)
+        main(["doctor", run_shown])
+        report = capsys.readouterr().out
+        assert f"planc run {plan_shown} --out {run_shown}" in report, report
+        assert (cwd / plan_shown).is_file()
