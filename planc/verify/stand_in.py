@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planc.spec import Layout, Plan
+from planc.spec import Layout, ModelSpec, Plan
 
 MAX_CPU_PROCESSES = 8
 MAX_CPU_PARAMS = 50_000_000
@@ -81,9 +81,7 @@ def stand_in(plan: Plan, layout: Layout, cuda_devices: int) -> StandIn:
     model = plan.model
     if model.params > MAX_CPU_PARAMS or model.seq_len > MAX_CPU_SEQ:
         data["model"] = _small_model(plan, layout)
-        changes.append(
-            f"model {model.params / 1e6:,.0f} M parameters -> {_describe(data['model'])} (same shape, CPU-sized)"
-        )
+        changes.append(f"model {model.params / 1e6:,.0f} M parameters -> {_describe(data['model'], model)}")
     data["layout"] = {
         "tp": layout.tp,
         "pp": layout.pp,
@@ -127,8 +125,19 @@ def _small_model(plan: Plan, layout: Layout) -> dict:
     }
 
 
-def _describe(model: dict) -> str:
+def _describe(small: dict, model: ModelSpec) -> str:
+    """What the stand-in is and what it keeps of ``model``, from the stand-in itself: fewer layers
+    (as many per pipeline chunk as it can, up to 2), narrower, a small vocabulary and sequence; the
+    same block (MLP, norm, positions, tying, biases), query heads per kv head and ffn / hidden."""
+    kept = [f"{small['mlp']} / {small['norm']} / {small['position']}"]
+    if small["tie_embeddings"]:
+        kept.append("tied embeddings")
+    kept += [
+        f"{small['heads'] // small['kv_heads']} query head(s) per kv head",
+        f"ffn / hidden {small['ffn'] / small['hidden']:.3g} (of {model.ffn / model.hidden:.3g})",
+    ]
     return (
-        f"{model['layers']} layers, hidden {model['hidden']}, {model['heads']} heads "
-        f"({model['kv_heads']} kv), ffn {model['ffn']}, vocab {model['vocab']}, sequence {model['seq_len']}"
+        f"{small['layers']} of {model.layers} layers, hidden {small['hidden']} (of {model.hidden}), "
+        f"{small['heads']} heads ({small['kv_heads']} kv), ffn {small['ffn']}, vocab {small['vocab']} "
+        f"(of {model.vocab}), sequence {small['seq_len']} (of {model.seq_len}); kept: {', '.join(kept)}"
     )
