@@ -91,10 +91,10 @@ def _misfit(choice) -> PlanError | None:
     )
 
 
-def _measured(plan, layout, memory, file: str, runtime: str = "planc", registry=None) -> tuple[dict, str]:
+def _measured(plan, choice, file: str, runtime: str, registry) -> tuple[dict, str]:
     """(explain --json's "measured" and "simulated", the text's tables) from a `planc verify` and a
-    `planc verify --simulate` of this very plan; empty without them. ``memory``: the memory table's
-    stage, whose total the peak rows' prediction is related to. ``file``: the plan's path, under which
+    `planc verify --simulate` of this very plan; empty without them. The peak rows' prediction is
+    related to the total of ``choice``'s memory-table stage. ``file``: the plan's path, under which
     a result of an earlier version of it is looked for when there is none of this one. Empty for
     another ``runtime`` than planc's: verify measures planc's program, and beside a prediction for
     another program its table would compare the two."""
@@ -104,8 +104,8 @@ def _measured(plan, layout, memory, file: str, runtime: str = "planc", registry=
     text = ""
     if runtime != "planc":
         return body, text
-    sources = results.plugin_cost_sources(plan, layout, registry) if registry is not None else ()
-    fingerprint = results.cost_model_fingerprint(sources)
+    layout, memory = choice.layout, choice.estimate.memory
+    fingerprint = results.cost_model_fingerprint(results.plugin_cost_sources(plan, layout, registry))
     for kind, key in (("verify", "measured"), ("simulate", "simulated")):
         command = "planc verify" + (" --simulate" if kind == "simulate" else "")
         try:
@@ -207,9 +207,7 @@ def run(args) -> int:
         write_output(
             Path(args.svg), render_svg(plan, choice), option="--svg", inputs=(Path(args.file),), example="plan.svg"
         )
-    measured_json, measured_text = _measured(
-        plan, choice.layout, choice.estimate.memory, args.file, args.runtime, registry=registry
-    )
+    measured_json, measured_text = _measured(plan, choice, args.file, args.runtime, registry)
     if args.json:
         # One object: the explanation, and with "error" when nothing fits (exit status 1).
         error = {"error": error_dict(misfit)} if misfit else {}

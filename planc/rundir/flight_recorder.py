@@ -51,9 +51,15 @@ class FlightRecord:
         return f"{name} #{seq} ({group[1] or group[0]})"
 
 
+#: How much earlier than ``since`` a dump's modification time may read and still count: file systems
+#: stamp it from a coarse clock (ext4: the kernel's tick, up to 10 ms; FAT: 2 s), so a dump written
+#: just after a heartbeat's ``time.time()`` can carry an older stamp. A restart takes longer than this.
+MTIME_SLACK_S = 2.0
+
+
 def read_flight_records(run_dir: str | Path | None, *, since: float = 0.0) -> dict[int, FlightRecord]:
     """Each rank's dump in ``run_dir`` written at or after ``since`` (a time.time(); the attempt's start),
-    by global rank; a dump that cannot be read is skipped."""
+    less :data:`MTIME_SLACK_S`, by global rank; a dump that cannot be read is skipped."""
     if run_dir is None:
         return {}
     folder = Path(run_dir) / DIRECTORY
@@ -61,7 +67,7 @@ def read_flight_records(run_dir: str | Path | None, *, since: float = 0.0) -> di
     for path in sorted(folder.glob(f"{PREFIX}*")) if folder.is_dir() else []:
         match = _NAME.match(path.name)
         try:
-            if match is None or path.stat().st_mtime < since:
+            if match is None or path.stat().st_mtime < since - MTIME_SLACK_S:
                 continue
             with path.open("rb") as handle:
                 dump = pickle.load(handle)

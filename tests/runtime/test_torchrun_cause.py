@@ -101,6 +101,23 @@ def test_an_nccl_abort_with_dumps_names_the_waiting_rank_and_the_absent_ones(tmp
     )
 
 
+def test_a_dump_stamped_a_tick_before_the_heartbeat_still_counts(tmp_path, monkeypatch):
+    """A file system stamps a dump's mtime from a coarse clock: written right after the heartbeat's
+    time.time(), it can read a few ms older (CI saw this). It is still this attempt's dump."""
+    import json
+    import os
+
+    from planc.runtime.torchrun import _ending
+
+    monkeypatch.setenv("PLANC_RUN_DIR", str(tmp_path))
+    _nccl_abort_run(tmp_path, dumps={0: "started", 1: "scheduled", 2: "completed"})
+    beat_time = min(json.loads(p.read_text())["time"] for p in (tmp_path / "heartbeats").glob("*.json"))
+    for dump in (tmp_path / "flight_recorder").iterdir():
+        os.utime(dump, (beat_time - 0.004, beat_time - 0.004))  # one 4 ms kernel tick earlier
+    failed = ChildFailedError("train.py", {1: _failure(1, -6, 100), 0: _failure(0, -6, 100), 2: _failure(2, -15, 101)})
+    assert _ending(failed).endswith("did not arrive: rank(s) 2, 3")
+
+
 def test_a_sigabrt_without_dumps_or_with_an_earlier_attempt_s_dumps_is_a_plain_failure(tmp_path, monkeypatch):
     import os
     import pickle
