@@ -247,17 +247,22 @@ def tp_cases(families=tuple(FAMILIES), precisions=PRECISIONS[:2]):
     ]
 
 
-def launch_tp(timeout: float = 300) -> list[dict]:
-    """The TP cases on 2 ranks, in one launch of the tests' harness (tests/ranks.py); rank 0's results."""
+def launch_tp(timeout: float = 300, pairs: list[tuple[str, str]] | None = None) -> list[dict]:
+    """The TP cases on 2 ranks, in one launch of the tests' harness (tests/ranks.py); rank 0's results.
+    ``pairs``: only these (family, precision label) pairs; every family in the first two precisions
+    when not given."""
     sys.path.insert(0, str(ROOT / "tests"))
     from ranks import run_ranks
 
-    return run_ranks("bench/activation_memory.py:tp_worker", 2, timeout=timeout)
+    return run_ranks("bench/activation_memory.py:tp_worker", 2, pairs, timeout=timeout)
 
 
-def tp_worker(payload: None) -> list[dict]:
+def tp_worker(pairs: list[list[str]] | None) -> list[dict]:
     """What each of the 2 ranks runs."""
-    return run_cases(tp_cases())
+    cases = tp_cases()
+    if pairs is not None:
+        cases = [c for c in cases if [c[0], c[1]] in pairs]
+    return run_cases(cases)
 
 
 def print_table(results: list[dict]) -> None:
