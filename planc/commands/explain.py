@@ -105,7 +105,7 @@ def _measured(plan, choice, file: str, runtime: str, registry) -> tuple[dict, st
     if runtime != "planc":
         return body, text
     layout, memory = choice.layout, choice.estimate.memory
-    fingerprint = results.cost_model_fingerprint(results.plugin_cost_sources(plan, layout, registry))
+    fingerprint = None  # read (hashing the predicting code) only when a stored result is shown
     for kind, key in (("verify", "measured"), ("simulate", "simulated")):
         command = "planc verify" + (" --simulate" if kind == "simulate" else "")
         try:
@@ -124,6 +124,9 @@ def _measured(plan, choice, file: str, runtime: str, registry) -> tuple[dict, st
                 file=sys.stderr,
             )
         if found:
+            fingerprint = fingerprint or results.cost_model_fingerprint(
+                results.plugin_cost_sources(plan, layout, registry)
+            )
             body[key] = measured.measured_dict(found, memory, fingerprint)
             text += "\n" + "\n".join(measured.measured_lines(found, memory, pipelined=layout.pp > 1)) + "\n"
             if body[key]["predicted_by_another_model"]:

@@ -40,6 +40,13 @@ def all_reduce_seconds(nbytes: float, link: GroupLink) -> float:
     return min(ring, tree)
 
 
+def switch_beats_ring(link: GroupLink) -> bool:
+    """Whether a large all-reduce over ``link`` runs faster in the node's switch than as a ring:
+    n / beta_switch below 2 (p - 1)/p * n / beta (4 or more H100s, not 2 or 3)."""
+    p = link.size
+    return p > 1 and link.switch_all_reduce_bw > link.bandwidth * p / (2 * (p - 1))
+
+
 def _ring_seconds(kind: str, nbytes: float, link: GroupLink) -> float:
     p = link.size
     if p <= 1 or nbytes <= 0:

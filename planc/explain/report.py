@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from planc.cost.comm import switch_beats_ring
 from planc.cost.context import ContextCache
 from planc.cost.estimate import CommCost, Estimate
 from planc.cost.flops import model_flops_per_token
@@ -75,10 +76,7 @@ def link_text(link: GroupLink, hw: HardwareSpec, all_reduces: bool = False) -> s
                 f"a node run at {bandwidth}, less than the node's {nics} = {aggregate})"
             )
         return f"{medium} {bandwidth} per node ({nics} each)"
-    p = link.size
-    if all_reduces and link.switch_all_reduce_bw > link.bandwidth * p / (2 * (p - 1)):
-        # the switch's n / beta_switch beats the ring's 2 (p-1)/p n / beta (planc.cost.comm): 4 or
-        # more H100s, not 2 or 3
+    if all_reduces and switch_beats_ring(link):
         switch = format_bandwidth(link.switch_all_reduce_bw)
         return f"{medium} {bandwidth} per device; all-reduces in the NVSwitch (NVLS) at {switch} of buffer"
     return f"{medium} {bandwidth} per device"
@@ -342,10 +340,15 @@ def _profile_line(hw) -> list[str]:
     return [f"  profile   {visible(hw.profile)}: measured rates ({visible(hw.measured.measured_on)})"]
 
 
+def _local_link(hw: HardwareSpec) -> str:
+    """The header's name for the link between a node's devices."""
+    return "between processes" if hw.is_cpu else visible(hw.intra_node_link)
+
+
 def _link_share_line(hw: HardwareSpec) -> list[str]:
     """The links' rates the tables use: the line rates above less what the collective library's
     protocol costs (``hardware.*_link_efficiency``); nothing when they are taken whole."""
-    local_link = "between processes" if hw.is_cpu else visible(hw.intra_node_link)
+    local_link = _local_link(hw)
     shares = []
     if hw.per_node > 1 and hw.intra_node_link_efficiency < 1:
         moved = format_bandwidth(hw.intra_node_bw * hw.intra_node_link_efficiency)
@@ -362,8 +365,7 @@ def _header(plan: Plan, choice: Choice) -> list[str]:
     m, hw, tr = plan.model, plan.hardware, plan.train
     est, lay = choice.estimate, choice.layout
     nodes = f"{hw.nodes} node{'s' if hw.nodes != 1 else ''}"
-    local_link = "between processes" if hw.is_cpu else visible(hw.intra_node_link)
-    links = [f"{local_link} {format_bandwidth(hw.intra_node_bw)} per device"] if hw.per_node > 1 else []
+    links = [f"{_local_link(hw)} {format_bandwidth(hw.intra_node_bw)} per device"] if hw.per_node > 1 else []
     if hw.nodes > 1:
         links.append(f"network {format_bandwidth(hw.inter_node_bw)} per device")
     lines = [

@@ -31,7 +31,7 @@ from planc.spec.checks import run_checks
 from planc.spec.data_paths import check_data_files, check_data_paths, weights_root
 from planc.spec.fields import unit_kind_of
 from planc.spec.hardware import CUSTOM_DEVICE_REQUIRED, HardwareSpec
-from planc.spec.hardware_profile import profile_defaults, with_process_count_note
+from planc.spec.hardware_profile import profile_defaults, with_process_count_note, written_hardware_keys
 from planc.spec.hf_config import HFConfigError, read_hf_config
 from planc.spec.invalid import describe_invalid, invalid_hint
 from planc.spec.issues import SpecError, SpecIssue
@@ -295,7 +295,7 @@ def _check_device(values: dict) -> list[SpecIssue]:
     if not isinstance(device, str) or device in HARDWARE_PRESETS:
         return []
     # The network may be given per node instead (docs/language.md: "give one of the two").
-    given = set(values) | ({"inter_node_bw"} if "inter_node_bw_per_node" in values else set())
+    given = written_hardware_keys(values)
     missing = [k for k in CUSTOM_DEVICE_REQUIRED if k not in given]
     if not missing:
         return []  # a custom device that states its own numbers

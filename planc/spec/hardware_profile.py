@@ -292,6 +292,11 @@ def nearest_attention_rates(
     return best.forward_flops, best.backward_flops
 
 
+def written_hardware_keys(values: dict) -> set[str]:
+    """The hardware keys a plan gives: ``inter_node_bw_per_node`` gives ``inter_node_bw`` too."""
+    return set(values) | ({"inter_node_bw"} if "inter_node_bw_per_node" in values else set())
+
+
 def profile_defaults(values: dict, base_dir: Path, issues: list, notes: list | None = None) -> dict:
     """The keys the hardware block's ``profile`` (relative to the .plan file) supplies.
 
@@ -327,7 +332,7 @@ def profile_defaults(values: dict, base_dir: Path, issues: list, notes: list | N
         return {}
     if notes is not None:
         notes.extend(f"profile {written}: {note}" for note in profile.notes)
-    written = set(values) | ({"inter_node_bw"} if "inter_node_bw_per_node" in values else set())
+    written = written_hardware_keys(values)
     measured = {k: v for k, v in hardware_values(profile).items() if k not in written}
     for medium, follows in (("intra_node", ("nvls_all_reduce_bw",)), ("inter_node", ())):
         if f"{medium}_bw" in written:  # the plan's own (line) rate keeps the data sheet's share of it

@@ -80,9 +80,9 @@ def plugin_cost_sources(plan: Plan, layout: Layout, registry: Registry) -> tuple
     for step in registry.passes(plan, layout).steps:
         module = getattr(getattr(step.cost, "__self__", None), "module", None)  # a LoadedStrategy's
         source = getattr(module, "__file__", None) or _source_file(step.cost)
-        if not source or Path(source).resolve().is_relative_to(own):
+        path = Path(source).resolve() if source else None
+        if path is None or path.is_relative_to(own):
             continue
-        path = Path(source).resolve()
         package = getattr(module, "__package__", None)
         found.update(path.parent.glob("*.py") if package else (path,))
     return tuple(sorted(found))
