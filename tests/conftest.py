@@ -1,10 +1,19 @@
 import multiprocessing.process
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Under pytest-xdist each worker computes on one thread (read by torch when a test first imports it,
+# after this file). Left at torch's default, one thread per core, the single-process worker took
+# both cores from the worker whose launches are the suite's longest path: the whole suite ran in
+# 807 s with the default and 740 s with one thread, one after the other on this 2-core machine.
+# Launched ranks already get one each (torchrun's default; tests/ranks.py sets it).
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 PLANS = ROOT / "plans"
 
 
