@@ -14,7 +14,8 @@ Pruning, each rule sound under the cost model:
    family does.
 3. **Micro-batches ascending, stop at the first misfit.** Activations grow with the
    micro-batch, so a larger one cannot fit where a smaller one did not (except, under FSDP,
-   the single micro-batch per step, which is tried on its own). The loop also stops
+   the single micro-batch per step, which is tried on its own: from the most recomputation
+   down, while it can still fit or be its rung's closest miss). The loop also stops
    once throughput falls 10% below the best seen for the configuration (the micro-batch has
    passed its best: GEMM efficiency saturates while the bubble and the memory keep growing) --
    a heuristic, stated.
@@ -290,6 +291,7 @@ def states_bound(plan: Plan, cache: ContextCache, family: Family) -> float:
 def _scan(scorer: Scorer, family: Family, schedule: ScheduleChoice, sp: bool) -> None:
     """Recomputation from none to full, each over the micro-batches ascending (rules 3 and 4)."""
     fits_up_to = 0  # largest micro-batch that fit with less recomputation
+    alone: list[Layout] = []  # FSDP's single micro-batch per step, to try on its own
     for recompute in family.recomputes:
         if not space.recompute_composes(schedule[0], recompute):
             continue
@@ -308,7 +310,7 @@ def _scan(scorer: Scorer, family: Family, schedule: ScheduleChoice, sp: bool) ->
                 if family.zero >= 2 and mb != family.micro_batches[-1]:
                     # FSDP keeps unsharded gradients while it accumulates: the one micro-batch
                     # that needs no accumulation may still fit.
-                    _score_alone(scorer, family.layout(recompute, schedule, sp, family.micro_batches[-1]))
+                    alone.append(family.layout(recompute, schedule, sp, family.micro_batches[-1]))
                 break
             scorer.result.fitting.append(cand)
             fit_here = mb
@@ -316,16 +318,38 @@ def _scan(scorer: Scorer, family: Family, schedule: ScheduleChoice, sp: bool) ->
                 break  # well past the best micro-batch of this configuration
             best_speed = max(best_speed, cand.tokens_per_s)
         fits_up_to = max(fits_up_to, fit_here)
+    _score_alone(scorer, alone)
 
 
-def _score_alone(scorer: Scorer, layout: Layout) -> None:
-    if not scorer.runs(layout):
-        return
-    cand = scorer.score(layout)
-    if cand.fits:
-        scorer.result.fitting.append(cand)
-    else:
-        scorer.result.note_misfit(cand)
+def _score_alone(scorer: Scorer, layouts: list[Layout]) -> None:
+    """Score a scan's single-micro-batch members (one per recomputation, in the scan's order: less
+    recomputation first), from the most recomputation down, while a score can still change
+    anything.
+
+    More recomputation never needs more memory (rule 2's order). Once a member misses, and its
+    rung already has a recorded miss that needs no more, a member with less recomputation can
+    neither fit nor be that rung's closest miss: it and the rest are not scored. Before this rule,
+    GPT 1T on 3072 GPUs scored 1,435 such members of its 2,713 layouts; 40 of them fitted.
+    """
+    floor: Candidate | None = None
+    for layout in reversed(layouts):
+        # ``runs`` first: it records what a use block refuses, scored or not.
+        if not scorer.runs(layout) or (floor is not None and _cannot_matter(scorer.result, floor, layout)):
+            continue
+        floor = scorer.score(layout)
+        if floor.fits:
+            scorer.result.fitting.append(floor)
+        else:
+            scorer.result.note_misfit(floor)
+
+
+def _cannot_matter(result: SearchResult, floor: Candidate, layout: Layout) -> bool:
+    """Whether ``layout``, needing at least ``floor``'s memory, can neither fit nor be its rung's
+    closest miss."""
+    if floor.fits or floor.rung != rung_of(layout):
+        return False
+    closest = result.tightest_misfit.get(floor.rung)
+    return closest is not None and closest.estimate.memory_bytes <= floor.estimate.memory_bytes
 
 
 def _family_can_fit(scorer: Scorer, family: Family) -> bool:
