@@ -306,9 +306,8 @@ def _run_in_place(compiled, registry, out_dir: Path, steps: int | None) -> int:
     if os.environ.get("RANK", "0") == "0":
         launch.write_run_dir(out_dir, compiled)
     job = compose(compiled.plan, compiled.layout, registry)
-    prediction = compiled.prediction
     try:
-        train(job, steps=steps, out_dir=out_dir, predicted={"step_s": prediction.step_s})
+        train(job, steps=steps, out_dir=out_dir, predicted=compiled.prediction.numbers())
     finally:
         shutdown()
     return 0
