@@ -16,6 +16,12 @@ def test_the_listing_names_every_page_and_every_lesson(capsys):
         assert f"  course/{lesson.stem} " in out
 
 
+def test_a_title_that_ends_in_code_keeps_both_its_marks(capsys):
+    # docs/verify.md: "# Checking a prediction: `planc verify`" (its closing mark was dropped, leaving one)
+    assert main(["docs"]) == 0
+    assert "Checking a prediction: `planc verify`\n" in capsys.readouterr().out
+
+
 def test_a_lesson_is_found_by_name_and_by_every_topic_number_it_covers(capsys):
     # 08-tensor-parallel.md is titled "8–9. Tensor parallelism, ..." (two topics of the course, one page).
     for topic in ("course/08-tensor-parallel", "course/08", "8", "9"):

@@ -55,6 +55,20 @@ class Prediction:
     """Explain's warning when memory is close to the limit (:func:`planc.planner.advice.close_to_limit`
     in :func:`planc.explain.advice_words.advice_text`'s words); empty when there is none."""
 
+    def numbers(self) -> dict[str, Any]:
+        """The program's ``PREDICTED``, which training logs beside each measured step; `planc run` under
+        torchrun, which trains in place, passes the same (the progress line reads its band)."""
+        numbers: dict[str, Any] = {
+            "memory_bytes": round(self.memory_bytes),
+            "capacity_bytes": round(self.capacity_bytes),
+            "step_s": float(f"{self.step_s:.4g}"),
+            "tokens_per_s": round(self.tokens_per_s),
+            "step_band": self.step_band,
+        }
+        if self.step_band:  # the band's number, which the progress line reads (not the words)
+            numbers["step_uncertainty"] = self.step_uncertainty
+        return numbers
+
 
 def resilience_flags(plan: Plan, max_restarts: int) -> list[str]:
     """torchrun's restart option for ``plan`` (none when it is torchrun's default)."""
@@ -195,15 +209,7 @@ def emit_program(
 
     plan_data = plan.model_dump(mode="json", exclude_computed_fields=True)
     if prediction is not None:
-        numbers = {
-            "memory_bytes": round(prediction.memory_bytes),
-            "capacity_bytes": round(prediction.capacity_bytes),
-            "step_s": float(f"{prediction.step_s:.4g}"),
-            "tokens_per_s": round(prediction.tokens_per_s),
-            "step_band": prediction.step_band,
-        }
-        if prediction.step_band:  # the band's number, which the progress line reads (not the words)
-            numbers["step_uncertainty"] = prediction.step_uncertainty
+        numbers = prediction.numbers()
         prediction_block = (
             "\n# What planc predicted for this layout (`planc explain` shows how).\n"
             f"PREDICTED = {python_literal(numbers)}\n"

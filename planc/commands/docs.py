@@ -83,5 +83,5 @@ def _find(topic: str, pages: dict[str, Path], lessons: dict[str, Path]) -> Path 
 def _title(path: Path) -> str:
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("# "):
-            return line[2:].strip().strip("`")
+            return line[2:].strip()  # as written: "`planc verify`" keeps both its marks
     return ""

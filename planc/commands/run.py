@@ -230,27 +230,11 @@ def _report(args, compiled, run_dir: Path, outcome) -> int:
 
 
 def _rerun_hint(args, compiled, run_dir: Path, again: str) -> str:
-    """What running ``again`` after a failure will do, as :func:`check_existing_run` will decide it.
-
-    Before the first checkpoint is saved there is nothing to resume: the same command is refused
-    once steps are logged (it would mix two runs in metrics.jsonl), so the hint must name --fresh.
-    """
-    from planc.commands.run_checks import check_existing_run
-    from planc.errors import PlanError
+    """What running ``again`` after a failure will do: the same sentence as `planc doctor`'s advice."""
+    from planc.rundir.diagnose import rerun_after_failure
     from planc.rundir.state import inspect_run
 
-    state = inspect_run(run_dir)
-    newest = state.newest_checkpoint
-    try:
-        check_existing_run(state, plan_json(compiled), fresh=False, **_target(args, compiled))
-    except PlanError:
-        why = "no checkpoint was saved before the failure" if newest is None else "the plan sets resume = false"
-        return f"{why}, so `{again}` is refused: fix the cause, then `{again} --fresh` starts over"
-    if newest is not None:
-        return f"fix the cause, then `{again}` resumes from the newest complete checkpoint (step {newest.step})"
-    if state.resume_source is not None:
-        return f"fix the cause, then `{again}` starts again from the checkpoint it was resumed from"
-    return f"fix the cause, then `{again}` starts over (no checkpoint was saved before the failure)"
+    return rerun_after_failure(inspect_run(run_dir), plan_json(compiled), again)
 
 
 def _report_unsaved_finish(run_dir: Path, finished: dict, again: str, restarts: int) -> NoReturn:
@@ -322,9 +306,8 @@ def _run_in_place(compiled, registry, out_dir: Path, steps: int | None) -> int:
     if os.environ.get("RANK", "0") == "0":
         launch.write_run_dir(out_dir, compiled)
     job = compose(compiled.plan, compiled.layout, registry)
-    prediction = compiled.prediction
     try:
-        train(job, steps=steps, out_dir=out_dir, predicted={"step_s": prediction.step_s})
+        train(job, steps=steps, out_dir=out_dir, predicted=compiled.prediction.numbers())
     finally:
         shutdown()
     return 0

@@ -44,12 +44,17 @@ def check_existing_run(state: RunState, plan: dict, *, target: int, plan_file: s
             print(f"planc: continuing {state.run_dir} under a changed plan: {'; '.join(notes)}", file=sys.stderr)
     finished = state.finished_at(target)
     if finished is not None:
+        further = (
+            "it has no checkpoint to train further from, so only --fresh runs it again, from step 0"
+            + ("" if plan.get("checkpoint") else " (a `checkpoint { every = N }` block lets a run continue)")
+            if state.rerun_refused(plan)
+            else "--steps N trains further, --fresh starts over"
+        )
         return (
             f"{state.run_dir} has already finished: {finished} step(s) trained (asked: {target}). "
-            "Nothing to do; --steps N trains further, --fresh starts over."
+            f"Nothing to do; {further}."
         )
-    resumable = newest is not None and (plan.get("checkpoint") or {}).get("resume", True)
-    if state.metrics and not resumable and state.resume_source is None:
+    if state.rerun_refused(plan):
         raise PlanError(
             f"{state.run_dir} holds {len(state.metrics)} logged step(s) of an earlier run and no checkpoint to "
             "resume from, so running again would mix two runs in its metrics.jsonl",

@@ -54,7 +54,7 @@ def diagnose(state: RunState, now: float | None = None) -> Diagnosis:
     report.add("checkpoints", _checkpoints(state))
     report.add("restarts", _restarts(state))
     report.add("hangs", _hangs(state))
-    report.add("errors", _errors(state))
+    report.add("errors", (_ending(state) if status == "failed" else []) + _errors(state))
     report.add("memory", _memory(state))
     report.add("step time", _step_time(state))
     report.add("next", _next_steps(state, status))
@@ -195,6 +195,19 @@ def _hangs(state: RunState) -> list[str]:
     return lines
 
 
+def _ending(state: RunState) -> list[str]:
+    """The failure torchrun saw end the last attempt (a restart's is under *restarts*): a rank killed
+    without a word (SIGKILL, the OOM killer) leaves no message of its own, and its heartbeat only says
+    where it was, so this is the one place that says how it ended. Left out after a hang, whose hung
+    rank is ended by a signal that is not the cause (the *hangs* section names it)."""
+    attempt = last_event(state.events, "attempt")
+    since = [e for e in state.events if attempt is None or e["time"] >= attempt["time"]]
+    if last_event(since, "hang") is not None:
+        return []
+    failures = [e for e in since if e["event"] in ("worker_failed", "agent_lost")]
+    return [f"the first failure, as torchrun saw it: {_describe_failure_event(failures[0])}"] if failures else []
+
+
 def _errors(state: RunState) -> list[str]:
     lines = []
     for beat in newest_attempt(state.heartbeats):
@@ -260,11 +273,17 @@ def _next_steps(state: RunState, status: str) -> list[str]:
     if status == "running":
         lines.append("nothing yet: the run is in progress")
     elif status == "finished":
-        lines.append(f"nothing: the run is finished. `{again} --steps N` trains further")
+        if state.rerun_refused(state.plan or {}):
+            lines.append(
+                "nothing: the run is finished. It has no checkpoint to train further from: "
+                f"`{again} --fresh` starts over"
+            )
+        else:
+            lines.append(f"nothing: the run is finished. `{again} --steps N` trains further")
     elif status == "stopped":
         lines.append(f"resume with `{again}`" + (f" (from step {newest.step})" if newest else " (from step 0)"))
     elif status == "failed":
-        lines += _failure_advice(state, again, newest)
+        lines += _failure_advice(state, again)
     if any(e.state == "corrupt" for e in state.checkpoints) or state.problems:
         lines.append(f"inspect, then delete, the damaged checkpoint directories in {state.checkpoint_dir}")
     if any(e["event"] == "checkpoint_failed" for e in state.events):
@@ -272,7 +291,7 @@ def _next_steps(state: RunState, status: str) -> list[str]:
     return lines
 
 
-def _failure_advice(state: RunState, again: str, newest) -> list[str]:
+def _failure_advice(state: RunState, again: str) -> list[str]:
     lines = []
     hang = last_event(_since_launch(state), "hang")
     messages = " ".join(str(b.get("message", "")) for b in state.heartbeats.values())
@@ -287,8 +306,23 @@ def _failure_advice(state: RunState, again: str, newest) -> list[str]:
     restarts = [e for e in _since_launch(state) if e["event"] == "attempt" and e.get("attempt", 0) > 0]
     if restarts:
         lines.append(f"{len(restarts)} restart(s) did not get past the failure: it is probably not transient")
-    lines.append(
-        f"then resume with `{again}`"
-        + (f" (from step {newest.step})" if newest else " (no checkpoint: it starts over; pass --fresh)")
-    )
+    lines.append(rerun_after_failure(state, state.plan or {}, again))
     return lines
+
+
+def rerun_after_failure(state: RunState, plan: dict[str, Any], again: str) -> str:
+    """What running ``again`` (``planc run PLAN --out RUN_DIR``) does after a failure, as `planc run` will
+    decide it (:meth:`RunState.rerun_refused`): `planc run`'s last hint and `planc doctor`'s advice.
+
+    Before the first checkpoint is saved there is nothing to resume: the same command is refused
+    once steps are logged (it would mix two runs in metrics.jsonl), so the advice must name --fresh.
+    """
+    newest = state.newest_checkpoint
+    if state.rerun_refused(plan):
+        why = "no checkpoint was saved before the failure" if newest is None else "the plan sets resume = false"
+        return f"{why}, so `{again}` is refused: fix the cause, then `{again} --fresh` starts over"
+    if newest is not None:
+        return f"fix the cause, then `{again}` resumes from the newest complete checkpoint (step {newest.step})"
+    if state.resume_source is not None:
+        return f"fix the cause, then `{again}` starts again from the checkpoint it was resumed from"
+    return f"fix the cause, then `{again}` starts over (no checkpoint was saved before the failure)"

@@ -51,6 +51,17 @@ class RunState:
         newest = self.newest_checkpoint
         return max([r["step"] for r in self.metrics] + ([newest.step] if newest else []), default=0)
 
+    def resumable(self, plan: dict[str, Any]) -> bool:
+        """Whether running ``plan`` again in this directory resumes from a checkpoint of its own."""
+        return self.newest_checkpoint is not None and bool((plan.get("checkpoint") or {}).get("resume", True))
+
+    def rerun_refused(self, plan: dict[str, Any]) -> bool:
+        """Whether `planc run` refuses to run ``plan`` again here without ``--fresh``: steps are logged and
+        nothing to resume them from, so a new step 1 would follow them in metrics.jsonl. `planc run`
+        decides with this, and every hint that names a command to run again (`planc run`'s own after a
+        failure, `planc doctor`'s) asks it, so that none names a command that is then refused."""
+        return bool(self.metrics) and not self.resumable(plan) and self.resume_source is None
+
     def finished_at(self, target: int) -> int | None:
         """The step the run finished at, if it trained ``target`` steps or more (else None).
 

@@ -182,9 +182,13 @@ class Job:
         dims = layout.dims
         world = dist.get_world_size()
         if dims.world_size != world:
-            raise RuntimeError(
-                f"the layout needs tp x pp x dp = {layout.tp} x {layout.pp} x {layout.dp} = {dims.world_size} "
-                f"processes, but this run has {world}; launch with torchrun --nproc-per-node {dims.world_size}"
+            # The program was started with another process count (`python train.py`, or another
+            # --nproc-per-node): the user's to fix, so one line and status 1 on each rank, not a
+            # traceback per rank (as train() refuses steps past the schedule: loop._steps_to_train).
+            raise SystemExit(
+                f"planc: the layout needs tp x pp x dp = {layout.tp} x {layout.pp} x {layout.dp} = "
+                f"{dims.world_size} processes, but this run has {world}; launch with torchrun "
+                f"--nproc-per-node {dims.world_size} (the program's docstring has the command), or `planc run`"
             )
         mesh = init_device_mesh(device.type, dims.mesh_shape, mesh_dim_names=MESH_DIM_NAMES)
         model = build_model(plan.model, device="meta")

@@ -79,3 +79,23 @@ def test_the_progress_line_reads_the_programs_band_as_a_number(in_root):
     cpu = _predicted(compile_plan(plan_at("plans/tiny-cpu.plan"), load_registry()).program)
     assert cpu["step_uncertainty"] is None and cpu["step_band"] == "(uncalibrated)"
     assert "(pred 0.129, uncalibrated)" in format_progress({**record, "predicted_step_s": cpu["step_s"]}, predicted=cpu)
+
+
+def test_planc_run_under_torchrun_trains_against_the_programs_own_prediction(in_root, tmp_path, monkeypatch):
+    """`torchrun ... -m planc run FILE` trains in place (running.md): it must log each step beside the
+    same PREDICTED as the program it writes, band included -- it passed the step time alone, so its
+    progress line lost "uncalibrated" (the 'cpu' preset has no band: step_uncertainty None)."""
+    import planc.runtime.compose
+    import planc.runtime.loop
+    from planc.commands.run import _run_in_place
+
+    seen = {}
+    monkeypatch.setattr(planc.runtime.compose, "compose", lambda *args: "job")  # no process group here
+    monkeypatch.setattr(planc.runtime.loop, "train", lambda job, **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(planc.runtime.loop, "shutdown", lambda: None)
+    monkeypatch.delenv("RANK", raising=False)  # rank 0: writes train.py into --out, as under torchrun
+    registry = load_registry()
+    compiled = compile_plan(plan_at("plans/tiny-cpu.plan"), registry)
+    assert _run_in_place(compiled, registry, tmp_path / "run", None) == 0
+    assert seen["predicted"] == _predicted((tmp_path / "run" / "train.py").read_text())
+    assert seen["predicted"]["step_uncertainty"] is None

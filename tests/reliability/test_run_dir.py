@@ -52,6 +52,48 @@ def test_a_rerun_never_mixes_two_runs_and_a_finished_run_is_not_relaunched(tmp_p
     assert not (out / "metrics.jsonl").exists() and not (out / "events.jsonl").exists()
 
 
+def test_a_finished_run_without_a_checkpoint_names_only_a_command_that_runs(tmp_path, capsys):
+    """No checkpoint block, 2 of 2 steps trained: there is nothing to train further from, so `--steps N`
+    (what planc said to a finished run) would be refused; `planc run` and `planc doctor` both name --fresh,
+    and what they name goes ahead."""
+    plan, out = _plan(tmp_path, checkpoint=None), tmp_path / "run"
+    assert main(["run", str(plan), "--out", str(out), "--print"]) == 0
+    _metrics(out, [1, 2])
+    record_event(out, "launch", steps=2, layout="TP 1 × PP 1 × DP 2 · DDP", world_size=2)
+    record_event(out, "finished", step=2)
+    capsys.readouterr()
+    assert main(["run", str(plan), "--out", str(out), "--steps", "2"]) == 0
+    said = capsys.readouterr().err
+    assert "has already finished: 2 step(s) trained (asked: 2)" in said and "--steps N" not in said, said
+    assert "no checkpoint to train further from, so only --fresh runs it again" in said
+    assert main(["doctor", str(out)]) == 0
+    advice = f"It has no checkpoint to train further from: `planc run {plan} --out {out} --fresh` starts over"
+    assert advice in capsys.readouterr().out
+    assert main(["run", str(plan), "--out", str(out), "--steps", "3"]) == 1  # why neither names --steps N
+    assert "no checkpoint to resume from" in capsys.readouterr().err
+    assert main(["run", str(plan), "--out", str(out), "--fresh", "--print"]) == 0  # what both name: goes ahead
+
+
+def test_doctor_on_a_failure_before_the_first_checkpoint_names_the_cause_and_a_command_that_runs(tmp_path, capsys):
+    """Rank 1 SIGKILLed in step 3, no restart, no checkpoint yet (what `PLANC_FAULT=kill@rank=1,step=3` and
+    --max-restarts 0 leave): rank 1 wrote no error, so torchrun's record is the only word on how it ended,
+    and the plain rerun is refused (2 steps logged, nothing to resume), so the advice names --fresh."""
+    plan, out = _plan(tmp_path), tmp_path / "run"
+    assert main(["run", str(plan), "--out", str(out), "--print"]) == 0
+    _metrics(out, [1, 2])
+    record_event(out, "launch", steps=4, layout="TP 1 × PP 1 × DP 2 · DDP", world_size=2)
+    record_event(out, "attempt", attempt=0, start_step=0)
+    record_event(out, "worker_failed", local_rank=1, pid=42, exitcode=-9, signal="SIGKILL")
+    record_event(out, "end", status="failed", exit=1, restarts=0)
+    capsys.readouterr()
+    assert main(["doctor", str(out)]) == 1
+    report = capsys.readouterr().out
+    again = f"planc run {plan} --out {out}"
+    assert "the first failure, as torchrun saw it: local rank 1 (pid 42) killed by SIGKILL" in report, report
+    assert f"`{again}` is refused: fix the cause, then `{again} --fresh` starts over" in report, report
+    assert "then resume with" not in report
+
+
 @pytest.mark.parametrize("directory", ["/tmp/elsewhere", "../ck", "a/../../ck", "./.."])
 def test_a_checkpoint_dir_outside_the_run_directory_is_refused(tmp_path, capsys, directory):
     plan = _plan(tmp_path, checkpoint=f'every = 2  dir = "{directory}"')
@@ -202,7 +244,7 @@ def test_doctor_tells_the_story_of_a_failed_night(tmp_path, capsys):
         "from step 2: rank 1 stopped without a word in step 3 [observed: local rank 1 (pid 42) killed by SIGKILL]",
         "step 6: all_reduce #9 (mesh_dp) timed out",
         "did not arrive: rank(s) 1; waiting: rank(s) 0",
-        f"then resume with `planc run {plan} --out {out}` (from step 4)",
+        f"fix the cause, then `planc run {plan} --out {out}` resumes from the newest complete checkpoint (step 4)",
         "1 restart(s) did not get past the failure",
     ):
         assert expected in report, f"{expected!r} not in:\n{report}"
@@ -282,7 +324,10 @@ def test_a_run_whose_last_save_failed_is_not_finished(tmp_path, capsys):
         "failed: all 4 step(s) trained, but the checkpoint of step 4 could not be saved; "
         "the newest complete checkpoint is step 2"
     ) in report
-    assert f"then resume with `planc run {plan} --out {out}` (from step 2)" in report
+    assert (
+        f"fix the cause, then `planc run {plan} --out {out}` resumes from the newest complete checkpoint (step 2)"
+        in report
+    )
 
     (out / "checkpoints" / "step-00000004").mkdir()  # once the step-4 checkpoint exists, the run is finished
     (out / "checkpoints" / "step-00000004" / "planc.json").write_text(json.dumps({"format": 1, "step": 4}))

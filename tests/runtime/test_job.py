@@ -55,10 +55,30 @@ def test_single_process_job_matches_the_reference():
     assert max(abs(a - b) for a, b in zip(losses, reference)) < 1e-5
 
 
-def test_world_size_mismatch_is_explained():
-    out = run(dict(tp=1, pp=1, dp=2, zero=0, recompute="none", schedule=None, micro_batch=2))
-    assert "tp x pp x dp = 1 x 1 x 2 = 2 processes, but this run has 1" in out["error"]
-    assert "torchrun --nproc-per-node 2" in out["error"]
+def test_world_size_mismatch_is_explained(tmp_path):
+    """A 2-process program started as `python train.py` (one process): one line saying what to run
+    and status 1, not a traceback (what running.md's reader met trying the compiled program)."""
+    from planc.cli import main
+
+    plan = tmp_path / "two.plan"
+    plan.write_text(
+        "model { layers = 2  hidden = 32  heads = 4  vocab = 64  seq_len = 16 }\n"
+        'hardware { device = "cpu"  per_node = 2 }\n'
+        "train { global_batch = 4  precision = fp32  steps = 3 }\n"
+        "layout { tp = 1  pp = 1  dp = 2  zero = 0 }\n"
+    )
+    assert main(["compile", str(plan), "-o", str(tmp_path / "train.py")]) == 0
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "train.py"), "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    # 2 = tp 1 x pp 1 x dp 2 processes asked for; 1 started
+    assert "tp x pp x dp = 1 x 1 x 2 = 2 processes, but this run has 1" in done.stderr
+    assert "torchrun --nproc-per-node 2" in done.stderr
 
 
 INTERRUPTIBLE = """
