@@ -115,11 +115,19 @@ def _run_line(state: RunState) -> list[str]:
     return [" · ".join(parts)]
 
 
+def _target_step(state: RunState) -> int | None:
+    """The step the run trains to: its latest attempt's (a run started in place by torchrun has no
+    launch event), else its launch's ``--steps``, else the plan's (run directories written before
+    attempts recorded it)."""
+    attempt, launch = last_event(state.events, "attempt") or {}, last_event(state.events, "launch") or {}
+    planned = ((state.plan or {}).get("train") or {}).get("steps")
+    target = attempt.get("target_step") or launch.get("steps") or planned
+    return int(target) if target else None
+
+
 def _progress(state: RunState, facts: dict[str, Any]) -> list[str]:
     logged = max([r["step"] for r in state.metrics] or [0])
-    target = (last_event(state.events, "launch") or {}).get("steps") or ((state.plan or {}).get("train") or {}).get(
-        "steps"
-    )
+    target = _target_step(state)
     newest = state.newest_checkpoint
     facts.update(logged_step=logged, target_step=target, checkpoint_step=newest.step if newest else None)
     lines = [f"{logged} of {target or '?'} step(s) logged in metrics.jsonl"]

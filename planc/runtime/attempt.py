@@ -94,6 +94,7 @@ class Attempt:
             self._event(
                 "attempt",
                 start_step=self.step,
+                target_step=self.total_steps,  # started in place by torchrun, no launch event says it
                 checkpoint=str(point.path) if point is not None else None,
                 world_size=dist.get_world_size(),
                 layout=self.job.layout.describe(),

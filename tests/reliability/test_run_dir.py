@@ -449,3 +449,18 @@ def test_doctor_names_the_plan_as_a_path_from_where_it_runs(tmp_path, capsys, mo
         report = capsys.readouterr().out
         assert f"planc run {plan_shown} --out {run_shown}" in report, report
         assert (cwd / plan_shown).is_file()
+
+
+def test_doctor_counts_the_steps_a_run_started_in_place_trained_toward(tmp_path, capsys):
+    """``torchrun ... -m planc run FILE --steps 2`` writes no launch event: the target is its
+    attempt's, 2, not the plan's 4 ("finished" beside "2 of 4 step(s) logged" before)."""
+    plan, out = _plan(tmp_path, checkpoint=None), tmp_path / "run"
+    assert main(["run", str(plan), "--out", str(out), "--print"]) == 0
+    capsys.readouterr()
+    _metrics(out, [1, 2])
+    for name, fields in [("attempt", {"attempt": 0, "start_step": 0, "target_step": 2}), ("finished", {"step": 2})]:
+        record_event(out, name, **fields)
+    main(["doctor", str(out)])
+    report = capsys.readouterr().out
+    assert "finished: all 2 step(s) trained" in report, report
+    assert "2 of 2 step(s) logged in metrics.jsonl" in report, report
