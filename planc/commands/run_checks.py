@@ -44,12 +44,11 @@ def check_existing_run(state: RunState, plan: dict, *, target: int, plan_file: s
             print(f"planc: continuing {state.run_dir} under a changed plan: {'; '.join(notes)}", file=sys.stderr)
     finished = state.finished_at(target)
     if finished is not None:
-        further = (
-            "it has no checkpoint to train further from, so only --fresh runs it again, from step 0"
-            + ("" if plan.get("checkpoint") else " (a `checkpoint { every = N }` block lets a run continue)")
-            if state.rerun_refused(plan)
-            else "--steps N trains further, --fresh starts over"
-        )
+        further = "--steps N trains further, --fresh starts over"
+        if state.rerun_refused(plan):
+            further = "it has no checkpoint to train further from, so only --fresh runs it again, from step 0"
+            if not plan.get("checkpoint"):
+                further += " (a `checkpoint { every = N }` block lets a run continue)"
         return (
             f"{state.run_dir} has already finished: {finished} step(s) trained (asked: {target}). "
             f"Nothing to do; {further}."
