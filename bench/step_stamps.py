@@ -8,7 +8,9 @@ loop takes ``elapsed_s`` -- to record ``time.perf_counter()`` (wall) and ``time.
 bench/handwritten.py records the same two clocks at the end of its steps, so the gaps between
 consecutive stamps are whole loop iterations by one definition in both programs. CPU time is
 what this process itself spent, so it is much less disturbed than wall time by other work on a
-shared machine (time waiting in a collective is not in it).
+shared machine (time waiting in a collective is not in it). The program ends with
+:func:`planc.runtime.loop.leave` (``os._exit``, which runs no ``finally``), so the stamps are
+written by a wrapper of it, and by ``finally`` when the program raises.
 """
 
 import json
@@ -17,6 +19,7 @@ import runpy
 import sys
 import time
 
+import planc.runtime.loop
 from planc.runtime.metrics import MetricsLogger
 
 
@@ -31,14 +34,24 @@ def main() -> None:
         stamps["cpu_s"].append(time.process_time())
         return record
 
+    def write_stamps() -> None:
+        if os.environ.get("RANK", "0") == "0":
+            with open(out_path, "w") as out:
+                json.dump(stamps, out)
+
+    leave = planc.runtime.loop.leave
+
+    def stamped_leave():
+        write_stamps()
+        leave()
+
     MetricsLogger.log = stamped_log
+    planc.runtime.loop.leave = stamped_leave  # the program imports it by name when it runs, after this
     sys.argv = [program, *args]
     try:
         runpy.run_path(program, run_name="__main__")
     finally:
-        if os.environ.get("RANK", "0") == "0":
-            with open(out_path, "w") as out:
-                json.dump(stamps, out)
+        write_stamps()
 
 
 if __name__ == "__main__":
