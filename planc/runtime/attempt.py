@@ -306,7 +306,8 @@ class Attempt:
                 self._end_on_timeout(step, by="backend")
             with self._ending:  # not while the monitor reports a timeout (it ends the process)
                 message = describe_failure(exc, rank=self.rank, step=step)
-            self._beat("failed", message=message or _one_line(exc))
+                recorded = describe_failure(exc, rank=self.rank, step=step, printed=False)
+            self._beat("failed", message=recorded or _one_line(exc))
             if message is None:
                 raise
             print(message, file=sys.stderr, flush=True)

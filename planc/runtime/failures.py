@@ -22,9 +22,13 @@ PEER_LOST_SIGNS = (
 )
 
 
-def describe_failure(exc: BaseException, *, rank: int, step: int) -> str | None:
+def describe_failure(exc: BaseException, *, rank: int, step: int, printed: bool = True) -> str | None:
     """A one-line explanation of ``exc`` raised during ``step`` on ``rank``, or None if it is not
-    one planc can explain (then the traceback is the right report)."""
+    one planc can explain (then the traceback is the right report).
+
+    ``printed``: the line goes to the rank's stderr, where the lost peer's own message, if it wrote
+    one, came first, and the line says so. False for the heartbeat's copy, which ``planc doctor``
+    lists among every rank's messages, where "above" would point nowhere."""
     import torch
 
     first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -37,9 +41,10 @@ def describe_failure(exc: BaseException, *, rank: int, step: int) -> str | None:
             "add recompute, or raise the ZeRO stage"
         )
     if _peer_lost(exc):
+        pointer = "; its own message, if any, is above" if printed else ""
         return (
             f"rank {rank}: lost contact with another rank in step {step} (a peer process crashed or was "
-            f"killed; its own message, if any, is above): {first_line}"
+            f"killed{pointer}): {first_line}"
         )
     return None
 

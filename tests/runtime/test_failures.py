@@ -15,6 +15,14 @@ def test_lost_peer_is_named_without_glooisms():
     assert message.startswith("rank 2: lost contact with another rank in step 4")
     assert message.endswith("Connection closed by peer [127.0.0.1]:5309")
     assert "pair.cc" not in message
+    assert "its own message, if any, is above" in message
+
+
+def test_the_recorded_line_points_nowhere_above():
+    """planc doctor lists the heartbeat's copy among every rank's lines: "above" would mislead there."""
+    recorded = describe_failure(RuntimeError(GLOO_PEER_GONE), rank=2, step=4, printed=False)
+    assert recorded.startswith("rank 2: lost contact with another rank in step 4 (a peer process crashed or was killed)")
+    assert "above" not in recorded
 
 
 def test_out_of_memory_points_at_explain():
