@@ -72,11 +72,10 @@ def train(
             began = time.perf_counter()
             # The stop vote travels with the step's loss (runtime/step.py); the next rows are built meanwhile.
             result = run_step(job, rows.take(step), stop_requested, before_sync=rows.ahead_of(step, total))
-            stop = result.pop("stop")
+            stop, memory = result.pop("stop"), result.pop("memory_bytes")  # memory: before evaluation's peak
             if job.device.type == "cuda":
                 torch.cuda.synchronize(job.device)
             elapsed = time.perf_counter() - began
-            memory = metrics.peak_memory_over_ranks(job.device)  # before evaluation adds its own peak
             extra = _fields_after_step(job, run_data, utilisation, step + 1, total, elapsed)
             record = logger.log(
                 step + 1,

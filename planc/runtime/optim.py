@@ -95,7 +95,11 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, train: TrainSpec) -> La
     return LambdaLR(optimizer, lambda step: lr_at(step, train) / train.lr)
 
 
-def _group_key(grad: torch.Tensor):
+def gradient_kind(grad: torch.Tensor) -> object:
+    """What must be the same over one list for foreach kernels: a DTensor's mesh and placements;
+    None for every plain tensor."""
+    if type(grad) is torch.Tensor:  # plain, the common case: checked without the import (every step, per gradient)
+        return None
     from torch.distributed.tensor import DTensor
 
     if isinstance(grad, DTensor):
@@ -130,7 +134,7 @@ def grad_norm(
     grads = [p.grad for p in parameters if p.grad is not None]
     groups: dict[object, list[torch.Tensor]] = {}
     for g in grads:
-        groups.setdefault(_group_key(g), []).append(g)
+        groups.setdefault(gradient_kind(g), []).append(g)
     norms = []
     for group in groups.values():
         norm = torch.nn.utils.get_total_norm(group, norm_type)
@@ -165,11 +169,16 @@ def clip_grad_norm_(
         pp_group = pp_group.get_group()
     total = grad_norm(parameters, norm_type, pp_group)
     if max_norm > 0:
-        # Per kind of gradient, as foreach kernels cannot mix DTensors and plain tensors in one list.
-        groups: dict[object, list[torch.Tensor]] = {}
-        for p in parameters:
-            if p.grad is not None:
-                groups.setdefault(_group_key(p.grad), []).append(p)
-        for group in groups.values():
+        for group in by_gradient_kind(parameters):
             torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
     return total
+
+
+def by_gradient_kind(holders: Iterable[WithGrad]) -> list[list]:
+    """The ``holders`` (parameters, or views with a ``.grad``) that have a gradient, grouped by
+    :func:`gradient_kind`: foreach kernels cannot mix DTensors and plain tensors in one list."""
+    groups: dict[object, list] = {}
+    for holder in holders:
+        if holder.grad is not None:
+            groups.setdefault(gradient_kind(holder.grad), []).append(holder)
+    return list(groups.values())

@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from planc.runtime.data import DataSource, inputs_and_targets, local_batch, split_micro_batches
 from planc.runtime.local_shards import as_dtensor
-from planc.runtime.optim import grad_norm
+from planc.runtime.optim import by_gradient_kind, grad_norm
 from planc.runtime.transformer import loss_fn
 
 
@@ -51,15 +51,26 @@ def train_step(
     reduced, after backward) is voted on with the loss. ``before_sync`` runs once the step's work
     is queued and before its results are read on the host: on a GPU, host work done there (the
     next step's rows) overlaps the device's. Returns ``{"loss": ..., "grad_norm": ..., "lr": ...,
-    "stop": ...}``, the same on every rank: ``stop`` is True when any rank asked.
+    "memory_bytes": ..., "stop": ...}``, the same on every rank: ``memory_bytes`` is the step's
+    peak memory on the busiest rank (:func:`~planc.runtime.metrics.start_peak_memory_over_ranks`),
+    ``stop`` is True when any rank asked.
     """
+    from planc.runtime.metrics import start_peak_memory_over_ranks
+
     loss, total_norm, lr, stop_votes = optimizer_step(job, batch, stop_requested)
+    # Every allocation of the step is made (a GPU's caching allocator counts them as they are
+    # queued). Its maximum over the ranks travels while ``before_sync`` works, instead of as a
+    # collective of its own after the step that every rank waited on (the slowest one's pace, each step).
+    peak, peak_reduction = start_peak_memory_over_ranks(job.device)
     if before_sync is not None:
         before_sync()
-    # One copy to the host for the three numbers: on a GPU each ``.item()`` is a wait of its own.
-    read = torch.cat([loss.reshape(1).float(), total_norm.reshape(1).float(), stop_votes.reshape(1).float()])
-    loss_value, norm_value, votes = read.tolist()
-    return {"loss": loss_value, "grad_norm": norm_value, "lr": lr, "stop": votes > 0}
+    if peak_reduction is not None:
+        peak_reduction.wait()
+    # One copy to the host for the four numbers: on a GPU each ``.item()`` is a wait of its own.
+    # float64: exact for the int64 bytes (below 2^53), and for the float32 loss, norm and votes.
+    numbers = (loss, total_norm, stop_votes, peak)
+    loss_value, norm_value, votes, memory = torch.cat([n.reshape(1).double() for n in numbers]).tolist()
+    return {"loss": loss_value, "grad_norm": norm_value, "lr": lr, "memory_bytes": int(memory), "stop": votes > 0}
 
 
 def optimizer_step(
@@ -182,29 +193,23 @@ def clip_grad_norm(job, max_norm: float) -> torch.Tensor:
     tensor (read it after the optimizer step: reading it here would stall the step on a GPU).
     """
     uncounted = {id(t.param) for t in job.tied_weights if not t.counted}
-    views = []  # objects with a .grad, as grad_norm and clip_grads_with_norm_ expect
-    for p in job.local_parameters:
-        if p.grad is None:
-            continue
-        spec = job.local_shard_specs.get(p)
-        views.append(
-            SimpleNamespace(grad=as_dtensor(p.grad, spec), counted=id(p) not in uncounted)
-            if spec is not None
-            else SimpleNamespace(grad=p.grad, counted=id(p) not in uncounted)
-        )
+    params = [p for p in job.local_parameters if p.grad is not None]
+    views: list = params  # objects with a .grad, as grad_norm and clip_grads_with_norm_ expect
+    counted: list = params
+    if job.local_shard_specs or uncounted:  # else the parameters themselves, with nothing built per step
+        views = [_grad_view(p, job.local_shard_specs.get(p), counted=id(p) not in uncounted) for p in params]
+        counted = [v for v in views if v.counted]
     pp_group = job.group("pp") if job.layout.pp > 1 else None
-    total = grad_norm([v for v in views if v.counted], 2.0, pp_group, device=job.device)
+    total = grad_norm(counted, 2.0, pp_group, device=job.device)
     if max_norm > 0:
-        for group in _by_mesh(views):
+        for group in by_gradient_kind(views):
             torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
     return total
 
 
-def _by_mesh(views: list) -> list[list]:
-    """Group gradients by DTensor mesh and placements (plain tensors together): foreach kernels need one kind."""
-    groups: dict[object, list] = {}
-    for view in views:
-        grad = view.grad
-        key = (grad.device_mesh, tuple(grad.placements)) if hasattr(grad, "device_mesh") else None
-        groups.setdefault(key, []).append(view)
-    return list(groups.values())
+def _grad_view(param: torch.nn.Parameter, spec, *, counted: bool) -> SimpleNamespace:
+    """``param``'s gradient for norms and clipping: as the DTensor it is when the parameter holds a
+    tensor-parallel shard as a plain tensor (``spec``), and whether the norm counts it."""
+    grad = param.grad
+    assert grad is not None, "views are made of the parameters that have a gradient"
+    return SimpleNamespace(grad=as_dtensor(grad, spec) if spec is not None else grad, counted=counted)
