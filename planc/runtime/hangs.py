@@ -128,22 +128,30 @@ class HangMonitor:
         self._lock = threading.Condition()
         self._phase: tuple[int, str | None, int] | None = None  # (step, phase, armed at: time.time_ns())
         self._closed = False
+        self._idle = False  # the thread waits with no phase armed, for arm() to wake it
         self._thread: threading.Thread | None = None
 
     def arm(self, step: int, phase: str | None = None) -> None:
         """A phase of step ``step`` begins (``phase``: None for the step itself, else its words, e.g.
-        "while saving the checkpoint of step 4")."""
+        "while saving the checkpoint of step 4").
+
+        Wakes the thread only when it waits with no phase: one that sleeps until an earlier phase's
+        deadline finds the new phase when it wakes (each phase's deadline is later), so a step
+        costs no wake-up. Waking it every step cost rank 0 ~2 ms of CPU per step in
+        ``bench/overhead.py``'s DDP case (4% of the step; CPU-time ratio to hand-written 1.047 ->
+        1.001 without the wake-ups)."""
         with self._lock:
             self._phase = (step, phase, time.time_ns())
             if self._thread is None:
                 self._thread = threading.Thread(target=self._watch, name="planc-hang-monitor", daemon=True)
                 self._thread.start()
-            self._lock.notify()
+            if self._idle:
+                self._lock.notify()
 
     def disarm(self) -> None:
+        """No phase runs: the thread, asleep until the last phase's deadline, then finds none."""
         with self._lock:
             self._phase = None
-            self._lock.notify()
 
     def close(self) -> None:
         """Stop the thread (joined: a thread left to interpreter shutdown can abort the process from C++)."""
@@ -158,7 +166,9 @@ class HangMonitor:
             while not self._closed:
                 phase = self._phase
                 if phase is None:
+                    self._idle = True
                     self._lock.wait()
+                    self._idle = False
                     continue
                 wait = self._seconds_left(phase[2])
                 if wait <= 0:

@@ -61,3 +61,33 @@ def test_the_monitor_leaves_a_rank_outside_collectives_and_a_disarmed_one_alone(
     assert not called.wait(0.6)
     monitor.close()
     assert calls == []
+
+
+def test_a_step_armed_while_the_thread_sleeps_is_watched_from_its_own_start():
+    """arm() does not wake a thread asleep until an earlier phase's deadline (no wake-up per step):
+    the thread finds the newer phase when it wakes and reports it at that phase's own deadline."""
+    box: dict = {}
+    monitor, calls, called = _monitor(lambda: box.get("entry"), timeout=0.4)
+    monitor.arm(1)
+    time.sleep(0.2)
+    armed = time.time()
+    monitor.arm(2)
+    box["entry"] = {"time_created_ns": time.time_ns(), "state": "scheduled"}
+    assert called.wait(5)
+    reported = time.time()
+    monitor.close()
+    assert calls == [(2, None)]
+    assert reported - armed >= 0.4 - 0.01  # step 2's deadline, not step 1's (0.2 s earlier)
+
+
+def test_a_phase_armed_after_the_thread_went_idle_wakes_it():
+    box: dict = {}
+    monitor, calls, called = _monitor(lambda: box.get("entry"), timeout=0.2)
+    monitor.arm(1)
+    monitor.disarm()
+    time.sleep(0.5)  # past step 1's deadline: the thread found no phase and waits for one
+    monitor.arm(3, "while resuming")
+    box["entry"] = {"time_created_ns": time.time_ns(), "state": "scheduled"}
+    assert called.wait(5)
+    monitor.close()
+    assert calls == [(3, "while resuming")]
