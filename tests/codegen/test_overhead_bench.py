@@ -6,24 +6,13 @@ FileNotFoundError on its first launch, unnoticed. This launch of one process kee
 benchmark's measuring path working.
 """
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("overhead", ROOT / "bench" / "overhead.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench_scripts import load_bench
 
 
 @pytest.mark.dist
 def test_the_benchmark_stamps_every_step_of_the_emitted_program(tmp_path):
-    bench = _bench()
+    bench = load_bench("overhead")
     steps = bench.WARMUP + 3
     plan_path = tmp_path / "ddp.plan"
     plan_path.write_text(bench.plan_text("ddp", 1, steps))

@@ -7,22 +7,10 @@
 precision and recompute mode -- a planner that under-counts activations picks layouts that OOM.
 """
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from bench_scripts import load_bench
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("activation_memory", ROOT / "bench" / "activation_memory.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _bench()
+bench = load_bench("activation_memory")
 
 
 def check(results):

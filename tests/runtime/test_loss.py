@@ -5,25 +5,14 @@ the real vocabulary); memory is measured by bench/loss_memory.py's ``PeakBytes``
 the cost model's :func:`planc.cost.memory.logits_bytes`.
 """
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
+from bench_scripts import load_bench
 from ranks import run_ranks
 
 from planc.cost.memory import LOSS_CHUNK_ELEMENTS
 from planc.runtime.loss import CHUNK_ELEMENTS, chunked_cross_entropy, tokens_per_chunk
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("loss_memory", ROOT / "bench" / "loss_memory.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _case(b=3, s=10, padded=96, vocab=90, seed=0):
@@ -144,7 +133,7 @@ def test_peak_memory_is_measured_and_predicted():
     """Measured peaks (bench/loss_memory.py): the chunked loss, either way, within 1% of
     logits_bytes, and at most 0.45 of the whole-tensor float32 loss in bf16 (0.75 in fp32) once
     there are several chunks."""
-    bench = _bench()
+    bench = load_bench("loss_memory")
     for b, s, vocab, padded, chunk in bench.CASES:
         for name, dtype in bench.DTYPES.items():
             n = b * s * padded
