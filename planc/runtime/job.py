@@ -236,6 +236,9 @@ class Job:
         4-block model on CPU, more with more blocks."""
         if self._trained_parameters is not None:
             return list(self._trained_parameters)
+        return self._walk_parameters()
+
+    def _walk_parameters(self) -> list[nn.Parameter]:
         seen: dict[int, nn.Parameter] = {}
         for part in self.model_parts:
             for param in part.parameters():
@@ -329,8 +332,7 @@ class Job:
                 optimizer = self.optimizer_factory(optimizer)
             self.optimizers.append(optimizer)
             self.lr_schedulers.append(build_lr_scheduler(optimizer, self.plan.train))
-        self._trained_parameters = None
-        self._trained_parameters = self.local_parameters
+        self._trained_parameters = self._walk_parameters()
 
     # -- what a training step uses -----------------------------------------------------------------
 

@@ -131,13 +131,9 @@ def grad_norm(
     ``device``: where a rank that holds no gradient makes its zero, which it still all-reduces
     with the other stages: NCCL takes only tensors on the rank's own GPU.
     """
-    grads = [p.grad for p in parameters if p.grad is not None]
-    groups: dict[object, list[torch.Tensor]] = {}
-    for g in grads:
-        groups.setdefault(gradient_kind(g), []).append(g)
     norms = []
-    for group in groups.values():
-        norm = torch.nn.utils.get_total_norm(group, norm_type)
+    for group in by_gradient_kind(parameters):
+        norm = torch.nn.utils.get_total_norm([holder.grad for holder in group], norm_type)
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
         norms.append(norm.float())

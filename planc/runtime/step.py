@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from planc.runtime.data import DataSource, inputs_and_targets, local_batch, split_micro_batches
 from planc.runtime.local_shards import as_dtensor
+from planc.runtime.metrics import start_peak_memory_over_ranks
 from planc.runtime.optim import by_gradient_kind, grad_norm
 from planc.runtime.transformer import loss_fn
 
@@ -55,8 +56,6 @@ def train_step(
     peak memory on the busiest rank (:func:`~planc.runtime.metrics.start_peak_memory_over_ranks`),
     ``stop`` is True when any rank asked.
     """
-    from planc.runtime.metrics import start_peak_memory_over_ranks
-
     loss, total_norm, lr, stop_votes = optimizer_step(job, batch, stop_requested)
     # Every allocation of the step is made (a GPU's caching allocator counts them as they are
     # queued). Its maximum over the ranks travels while ``before_sync`` works, instead of as a
