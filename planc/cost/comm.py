@@ -80,3 +80,18 @@ def p2p_seconds(nbytes: float, link: GroupLink) -> float:
         return 0.0
     alpha, beta = link.alpha_beta("send_recv")
     return alpha + nbytes / beta
+
+
+#: Bytes of one gradient-norm partial that the step all-reduces (one fp32 scalar).
+NORM_BYTES = 4
+
+
+def norm_reductions(count: int, link: GroupLink) -> tuple[float, float]:
+    """(seconds, bytes one rank sends) of ``count`` all-reduces of a partial gradient norm over
+    ``link``'s group, one after another: the clipping waits for the whole norm
+    (planc.runtime.optim.grad_norm: one per kind of sharded gradient whose shards the group
+    holds, as ``DTensor.full_tensor`` reduces it, and one over the pipeline's stages)."""
+    p = link.size
+    if p <= 1 or count <= 0:
+        return 0.0, 0.0
+    return count * all_reduce_seconds(NORM_BYTES, link), count * 2 * (p - 1) / p * NORM_BYTES

@@ -85,8 +85,8 @@ class CostContext:
     """Logits + loss bytes of one micro-batch on the last stage."""
     links: dict
     """GroupLink per group: "tp", "dp", "pp" (collectives), "pp_hop_counts" (the links of the hops
-    between pipeline stages a micro-batch crosses, as (link, how many hops) pairs) and "pp_p2p" (the
-    slowest of them)."""
+    between pipeline stages a micro-batch crosses, as (link, how many hops) pairs), "pp_p2p" (the
+    slowest of them) and "pp_ends" (the first and the last pipeline rank, two ranks)."""
     capacity: float
     """Memory per device, bytes."""
 
@@ -194,6 +194,9 @@ class ContextCache:
                 "pp_p2p": topo.pipeline_p2p(dims, v, style),
                 "pp_hop_counts": topo.pipeline_hop_counts(dims, v, style),
             }
+            # The first and the last pipeline rank (the tied embedding's gradient sum, pipeline/runtime.py).
+            pp_ranks = group_ranks("pp", dims)
+            found["pp_ends"] = topo.link_of([pp_ranks[0], pp_ranks[-1]] if layout.pp > 1 else pp_ranks)
             if layout.shard_group:
                 # HSDP splits the dp group (ranks dp_rank * tp apart) into shard groups of adjacent
                 # dp ranks and replicate groups of every shard_group-th one (mesh order, fsdp/runtime.py).

@@ -97,29 +97,35 @@ class CommCounter(TorchDispatchMode):
             self._count_functional(name, args)
         return func(*args, **kwargs)
 
-    def _record(self, kind: str, group: str, nbytes: float) -> None:
-        size = self.sizes.get(group, 1)
+    def _record(self, kind: str, group: str, nbytes: float, size: int | None = None) -> None:
+        """``size``: the group's own size where the op names its group (a c10d op); else the mesh
+        dimension's."""
+        size = size if size is not None else self.sizes.get(group, 1)
         if kind in _FACTOR:
             nbytes = _FACTOR[kind] * (size - 1) / size * nbytes if size > 1 else 0.0
         self.bytes[(kind, group)] += nbytes
         self.calls[(kind, group)] += 1
 
     def _group_of(self, value) -> str:
-        if isinstance(value, str):
-            name = value
-        else:  # c10d ops carry the group boxed as a ScriptObject
-            import torch.distributed as dist
+        return self.names.get(value, "other") if isinstance(value, str) else "other"
 
-            try:
-                name = dist.ProcessGroup.unbox(value).group_name
-            except (RuntimeError, TypeError, AttributeError):
-                return "other"
-        return self.names.get(name, "other")
+    def _c10d_group(self, boxed) -> tuple[str, int | None]:
+        """(mesh dimension or "other", size) of the process group a c10d op carries, boxed as a
+        ScriptObject: its own size, so that a group of two ranks inside a larger dimension (the
+        tied embedding's first and last pipeline rank) counts as two."""
+        import torch.distributed as dist
+
+        try:
+            group = dist.ProcessGroup.unbox(boxed)
+        except (RuntimeError, TypeError, AttributeError):
+            return "other", None
+        return self.names.get(group.group_name, "other"), group.size()
 
     def _count_c10d(self, name: str, args) -> None:
         kind, index = _C10D[name]
-        group = next((self._group_of(a) for a in args if isinstance(a, torch.ScriptObject)), "other")
-        self._record(kind, group, _nbytes(_tensors(args[index])))
+        boxed = next((a for a in args if isinstance(a, torch.ScriptObject)), None)
+        group, size = self._c10d_group(boxed) if boxed is not None else ("other", None)
+        self._record(kind, group, _nbytes(_tensors(args[index])), size)
 
     def _count_functional(self, name: str, args) -> None:
         kind = _FUNCTIONAL[name]
@@ -150,4 +156,7 @@ def group_names(job) -> tuple[dict[str, str], dict[str, int]]:
         if dist.get_world_size(group) > 1 or name not in names:
             names[name] = dim
         sizes[dim] = dist.get_world_size(group)
+    for tied in job.tied_weights:  # the first and the last pipeline rank: the pipeline's traffic
+        if tied.group is not None:
+            names[str(tied.group.group_name)] = "pp"
     return names, sizes

@@ -111,9 +111,12 @@ def test_pipeline_traffic_is_priced_on_its_slowest_boundary():
     # one boundary tensor: 8192 tokens x 4096 x 2 B = 64 MiB; over one 1 GB/s NIC, of which NCCL
     # moves 96% (planc.spec.presets.hardware), after a 10 us start-up
     crossing = 10e-6 + 8192 * 4096 * 2 / (1e9 * 0.96)
-    # 64 / (dp 2 x micro-batch 1) = 32 micro-batches, each sent forward and its gradient back
+    # 64 / (dp 2 x micro-batch 1) = 32 micro-batches, each sent forward and its gradient back;
+    # then the gradient norm's 4-byte all-reduce over the 4 stages (ranks 4 apart, on both nodes):
+    # a tree's 2 log2(4) start-ups of 10 us beat the ring's 2 (4 - 1)
+    norm = 2 * 2 * 10e-6
     assert pp.medium == "network"
-    assert pp.total == pytest.approx(2 * 32 * crossing)
+    assert pp.total == pytest.approx(2 * 32 * crossing + norm)
     # the first micro-batch's warm-up and the last one's cool-down cross the slow boundary at least
     assert pp.exposed >= 2 * crossing
 
@@ -164,7 +167,8 @@ def test_pipeline_transfers_with_two_ranks_count_the_wrap_too():
     and 32 gradients); the row said 2 m v = 128 and "0.0 MiB" for a CPU plan's 32 KiB."""
     est, _ = _interleaved_pp2()
     pp = est.comm_of("pp")
-    assert pp.volume == 192 * 16 * 2**20
+    # and the gradient norm's fp32 all-reduce over the 2 stages: 2 (2 - 1)/2 x 4 bytes
+    assert pp.volume == 192 * 16 * 2**20 + 4
     assert pp.detail.startswith("192 p2p transfers of 16.0 MiB per step")
     assert "(96 each way)" in pp.detail
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
+from planc.cost.comm import all_gather_seconds, all_reduce_seconds, norm_reductions, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import (
     moment_gradients,
@@ -450,17 +450,21 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     if ctx.profile.dp_overlap:
         first = (all_gather_seconds(e * unit, link), reduce_grads(g * unit))
         exposed = min(total, _exposed_with_prefetch(ctx, zero, gather, scatter, first, scatters))
+    # The gradient norm over the shards, waited on before clipping: one all-reduce per kind of
+    # gradient, which tensor parallelism splits in three (column, row, replicated).
+    norm_seconds, norm_volume = norm_reductions(3 if lay.tp > 1 else 1, link)
+    total, exposed = total + norm_seconds, exposed + norm_seconds
     shards, copies_of_states = lay.shard_degree, lay.replicate_groups
     frac = (shards - 1) / shards
     # Ring all-reduce of the 1/s shard over r replicas: 2 (r - 1) / r of its g * psi / s bytes.
     replica_volume = scatters * 2 * (copies_of_states - 1) / copies_of_states * g * psi / shards
     comm = CommCost(
         "dp",
-        volume=frac * psi * (n_gathers * e + scatters * g) + replica_volume,
+        volume=frac * psi * (n_gathers * e + scatters * g) + replica_volume + norm_volume,
         total=total,
         exposed=exposed,
         medium=link.medium,
-        detail=_traffic_text(lay, n_gathers, scatters),
+        detail=_traffic_text(lay, n_gathers, scatters) + ", the gradient norm's all-reduce",
     )
     # FSDP2 copies each gathered shard out of the all-gather buffer (read + write e bytes) and
     # casts the gradients to fp32 for the reduce-scatter (read e, write g): memory traffic.

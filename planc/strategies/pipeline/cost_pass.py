@@ -6,8 +6,10 @@ are :mod:`planc.stages`'s, the arithmetic the program and ``planc explain``'s ti
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from planc import stages, zero_bubble
-from planc.cost.comm import all_gather_seconds, p2p_seconds
+from planc.cost.comm import all_gather_seconds, all_reduce_seconds, norm_reductions, p2p_seconds
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import moment_gradients, weight_pass_gradient_bytes
 from planc.cost.estimate import UNTIL_LATER_LOSS, CommCost, Estimate, StageMemory, Term
@@ -65,7 +67,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     est = with_wrapper_time(est, "pipeline schedule actions (measured)", pp_seconds(ctx))
     return est.updated(
         stage_fn=lambda s: _stage_memory(ctx, s),
-        comm=_p2p(ctx),
+        comm=_with_step_reductions(ctx, _p2p(ctx)),
         bubble_slots=est.bubble_slots + _bubble(ctx),
     )
 
@@ -306,6 +308,40 @@ def _p2p(ctx: CostContext) -> CommCost:
             f"neighbouring ranks ({transfers // 2} each way)"
         ),
     )
+
+
+def _with_step_reductions(ctx: CostContext, p2p: CommCost) -> CommCost:
+    """``p2p`` and the all-reduces a pipelined step runs between its schedule and its optimizer, each
+    waited on before the next (exposed): the sum of the stages' squared gradient norms over the
+    pipeline group (planc.runtime.optim.grad_norm; Megatron sums its norm over the model-parallel
+    group the same way), and with tied embeddings the sum of the first stage's embedding gradient
+    and the last stage's output gradient over those two ranks (planc.runtime.step._sum_tied_gradients;
+    Megatron-LM's ``allreduce_word_embedding_grads``), every element of a tensor-parallel rank's
+    vocabulary shard, in the gradients' reduction precision -- its FSDP shard under ZeRO-2/3, whose
+    gradients are sharded by then."""
+    seconds, volume = norm_reductions(1, ctx.links["pp"])
+    detail = p2p.detail + ", an all-reduce of the gradient norm"
+    tied = tied_gradient_bytes(ctx)
+    if tied:
+        ends = ctx.links["pp_ends"]
+        seconds += all_reduce_seconds(tied, ends)
+        volume += 2 * (ends.size - 1) / ends.size * tied
+        detail += f" and of the tied embedding's {format_bytes(tied)} gradient (first and last stage)"
+    return replace(
+        p2p, volume=p2p.volume + volume, total=p2p.total + seconds, exposed=p2p.exposed + seconds, detail=detail
+    )
+
+
+def tied_gradient_bytes(ctx: CostContext) -> float:
+    """Bytes of the tied embedding gradient one rank sums with the other end of the pipeline (0 when
+    the embeddings are not tied)."""
+    model, lay = ctx.model, ctx.layout
+    if not model.tie_embeddings or lay.pp == 1:
+        return 0.0
+    elements = model.padded_vocab * model.hidden / lay.tp
+    if lay.zero >= 2:
+        elements /= lay.shard_group or lay.dp
+    return elements * ctx.grad_reduce_bytes
 
 
 def _hop_seconds(ctx: CostContext, link: GroupLink) -> float:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from planc.cost.comm import all_gather_seconds, all_reduce_seconds, reduce_scatter_seconds
+from planc.cost.comm import all_gather_seconds, all_reduce_seconds, norm_reductions, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.params import whole_embedding_gradient_rows
@@ -70,8 +70,11 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     fwd, bwd, sent = tp_block_collectives(ctx)
     layers = max(st.layers for st in ctx.stages)
     edges, edge_volume = _edge_collectives(ctx)
-    total = m * (layers * (fwd + bwd) + edges)
-    volume = m * (layers * sent + edge_volume)
+    # The gradient norm: one all-reduce per kind of sharded gradient (column-parallel Shard(0),
+    # row-parallel Shard(1); the replicated norms need none), waited on before clipping.
+    norm_seconds, norm_volume = norm_reductions(2, link)
+    total = m * (layers * (fwd + bwd) + edges) + norm_seconds
+    volume = m * (layers * sent + edge_volume) + norm_volume
     kind = "all-gather/reduce-scatter pairs" if lay.sequence_parallel else "all-reduces"
     one = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden  # bytes of one collective's activation
     dtype = "bf16" if ctx.compute_bytes == 2 else "fp32"  # the activations' dtype, as the size counts them
@@ -81,7 +84,8 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         total=total,
         exposed=total,
         medium=link.medium,
-        detail=f"4 activation {kind} per block per micro-batch ({format_bytes(one)} in {dtype})",
+        detail=f"4 activation {kind} per block per micro-batch ({format_bytes(one)} in {dtype}), "
+        "2 all-reduces of the gradient norm",
     )
     est = with_dtensor_optimizer(with_wrapper_time(est, "DTensor dispatch (measured)", tp_seconds(ctx)), ctx)
     return est.updated(comm=comm, stage_fn=lambda s: _replicated_embedding_grad(ctx, s))
