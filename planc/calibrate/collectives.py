@@ -7,7 +7,10 @@ ring). The fit is the cost model's own alpha-beta form (:mod:`planc.cost.comm`, 
 
 - all-reduce (ring): steps 2 (p - 1), volume 2 (p - 1) / p * n;
 - all-gather, reduce-scatter (ring): steps p - 1, volume (p - 1) / p * n;
-- send/recv (each rank sends n bytes to its ring neighbour and receives n): steps 1, volume n,
+- send/recv (each rank sends n bytes to its ring neighbour and receives n): steps 1, volume n;
+- broadcast (from the group's first rank; every other rank receives n bytes): steps ceil(log2 p),
+  volume n -- the start-up ``ZeroRedundancyOptimizer`` pays per parameter tensor
+  (:func:`planc.cost.comm.broadcasts_seconds`),
 
 solved by least squares on relative error (sizes span decades; an absolute fit would ignore the
 small ones), alpha clamped at 0. Timings that identify no such pair (:func:`fit_problem`: times
@@ -35,7 +38,7 @@ from planc.calibrate.timing import synchronize
 from planc.spec.hardware_profile import CollectiveFit
 from planc.units import format_bytes, format_seconds
 
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "broadcast")
 
 
 def model_terms(kind: str, p: int, nbytes: float) -> tuple[float, float]:
@@ -44,6 +47,8 @@ def model_terms(kind: str, p: int, nbytes: float) -> tuple[float, float]:
         return 2.0 * (p - 1), 2.0 * (p - 1) / p * nbytes
     if kind in ("all_gather", "reduce_scatter"):
         return float(p - 1), (p - 1) / p * nbytes
+    if kind == "broadcast":
+        return float(math.ceil(math.log2(p))), float(nbytes)
     return 1.0, float(nbytes)
 
 
@@ -148,6 +153,8 @@ def run_collective(kind: str, nbytes: int, group, device: torch.device):
         return lambda: dist.all_gather_single(full, shard, group=group)
     if kind == "reduce_scatter":
         return lambda: dist.reduce_scatter_single(shard, full, group=group)
+    if kind == "broadcast":
+        return lambda: dist.broadcast(full, src=ranks[0], group=group)
     incoming = torch.empty_like(full)
     to, source = ranks[(rank + 1) % p], ranks[(rank - 1) % p]
 

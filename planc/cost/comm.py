@@ -67,11 +67,13 @@ def all_gather_seconds(nbytes: float, link: GroupLink) -> float:
 
 def broadcasts_seconds(count: int, nbytes: float, link: GroupLink) -> float:
     """``count`` broadcasts that together fill an ``nbytes`` buffer on every rank, each from the rank
-    that owns that part (each rank receives the (p - 1)/p it does not own)."""
+    that owns that part (each rank receives the (p - 1)/p it does not own). A hardware profile's
+    broadcast fit prices them where it has one; else the link's (all-reduce) latency and bandwidth."""
     p = link.size
     if p <= 1 or nbytes <= 0:
         return 0.0
-    return count * math.ceil(math.log2(p)) * link.latency + (p - 1) / p * nbytes / link.bandwidth
+    alpha, beta = link.alpha_beta("broadcast")
+    return count * math.ceil(math.log2(p)) * alpha + (p - 1) / p * nbytes / beta
 
 
 def p2p_seconds(nbytes: float, link: GroupLink) -> float:

@@ -89,7 +89,7 @@ class GroupLink:
 
     def alpha_beta(self, kind: str) -> tuple[float, float]:
         """(alpha, beta) of a ``kind`` collective ("all_reduce", "all_gather", "reduce_scatter",
-        "send_recv") over this group: the kind's own fit where the hardware profile has one (gloo
+        "send_recv", "broadcast") over this group: the kind's own fit where the hardware profile has one (gloo
         on CPU: an all-gather's start-up 2x and a reduce-scatter's 4x an all-reduce's), else the
         link's. The relative beta keeps the topology's scaling (k NICs per node, the slowest hop)."""
         for name, alpha, relative_beta in self.kinds:

@@ -59,7 +59,7 @@ class CollectiveFit(BaseModel):
     """Alpha-beta fit of one collective kind over one process group, in the cost model's terms."""
 
     model_config = _FROZEN
-    kind: Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all"]
+    kind: Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "broadcast", "all_to_all"]
     group_size: int = Field(gt=1)
     medium: Literal["intra_node", "inter_node"]
     latency: float = Field(ge=0)
@@ -77,7 +77,7 @@ class CollectiveRate(BaseModel):
     """A :class:`CollectiveFit` without its points: what the cost model prices a collective with."""
 
     model_config = _FROZEN
-    kind: Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all"]
+    kind: Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "broadcast", "all_to_all"]
     medium: Literal["intra_node", "inter_node"]
     latency: float = Field(ge=0)
     bandwidth: float = Field(gt=0)

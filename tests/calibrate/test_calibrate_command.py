@@ -55,7 +55,13 @@ def test_calibrate_writes_a_profile_the_plan_uses(tmp_path, capsys):
     ).model
     expected = set(block_gemms(model, 64, 1)) | {(64, 32, model.padded_vocab)}
     assert {(g.m, g.k, g.n) for g in profile.measured.gemm} == expected
-    assert {c.kind for c in profile.collectives} == {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}
+    assert {c.kind for c in profile.collectives} == {
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "send_recv",
+        "broadcast",
+    }
     assert all(c.group_size == 2 and c.medium == "intra_node" and c.bandwidth > 0 for c in profile.collectives)
     assert profile.measured.seconds_per_op > 0 and profile.measured.memory_bandwidth > 0
     # planc's block in bf16 against fp32, both modes measured (above or below 1 by the machine).

@@ -68,7 +68,7 @@ def plan_with(tmp_path, profile_file: dict | None, **hardware) -> Plan:
 
 def test_fit_recovers_alpha_and_beta_of_exact_points():
     # t = steps * alpha + volume / beta with alpha = 50 us, beta = 1 GB/s, for p = 4.
-    for kind in ("all_reduce", "all_gather", "send_recv"):
+    for kind in ("all_reduce", "all_gather", "send_recv", "broadcast"):
         points = []
         for n in (4096, 65536, 2**20, 2**24):
             steps, volume = model_terms(kind, 4, n)
@@ -76,6 +76,13 @@ def test_fit_recovers_alpha_and_beta_of_exact_points():
         alpha, beta = fit_alpha_beta(kind, 4, points)
         assert alpha == pytest.approx(50e-6, rel=1e-6)
         assert beta == pytest.approx(1e9, rel=1e-6)
+
+
+def test_a_broadcast_starts_once_per_level_of_its_tree_and_delivers_the_whole_buffer():
+    # from the group's first rank: ceil(log2 p) start-ups; every other rank receives all n bytes
+    assert model_terms("broadcast", 2, 1000) == (1.0, 1000.0)
+    assert model_terms("broadcast", 4, 1000) == (2.0, 1000.0)
+    assert model_terms("broadcast", 6, 1000) == (3.0, 1000.0)
 
 
 def test_fit_clamps_a_negative_latency():
@@ -145,7 +152,13 @@ def test_bf16_model_ops_cost_the_measured_factor_more(tmp_path):
 def test_each_collective_kind_prices_with_its_own_fit(tmp_path):
     # gloo on CPU: an all-gather's start-up ~2x and a reduce-scatter's ~4x an all-reduce's
     # (docs/accuracy.md). The link takes the all-reduce fit; the others ride along per kind.
-    from planc.cost.comm import all_gather_seconds, all_reduce_seconds, p2p_seconds, reduce_scatter_seconds
+    from planc.cost.comm import (
+        all_gather_seconds,
+        all_reduce_seconds,
+        broadcasts_seconds,
+        p2p_seconds,
+        reduce_scatter_seconds,
+    )
     from planc.hardware.topology import topology_for
     from planc.spec.parallel_dims import ParallelDims
     from planc.units import Quantity
@@ -155,6 +168,7 @@ def test_each_collective_kind_prices_with_its_own_fit(tmp_path):
         ("all_gather", 200e-6, 4e9),
         ("reduce_scatter", 400e-6, 1e9),
         ("send_recv", 50e-6, 2e9),
+        ("broadcast", 150e-6, 3e9),
     ]
     collectives = [
         {"kind": k, "group_size": 2, "medium": "intra_node", "latency": a, "bandwidth": b, "points": [[4096, 1e-3]]}
@@ -168,6 +182,8 @@ def test_each_collective_kind_prices_with_its_own_fit(tmp_path):
     assert all_gather_seconds(n, link) == pytest.approx(200e-6 + 0.5 * n / 4e9)
     assert reduce_scatter_seconds(n, link) == pytest.approx(400e-6 + 0.5 * n / 1e9)
     assert p2p_seconds(n, topology_for(plan.hardware).p2p(0, 1)) == pytest.approx(50e-6 + n / 2e9)
+    # ZeroRedundancyOptimizer's 40 broadcasts, one per tensor, filling n bytes: log2(2) = 1 start-up each
+    assert broadcasts_seconds(40, n, link) == pytest.approx(40 * 150e-6 + 0.5 * n / 3e9)
     # A plan that writes the link itself is taken at its word, for every kind.
     written = plan_with(
         tmp_path, profile_dict(collectives=collectives), intra_node_latency=Quantity(1e-6, "time", "1 us")
