@@ -45,15 +45,20 @@ CASES = {
     "tp": ("precision = fp32", "tp = 2  pp = 1  dp = 1  sequence_parallel = false"),
     "tp-sp": ("precision = fp32", "tp = 2  pp = 1  dp = 1  sequence_parallel = true"),
     "pp": ("precision = fp32", "tp = 1  pp = 2  dp = 1  schedule = 1f1b"),
+    # the first and the last stage sum the tied embedding's gradient over a group of their own
+    "pp-tied": ("precision = fp32", "tp = 1  pp = 2  dp = 1  schedule = 1f1b"),
 }
+#: case -> a line added to the model block
+MODEL_EXTRA = {"pp-tied": "  tie_embeddings = true\n"}
 SECTIONS = ("model states", "saved activations", "communication", "peak memory", "step time")
 GOALS = {"model states": 0.01, "saved activations": 0.10, "communication": 0.02}
 
 
 def plan_text(case: str) -> str:
     train, layout = CASES[case]
+    model = MODEL.replace("}", MODEL_EXTRA.get(case, "") + "}", 1)
     return (
-        MODEL
+        model
         + f"train {{\n  global_batch = 8\n  micro_batch = 2\n  {train}\n  steps = 20\n}}\n"
         + f"layout {{\n  {layout}  recompute = none\n}}\n"
     )
