@@ -57,7 +57,7 @@ def test_the_default_margin_is_the_measured_uncertainty_and_the_floor():
 def test_tiny_model_on_4_cpu_processes_gets_ddp_and_explain_says_why():
     # Issue 12 point 2: 237 k parameters on 4 CPU processes got ZeRO-2 for a predicted 0.7 ms (8%). Since
     # the optimizer step is priced as torch's CPU loop runs it (104 B/param), ZeRO-2's sharded step gains
-    # 1.4 ms (16%): inside the band the model has on CPU processes (the CPU matrix's, 22%, not the
+    # 1.3 ms (13%): inside the band the model has on CPU processes (the CPU matrix's, 15%, not the
     # published GPU runs' 9%) and below the 5 ms floor, either of which keeps DDP.
     p = build_plan(
         {
@@ -304,7 +304,7 @@ def test_the_note_states_the_saving_in_the_margins_own_terms():
 
 def test_an_uncalibrated_cpu_plan_says_whose_band_its_margin_is(tmp_path, capsys):
     """Review finding 3: at the cpu preset's placeholder rates the step time has no band ("uncalibrated",
-    --json uncertainty null), and the planner borrows the CPU matrix's calibrated ±24%; the header and
+    --json uncertainty null), and the planner borrows the CPU matrix's calibrated ±15%; the header and
     notes called that "the model's measured uncertainty", as if it were this plan's."""
     import json
 
@@ -315,11 +315,11 @@ def test_an_uncalibrated_cpu_plan_says_whose_band_its_margin_is(tmp_path, capsys
     text = capsys.readouterr().out
     assert "(uncalibrated)" in text  # the step time's own band: none
     assert (
-        "margin ±24% or 5 ms per step (the CPU matrix's measured uncertainty after calibration; "
+        "margin ±15% or 5 ms per step (the CPU matrix's measured uncertainty after calibration; "
         "this plan is uncalibrated)" in text
     )
     assert "the model's measured uncertainty)" not in text
-    assert "within the model's uncertainty after calibration (±24%, the CPU matrix's; this plan is uncalibrated)" in (
+    assert "within the model's uncertainty after calibration (±15%, the CPU matrix's; this plan is uncalibrated)" in (
         text
     )
     assert main(["explain", str(path), "--json"]) == 0
