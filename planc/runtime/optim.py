@@ -178,3 +178,42 @@ def by_gradient_kind(holders: Iterable[WithGrad]) -> list[list]:
         if holder.grad is not None:
             groups.setdefault(gradient_kind(holder.grad), []).append(holder)
     return list(groups.values())
+
+
+@torch.no_grad()
+def reduce_partial_gradients(parameters: Iterable[torch.nn.Parameter]) -> int:
+    """Sum once, over their mesh, the gradients that backward left as pending sums; returns how many.
+
+    Under sequence parallelism a replicated parameter used on a sequence shard (the norms' gains and
+    biases) gets a ``Partial`` gradient: each tensor-parallel rank holds its own shard's share.
+    Left so, every op that reads it pays an all-reduce of its own -- DTensor redistributes a
+    ``Partial`` argument per op and keeps none of the results -- so AdamW's step all-reduced each
+    such gradient about three times, and the norm once more (on 2 gloo ranks, a 4-layer GPT block
+    stack: AdamW 52 ms per step against 13 ms without sequence parallelism). Megatron-LM sums its
+    layernorm gradients over the tensor-parallel group once per step, coalesced; so does this: one
+    all-reduce per mesh dimension holding partial sums, over all such gradients flattened into one
+    buffer, and each gradient becomes the DTensor of its parameter's placements.
+    """
+    from torch.distributed.tensor import DTensor, Partial
+
+    groups: dict[tuple, list] = {}
+    for param in parameters:
+        grad = param.grad
+        if isinstance(grad, DTensor) and any(isinstance(p, Partial) for p in grad.placements):
+            key = (grad.device_mesh, tuple(grad.placements), tuple(param.placements))
+            groups.setdefault(key, []).append(param)
+    for (mesh, placements, target), params in groups.items():
+        partial_dims = [i for i, p in enumerate(placements) if isinstance(p, Partial)]
+        if any(placements[i].reduce_op != "sum" for i in partial_dims):
+            for param in params:  # another reduction: DTensor's own, tensor by tensor
+                param.grad = param.grad.redistribute(mesh, target)
+            continue
+        locals_ = [param.grad.to_local() for param in params]
+        flat = torch.cat([t.reshape(-1) for t in locals_])
+        for dim in partial_dims:
+            dist.all_reduce(flat, group=mesh.get_group(dim))
+        resolved = tuple(target[i] if i in partial_dims else p for i, p in enumerate(placements))
+        for param, local, summed in zip(params, locals_, flat.split([t.numel() for t in locals_])):
+            local.copy_(summed.view_as(local))
+            param.grad = DTensor.from_local(local, mesh, resolved, run_check=False)
+    return sum(len(params) for params in groups.values())

@@ -35,6 +35,23 @@ def tp_block_collectives(ctx: CostContext) -> tuple[float, float, float]:
     return fwd, bwd, sent
 
 
+def sp_norm_gradient_bytes(ctx: CostContext) -> float:
+    """Bytes of the norms' gradients a rank sums over tp once per step under sequence parallelism
+    (0 without): each norm's replicated gain (and bias) sees only its rank's sequence shard, so its
+    gradient is a partial sum. planc's step sums them all in one all-reduce before clipping
+    (:func:`planc.runtime.optim.reduce_partial_gradients`), as Megatron-LM's
+    ``_allreduce_layernorm_grads`` does; with data parallelism planc's program sums them tensor by
+    tensor instead (DDP's local shards in backward, FSDP2 before its reduce-scatter), whose extra
+    start-ups this leaves out. The busiest pipeline rank's: two norms per block and the final norm."""
+    lay = ctx.layout
+    if not lay.sequence_parallel or lay.tp == 1:
+        return 0.0
+    model = ctx.model
+    per_norm = model.hidden * (2 if model.norm == "layernorm" and model.bias else 1)
+    norms = max(2 * st.layers + st.head for st in ctx.stages)
+    return norms * per_norm * ctx.grad_reduce_bytes
+
+
 def sp_regather(ctx: CostContext) -> tuple[float, float]:
     """(seconds, bytes sent) per block and micro-batch of the all-gathers that selective
     recomputation reruns in backward under SP: the inputs of the attention and MLP sub-layers
@@ -73,8 +90,10 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     # The gradient norm: one all-reduce per kind of sharded gradient (column-parallel Shard(0),
     # row-parallel Shard(1); the replicated norms need none), waited on before clipping.
     norm_seconds, norm_volume = norm_reductions(2, link)
-    total = m * (layers * (fwd + bwd) + edges) + norm_seconds
-    volume = m * (layers * sent + edge_volume) + norm_volume
+    gains = sp_norm_gradient_bytes(ctx)
+    gains_seconds = all_reduce_seconds(gains, link)
+    total = m * (layers * (fwd + bwd) + edges) + norm_seconds + gains_seconds
+    volume = m * (layers * sent + edge_volume) + norm_volume + 2 * (t - 1) / t * gains
     kind = "all-gather/reduce-scatter pairs" if lay.sequence_parallel else "all-reduces"
     one = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden  # bytes of one collective's activation
     dtype = "bf16" if ctx.compute_bytes == 2 else "fp32"  # the activations' dtype, as the size counts them
@@ -85,7 +104,8 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         exposed=total,
         medium=link.medium,
         detail=f"4 activation {kind} per block per micro-batch ({format_bytes(one)} in {dtype}), "
-        "2 all-reduces of the gradient norm",
+        "2 all-reduces of the gradient norm"
+        + (f", 1 of the norms' {format_bytes(gains)} of gradients" if gains else ""),
     )
     est = with_dtensor_optimizer(with_wrapper_time(est, "DTensor dispatch (measured)", tp_seconds(ctx)), ctx)
     return est.updated(comm=comm, stage_fn=lambda s: _replicated_embedding_grad(ctx, s))
