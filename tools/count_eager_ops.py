@@ -2,6 +2,7 @@
 
     python tools/count_eager_ops.py               # prints the tables of planc/cost/dispatch.py
     python tools/count_eager_ops.py --step-only   # only the per-step ones
+    python tools/count_eager_ops.py --dtensor     # the DTensor ops under tensor parallelism
 
 Counts are taken with a ``TorchDispatchMode`` (every aten op that reaches the dispatcher, views
 included) on one process:
@@ -10,7 +11,11 @@ included) on one process:
   (the difference between 2 and 1 layers, micro-batch of 4 x 16 tokens);
 - per training step of the real loop (planc.runtime.loop.train over a composed job): the
   difference between 2 and 1 layers gives the optimizer's ops per block, between 2 and 1
-  micro-batches the ops per micro-batch outside the blocks; the rest is fixed per step.
+  micro-batches the ops per micro-batch outside the blocks; the rest is fixed per step;
+- with ``--dtensor``: the ops that reach DTensor's dispatch under tensor parallelism (TP 2 over
+  torch's ``fake`` process group, one process; the same with and without sequence parallelism)
+  per block, forward and backward, and per micro-batch outside the blocks (embedding, final norm,
+  head, loss parallelism) -- what DTensor's per-op cost multiplies (planc.cost.wrappers.tp_seconds).
 """
 
 from __future__ import annotations
@@ -43,14 +48,23 @@ class CountOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def plan_for(layers: int, norm: str, mlp: str, position: str, global_batch: int = 8, steps: int = 50):
+def plan_for(
+    layers: int,
+    norm: str,
+    mlp: str,
+    position: str,
+    global_batch: int = 8,
+    steps: int = 50,
+    per_node: int = 1,
+    precision: str = "bf16",
+):
     model = dict(
         layers=layers, hidden=32, heads=4, kv_heads=2, vocab=96, seq_len=16, norm=norm, mlp=mlp, position=position
     )
     raw = {
         "model": model,
-        "hardware": {"device": "cpu", "per_node": 1},
-        "train": {"global_batch": global_batch, "steps": steps},
+        "hardware": {"device": "cpu", "per_node": per_node},
+        "train": {"global_batch": global_batch, "steps": steps, "precision": precision},
     }
     return build_plan(raw)
 
@@ -98,7 +112,63 @@ def step_constants(registry) -> dict[str, float]:
 GPT_BLOCK_TENSORS = 16
 
 
+class CountDTensorOps(TorchDispatchMode):
+    """Counts the ops called with a DTensor argument (DTensor then runs its local ops, unseen here)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch.distributed.tensor import DTensor
+
+        if any(issubclass(t, DTensor) for t in types):
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def dtensor_ops(norm: str, mlp: str, position: str, registry, precision: str = "fp32") -> tuple[int, int, int]:
+    """(forward, backward) DTensor ops of one block and the DTensor ops of one micro-batch outside
+    the blocks, planc's program under TP 2 (the fake process group of :func:`_fake_world` must be up).
+    ``precision`` "bf16": tensor parallelism alone runs it under autocast, whose casts of the DTensor
+    weights are DTensor ops too."""
+    from planc.runtime.transformer import loss_fn
+
+    counts = []
+    for layers in (1, 2):
+        plan = plan_for(layers, norm, mlp, position, per_node=2, precision=precision)
+        layout = Layout(tp=2, pp=1, dp=1, zero=0, recompute="none", schedule=None, micro_batch=4)
+        job = compose(plan, layout, registry)
+        (model,) = job.model_parts
+        tokens = torch.randint(0, 96, (4, plan.model.seq_len + 1))
+        with CountDTensorOps() as fwd, job.loss_context():
+            loss = loss_fn(model(tokens[:, :-1]), tokens[:, 1:], plan.model.vocab)
+        with CountDTensorOps() as bwd, job.loss_context():
+            loss.backward()
+        counts.append((fwd.count, bwd.count))
+    (f1, b1), (f2, b2) = counts
+    return f2 - f1, b2 - b1, f1 + b1 - (f2 - f1) - (b2 - b1)
+
+
+def _fake_world(size: int = 2) -> None:
+    """One process standing for ``size`` ranks: torch's ``fake`` backend (collectives do nothing)."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    os.environ.update(RANK="0", WORLD_SIZE=str(size), LOCAL_RANK="0", LOCAL_WORLD_SIZE=str(size))
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=size)
+
+
 def main() -> None:
+    if "--dtensor" in sys.argv:
+        _fake_world()
+        registry = load_registry()
+        for name, precision in (("DTENSOR_OPS", "fp32"), ("DTENSOR_OPS_AUTOCAST", "bf16")):
+            print(f"{name} = {{")
+            for key in itertools.product(("layernorm", "rmsnorm"), ("gelu", "swiglu"), ("learned", "rope")):
+                print(f"    {key!r}: {dtensor_ops(*key, registry, precision)},")
+            print("}")
+        dist.destroy_process_group()
+        return
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29613"))
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     dist.init_process_group("gloo")

@@ -36,6 +36,35 @@ BLOCK_OPS = {
     ("rmsnorm", "swiglu", "learned"): (64, 125),
     ("rmsnorm", "swiglu", "rope"): (98, 152),
 }
+#: Tensor parallelism's ops that reach DTensor's dispatch (an argument is a DTensor), by (norm,
+#: mlp, position): (forward, backward) of one block and one micro-batch's embedding, final norm,
+#: head and parallel loss, forward and backward -- the same with and without sequence parallelism.
+#: Only these pay DTensor's per-op cost: with ``use_local_output`` the attention core, RoPE and the
+#: MLP's activation run on local tensors, so a Llama block runs 1.36x the GPT block's DTensor ops
+#: (144 / 106), not the 1.69x of all its ops (250 / 148). Counted on planc's program under TP 2
+#: (``python tools/count_eager_ops.py --dtensor``); ``_AUTOCAST``: the same under bf16 autocast
+#: over fp32 parameters (tensor parallelism without FSDP), whose casts of the DTensor weights are
+#: DTensor ops too.
+DTENSOR_OPS = {
+    ("layernorm", "gelu", "learned"): (26, 80, 35),
+    ("layernorm", "gelu", "rope"): (26, 80, 32),
+    ("layernorm", "swiglu", "learned"): (30, 70, 34),
+    ("layernorm", "swiglu", "rope"): (30, 70, 31),
+    ("rmsnorm", "gelu", "learned"): (38, 110, 56),
+    ("rmsnorm", "gelu", "rope"): (38, 110, 53),
+    ("rmsnorm", "swiglu", "learned"): (42, 102, 56),
+    ("rmsnorm", "swiglu", "rope"): (42, 102, 53),
+}
+DTENSOR_OPS_AUTOCAST = {
+    ("layernorm", "gelu", "learned"): (42, 96, 41),
+    ("layernorm", "gelu", "rope"): (42, 96, 38),
+    ("layernorm", "swiglu", "learned"): (42, 82, 40),
+    ("layernorm", "swiglu", "rope"): (42, 82, 37),
+    ("rmsnorm", "gelu", "learned"): (54, 126, 62),
+    ("rmsnorm", "gelu", "rope"): (54, 126, 59),
+    ("rmsnorm", "swiglu", "learned"): (54, 114, 62),
+    ("rmsnorm", "swiglu", "rope"): (54, 114, 59),
+}
 #: Optimizer step and gradient clipping per parameter tensor: 168 ops over the 16 tensors of a
 #: GPT block (4 attention + 2 MLP linears with biases, 2 LayerNorms with biases): AdamW's
 #: single-tensor path runs ~9 ops per tensor, clipping one norm and one rescale.
@@ -56,6 +85,13 @@ GPU_SECONDS_PER_OP = 12e-6
 def block_ops(model: ModelSpec) -> tuple[int, int]:
     """(forward, backward) eager ops of one block of ``model``."""
     return BLOCK_OPS[(model.norm, model.mlp, model.position)]
+
+
+def dtensor_ops(model: ModelSpec, autocast: bool = False) -> tuple[int, int, int]:
+    """(forward, backward) DTensor ops of one block of ``model`` under tensor parallelism, and those
+    of one micro-batch outside the blocks (:data:`DTENSOR_OPS`; under autocast the casts too)."""
+    table = DTENSOR_OPS_AUTOCAST if autocast else DTENSOR_OPS
+    return table[(model.norm, model.mlp, model.position)]
 
 
 def tensors_per_block(model: ModelSpec) -> int:

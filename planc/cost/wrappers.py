@@ -10,14 +10,14 @@ holds what one unit costs (:class:`~planc.spec.hardware_profile.WrapperOverheads
 - FSDP2 ``fully_shard`` and bf16 DDP's ``replicate``: every unit (each block, the root), per
   micro-batch (their pre/post forward and backward hooks run every micro-batch);
 - DTensor TP: every block of a rank, per micro-batch, at the cost measured on planc's own GPT
-  block with its TP plan, with or without sequence parallelism, scaled by the plan's block's op
-  count over the GPT block's (DTensor's cost is per op); and the embedding, head and loss's ops
-  at the same cost per op;
+  block with its TP plan, with or without sequence parallelism, per DTensor op: scaled by the
+  plan's block's DTensor ops over the GPT block's (:data:`~planc.cost.dispatch.DTENSOR_OPS`);
+  and the embedding, head and loss's DTensor ops at the same cost per op;
 - the pipeline schedule: every action of a rank (each of its v chunks' forward and backward of
   each micro-batch; zero-bubble splits the backward in two, input and weight gradients);
 - activation checkpointing: every block of a rank, per micro-batch, full or selective (measured
   on one process on the GPT block, beyond the rerun forward the recompute pass prices; scaled by
-  op count as TP's).
+  aten op count: its policy runs per op).
 - the optimizer step and clipping over DTensor parameters (FSDP2, ``replicate``, TP): every
   parameter tensor of a rank, once per step, beyond the plain-tensor step the optimizer term
   prices. Each strategy whose parameters are DTensors adds it; the term is added once however
@@ -32,7 +32,7 @@ eager ops' on a CPU, and only when measured.
 from __future__ import annotations
 
 from planc.cost.context import CostContext
-from planc.cost.dispatch import BLOCK_OPS, MICRO_BATCH_OPS, block_ops, tensors_per_block
+from planc.cost.dispatch import BLOCK_OPS, DTENSOR_OPS, block_ops, dtensor_ops, tensors_per_block
 from planc.cost.estimate import Estimate
 from planc.spec.hardware_profile import WrapperOverheads
 
@@ -80,27 +80,30 @@ MEASURED_BLOCK = ("layernorm", "gelu", "learned")
 
 def per_op_scale(ctx: CostContext) -> float:
     """The plan's block's aten ops over the measured block's (:data:`planc.cost.dispatch.BLOCK_OPS`,
-    forward and backward): DTensor's dispatch and sharding propagation, and selective
-    checkpointing's policy, run once per op, so a Llama block (RMSNorm, SwiGLU, RoPE: 250 ops)
-    costs 1.7x the measured GPT block (148)."""
+    forward and backward): selective checkpointing's policy runs once per op, so a Llama block
+    (RMSNorm, SwiGLU, RoPE: 250 ops) costs 1.7x the measured GPT block (148)."""
     model = ctx.model
     return sum(block_ops(model)) / sum(BLOCK_OPS[MEASURED_BLOCK])
 
 
 def tp_seconds(ctx: CostContext) -> float:
-    """DTensor's per-block cost; under recomputation the rerun forward dispatches its DTensor ops
-    again: the forward's share of the block's ops (47 of 148 for a GPT block) once more. The
-    embedding, final norm, head and loss run on DTensors too (vocabulary-parallel, loss
-    parallelism): :data:`~planc.cost.dispatch.MICRO_BATCH_OPS` more ops per micro-batch at the
-    measured block's cost per op, on the pipeline rank that holds either end (all of them on
-    such a rank: an overestimate of the edges under pipelining, which splits them in two)."""
+    """DTensor's per-op cost over a rank's DTensor ops (:func:`~planc.cost.dispatch.dtensor_ops`):
+    the measured GPT block's cost divided by its 106 DTensor ops (fp32, as calibrate runs it), times
+    the plan's block's -- under autocast (tensor parallelism over fp32 parameters) its weights'
+    casts too -- and under recomputation the forward's once more (the rerun dispatches them
+    again). The embedding, final norm, head and loss run on DTensors too (vocabulary-parallel,
+    loss parallelism): their DTensor ops per micro-batch at the same cost, on the pipeline rank
+    that holds either end (all of them on such a rank: an overestimate of the edges under
+    pipelining, which splits them in two)."""
     w = measured_overheads(ctx)
     per_block = w.tp_sp_per_block if ctx.layout.sequence_parallel else w.tp_per_block
-    per_op = per_block / sum(BLOCK_OPS[MEASURED_BLOCK])
-    forward, backward = block_ops(ctx.model)
-    rerun = forward / (forward + backward) if ctx.layout.recompute != "none" else 0.0
-    block_cost = per_block * per_op_scale(ctx) * (1.0 + rerun)
-    edges = MICRO_BATCH_OPS * per_op
+    measured_forward, measured_backward, _ = DTENSOR_OPS[MEASURED_BLOCK]
+    per_op = per_block / (measured_forward + measured_backward)
+    autocast = ctx.compute_bytes == 2 and ctx.residual_bytes == 4
+    forward, backward, edge_ops = dtensor_ops(ctx.model, autocast)
+    rerun = forward if ctx.layout.recompute != "none" else 0
+    block_cost = per_op * (forward + backward + rerun)
+    edges = per_op * edge_ops
     per_micro_batch = max(st.layers * block_cost + (edges if st.embedding or st.head else 0.0) for st in ctx.stages)
     return ctx.micro_batches * per_micro_batch
 

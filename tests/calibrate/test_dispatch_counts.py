@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from planc.cost.dispatch import BLOCK_OPS
+from planc.cost.dispatch import BLOCK_OPS, DTENSOR_OPS, DTENSOR_OPS_AUTOCAST
 
 
 def _counter():
@@ -50,3 +50,32 @@ def test_step_op_counts_match_a_recount(root):
     assert counted["OPS_PER_PARAMETER_TENSOR"] == pytest.approx(dispatch.OPS_PER_PARAMETER_TENSOR, rel=0.1)
     assert counted["MICRO_BATCH_OPS"] == pytest.approx(dispatch.MICRO_BATCH_OPS, rel=0.1)
     assert counted["STEP_OPS"] == pytest.approx(dispatch.STEP_OPS, rel=0.15)
+
+
+@pytest.mark.dist(launches=False)  # a tool in a process of its own: torch's fake process group, 2 ranks
+def test_dtensor_op_counts_match_a_recount(root):
+    """The ops that reach DTensor's dispatch under tensor parallelism, recounted (about 5 s)."""
+    import ast
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "tools/count_eager_ops.py", "--dtensor"],
+        cwd=root,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    tables: dict = {}
+    for line in out.splitlines():
+        if line.endswith("= {"):
+            current = tables.setdefault(line.split("=")[0].strip(), {})
+        elif line.startswith("    ("):
+            key, value = line.strip().rstrip(",").split(": ")
+            current[ast.literal_eval(key)] = ast.literal_eval(value)
+    for name, table in (("DTENSOR_OPS", DTENSOR_OPS), ("DTENSOR_OPS_AUTOCAST", DTENSOR_OPS_AUTOCAST)):
+        for key, counts in table.items():
+            assert tables[name][key] == pytest.approx(counts, rel=0.1), (name, key)

@@ -106,13 +106,16 @@ def test_fsdp_charges_every_unit_per_micro_batch(calibrated):
 
 def test_tp_charges_every_block_and_the_edges_per_micro_batch(calibrated):
     # tp 2, dp 1: global batch 8 at micro-batch 2 = 4 micro-batches x 2 layers; SP's own cost with
-    # SP. The embedding, head and loss run on DTensors too: their 75 ops per micro-batch
-    # (MICRO_BATCH_OPS) at the measured GPT block's cost per op (148 ops per block).
+    # SP. The cost is per DTensor op: the measured GPT block's 26 + 80 in fp32 (DTENSOR_OPS, counted
+    # by tools/count_eager_ops.py --dtensor); the embedding, head and loss run 35 more per micro-batch.
     name = "DTensor dispatch (measured)"
-    edges = 75 / 148
-    assert other_terms(calibrated, tp=2)[name] == pytest.approx(4 * (2 + edges) * TP_PER_BLOCK)
-    sp = other_terms(calibrated, tp=2, sequence_parallel=True)[name]
-    assert sp == pytest.approx(4 * (2 + edges) * TP_SP_PER_BLOCK)
+    plain = fp32(calibrated)
+    assert other_terms(plain, tp=2)[name] == pytest.approx(4 * (2 + 35 / 106) * TP_PER_BLOCK)
+    sp = other_terms(plain, tp=2, sequence_parallel=True)[name]
+    assert sp == pytest.approx(4 * (2 + 35 / 106) * TP_SP_PER_BLOCK)
+    # bf16 under tensor parallelism alone is autocast: its casts of the DTensor weights are DTensor
+    # ops too, 42 + 96 per block and 41 outside the blocks
+    assert other_terms(calibrated, tp=2)[name] == pytest.approx(4 * (2 * 138 + 41) / 106 * TP_PER_BLOCK)
 
 
 def test_pipeline_charges_every_schedule_action(calibrated):
@@ -133,27 +136,35 @@ def test_recomputation_charges_every_block_per_micro_batch(calibrated):
 
 
 def test_per_op_terms_scale_with_the_blocks_op_count(tmp_path, calibrated):
-    # DTensor TP and checkpointing cost per aten op; calibrate measures them on planc's GPT block.
+    # DTensor TP and checkpointing cost per op; calibrate measures them on planc's GPT block.
     from planc.calibrate.tp_block import SPEC
-    from planc.cost.dispatch import BLOCK_OPS
+    from planc.cost.dispatch import BLOCK_OPS, DTENSOR_OPS
     from planc.cost.wrappers import MEASURED_BLOCK
     from planc.spec.model import ModelSpec
 
     measured = ModelSpec.model_validate(SPEC)
     assert (measured.norm, measured.mlp, measured.position) == MEASURED_BLOCK
-    # A Llama block (RMSNorm, SwiGLU, RoPE) runs 98 + 152 aten ops against the GPT block's 47 + 101.
-    llama = calibrated.model_copy(
-        update={"model": calibrated.model.model_copy(update={"norm": "rmsnorm", "mlp": "swiglu", "position": "rope"})}
+    llama = fp32(
+        calibrated.model_copy(
+            update={
+                "model": calibrated.model.model_copy(update={"norm": "rmsnorm", "mlp": "swiglu", "position": "rope"})
+            }
+        )
     )
+    # Checkpointing's policy sees every aten op: a Llama block (RMSNorm, SwiGLU, RoPE) runs 98 + 152
+    # against the GPT block's 47 + 101.
     assert sum(BLOCK_OPS[("rmsnorm", "swiglu", "rope")]) == 250 and sum(BLOCK_OPS[MEASURED_BLOCK]) == 148
-    tp = other_terms(llama, tp=2)["DTensor dispatch (measured)"]
-    edges = 4 * 75 * TP_PER_BLOCK / 148  # the embedding, head and loss: not a block, not scaled
-    assert tp == pytest.approx(4 * 2 * TP_PER_BLOCK * 250 / 148 + edges)
     full = other_terms(llama, recompute="full")["activation checkpointing's own work (measured)"]
     assert full == pytest.approx(4 * 2 * CHECKPOINT_PER_BLOCK * 250 / 148)
-    # Recomputation reruns the forward's DTensor ops: 98 of the Llama block's 250 once more.
+    # DTensor's cost only the ops on DTensors: 42 + 102 in a Llama block against the GPT block's
+    # 26 + 80 (the attention core, RoPE and SwiGLU's product run on local tensors), 53 outside
+    assert DTENSOR_OPS[("rmsnorm", "swiglu", "rope")] == (42, 102, 53) and DTENSOR_OPS[MEASURED_BLOCK][:2] == (26, 80)
+    tp = other_terms(llama, tp=2)["DTensor dispatch (measured)"]
+    edges = 4 * 53 * TP_PER_BLOCK / 106
+    assert tp == pytest.approx(4 * 2 * TP_PER_BLOCK * 144 / 106 + edges)
+    # Recomputation reruns the forward's DTensor ops: 42 of the Llama block's 144 once more.
     rerun = other_terms(llama, tp=2, recompute="full")["DTensor dispatch (measured)"]
-    assert rerun == pytest.approx((tp - edges) * (1 + 98 / 250) + edges)
+    assert rerun == pytest.approx((tp - edges) * (1 + 42 / 144) + edges)
 
 
 def test_no_wrapper_term_without_measurement(tmp_path):
