@@ -28,25 +28,44 @@ from planc.calibrate.tp_block import BATCH, SPEC
 from planc.spec.model import ModelSpec
 
 
-def measure_recompute(device: torch.device, budget: float) -> tuple[float, float]:
+def measure_recompute(device: torch.device, budget: float, autocast: bool = False) -> tuple[float, float]:
     """(full, selective) seconds per block per micro-batch beyond one rerun forward (>= 0), the
-    slowest rank's when a process group is up."""
+    slowest rank's when a process group is up. ``autocast``: every step under bf16 autocast, as
+    planc's bf16 program without FSDP2 runs (the casts are ops the selective policy is asked about
+    too; on one process here selective's own work read 1.3-1.45x its fp32 figure)."""
     from planc.strategies.recompute.runtime import wrap_block
 
     block, x = _gpt_block(device)
-    plain = _step(block, x)
+    plain = _autocast(_step(block, x), device, autocast)
+
+    def rerun() -> None:
+        block(x)
+
+    rerun_forward = _autocast(rerun, device, autocast)
 
     def plain_and_rerun() -> None:
         # The reference holds the rerun forward itself, so that it is paired with the wrapped step
         # like the rest: timed apart, it left differences that were mostly a loaded machine's noise.
         plain()
-        block(x)
+        rerun_forward()
 
     def beyond_rerun(mode: str) -> float:
-        wrapped = _step(wrap_block(copy.deepcopy(block), mode), x)
+        wrapped = _autocast(_step(wrap_block(copy.deepcopy(block), mode), x), device, autocast)
         return slowest_rank(max(0.0, paired_difference(wrapped, plain_and_rerun, device, budget)), device)
 
     return beyond_rerun("full"), beyond_rerun("selective")
+
+
+def _autocast(step: Callable[[], None], device: torch.device, enabled: bool) -> Callable[[], None]:
+    """``step`` run under bf16 autocast when ``enabled``, else ``step`` itself."""
+    if not enabled:
+        return step
+
+    def under_autocast() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            step()
+
+    return under_autocast
 
 
 def _gpt_block(device: torch.device) -> tuple[torch.nn.Module, torch.Tensor]:
@@ -78,11 +97,5 @@ def measure_bf16_factors(device: torch.device, budget: float) -> tuple[float, fl
     fp32 = timed(_step(block, x), device, budget)
     x16 = x.detach().bfloat16().requires_grad_()
     bf16 = timed(_step(copy.deepcopy(block).to(torch.bfloat16), x16), device, budget)
-    step = _step(block, x)
-
-    def autocast_step() -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            step()
-
-    autocast = timed(autocast_step, device, budget)
+    autocast = timed(_autocast(_step(block, x), device, True), device, budget)
     return slowest_rank(bf16 / fp32, device), slowest_rank(autocast / fp32, device)

@@ -61,7 +61,13 @@ def main(argv: list[str] | None = None) -> int:
             measured = measured.model_copy(update={"wrappers": measure_wrappers(device, args.budget)})
         # One process suffices for checkpointing's own work (no collectives): every calibration has it.
         full, selective = measure_recompute(device, args.budget)
-        recompute = {"checkpoint_per_block": full, "selective_per_block": selective}
+        full_autocast, selective_autocast = measure_recompute(device, args.budget, autocast=True)
+        recompute = {
+            "checkpoint_per_block": full,
+            "selective_per_block": selective,
+            "checkpoint_per_block_autocast": full_autocast,
+            "selective_per_block_autocast": selective_autocast,
+        }
         measured = measured.model_copy(update={"wrappers": measured.wrappers.model_copy(update=recompute)})
         bf16_factor, autocast_factor = measure_bf16_factors(device, args.budget)
         measured = measured.model_copy(

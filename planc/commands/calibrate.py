@@ -162,7 +162,9 @@ def _summarise(out: Path) -> None:
     )
     print(
         f"  activation checkpointing, beyond the rerun forward: full {format_seconds(w.checkpoint_per_block)}, "
-        f"selective {format_seconds(w.selective_per_block)} per block per micro-batch"
+        f"selective {format_seconds(w.selective_per_block)} per block per micro-batch "
+        f"(under bf16 autocast: {format_seconds(w.checkpoint_per_block_autocast)}, "
+        f"{format_seconds(w.selective_per_block_autocast)})"
     )
     for c in profile.collectives:
         speed = f"{format_bandwidth(c.bandwidth)}, latency {format_seconds(c.latency)}"

@@ -116,9 +116,13 @@ def pp_seconds(ctx: CostContext) -> float:
 
 def recompute_seconds(ctx: CostContext) -> float:
     """``checkpoint_wrapper``'s own work (full) or with planc's selective policy, per block and
-    micro-batch, beyond the rerun forward the recompute pass prices."""
+    micro-batch, beyond the rerun forward the recompute pass prices; under autocast its own
+    measurement where the profile has one."""
     mode, w = ctx.layout.recompute, measured_overheads(ctx)
     per_block = {"full": w.checkpoint_per_block, "selective": w.selective_per_block}.get(mode, 0.0)
+    if ctx.compute_bytes == 2 and ctx.residual_bytes == 4:  # autocast over fp32 parameters
+        under_autocast = {"full": w.checkpoint_per_block_autocast, "selective": w.selective_per_block_autocast}
+        per_block = under_autocast.get(mode, 0.0) or per_block  # 0: a profile that did not measure it
     return ctx.micro_batches * max(st.layers for st in ctx.stages) * per_block * per_op_scale(ctx)
 
 

@@ -112,6 +112,11 @@ class WrapperOverheads(BaseModel):
     selective_per_block: float = Field(default=0.0, ge=0)
     """Selective recomputation: the same under planc's selective policy (a dispatch mode that asks
     the policy about every aten op), beyond one whole rerun forward."""
+    checkpoint_per_block_autocast: float = Field(default=0.0, ge=0)
+    """:attr:`checkpoint_per_block` under bf16 autocast over fp32 parameters (planc's bf16 without
+    FSDP2 or ``replicate``); 0 where not measured (profiles before it): the fp32 figure is used."""
+    selective_per_block_autocast: float = Field(default=0.0, ge=0)
+    """:attr:`selective_per_block` under autocast; 0 where not measured."""
     dtensor_optimizer_per_tensor: float = Field(default=0.0, ge=0)
     """The optimizer step of one parameter tensor that is a DTensor (FSDP2's ``fully_shard`` and
     ``replicate``, tensor parallelism), beyond the same on a plain tensor, per step: every one of

@@ -79,6 +79,7 @@ def test_calibrate_writes_a_profile_the_plan_uses(tmp_path, capsys):
     # quiet machine but not beside the other xdist worker: a CI run measured 9.4 ms for full.)
     w = profile.measured.wrappers
     assert w.selective_per_block > 0 and w.checkpoint_per_block >= 0
+    assert w.selective_per_block_autocast > 0 and w.checkpoint_per_block_autocast >= 0
 
     (tmp_path / "tiny.plan").write_text(PLAN.replace("PROFILE", 'profile = "cal.json"'))
     from planc.cli import main

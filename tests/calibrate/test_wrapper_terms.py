@@ -135,6 +135,25 @@ def test_recomputation_charges_every_block_per_micro_batch(calibrated):
     assert name not in other_terms(calibrated)
 
 
+def test_recomputation_under_autocast_takes_its_own_measurement(tmp_path):
+    # bf16 without FSDP2 is autocast over fp32 parameters (this plan's default precision): the
+    # checkpointing's own work measured under autocast prices it; fp32 keeps the fp32 figures
+    plan = plan_with(
+        tmp_path,
+        wrapper_profile(
+            checkpoint_per_block=CHECKPOINT_PER_BLOCK,
+            selective_per_block=SELECTIVE_PER_BLOCK,
+            checkpoint_per_block_autocast=3 * CHECKPOINT_PER_BLOCK,
+            selective_per_block_autocast=5 * SELECTIVE_PER_BLOCK,
+        ),
+    )
+    name = "activation checkpointing's own work (measured)"
+    assert plan.train.precision == "bf16"
+    assert other_terms(plan, recompute="full")[name] == pytest.approx(4 * 2 * 3 * CHECKPOINT_PER_BLOCK)
+    assert other_terms(plan, recompute="selective")[name] == pytest.approx(4 * 2 * 5 * SELECTIVE_PER_BLOCK)
+    assert other_terms(fp32(plan), recompute="selective")[name] == pytest.approx(4 * 2 * SELECTIVE_PER_BLOCK)
+
+
 def test_per_op_terms_scale_with_the_blocks_op_count(tmp_path, calibrated):
     # DTensor TP and checkpointing cost per op; calibrate measures them on planc's GPT block.
     from planc.calibrate.tp_block import SPEC
