@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 import torch.distributed as dist
@@ -200,7 +200,7 @@ def reduce_partial_gradients(parameters: Iterable[torch.nn.Parameter]) -> int:
     for param in parameters:
         grad = param.grad
         if isinstance(grad, DTensor) and any(isinstance(p, Partial) for p in grad.placements):
-            key = (grad.device_mesh, tuple(grad.placements), tuple(param.placements))
+            key = (grad.device_mesh, tuple(grad.placements), tuple(cast(DTensor, param).placements))
             groups.setdefault(key, []).append(param)
     for (mesh, placements, target), params in groups.items():
         partial_dims = [i for i, p in enumerate(placements) if isinstance(p, Partial)]

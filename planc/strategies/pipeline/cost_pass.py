@@ -341,7 +341,7 @@ def tied_gradient_bytes(ctx: CostContext) -> float:
     elements = model.padded_vocab * model.hidden / lay.tp
     if lay.zero >= 2:
         elements /= lay.shard_group or lay.dp
-    return elements * ctx.grad_reduce_bytes
+    return float(elements * ctx.grad_reduce_bytes)
 
 
 def _hop_seconds(ctx: CostContext, link: GroupLink) -> float:

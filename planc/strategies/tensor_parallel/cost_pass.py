@@ -49,7 +49,7 @@ def sp_norm_gradient_bytes(ctx: CostContext) -> float:
     model = ctx.model
     per_norm = model.hidden * (2 if model.norm == "layernorm" and model.bias else 1)
     norms = max(2 * st.layers + st.head for st in ctx.stages)
-    return norms * per_norm * ctx.grad_reduce_bytes
+    return float(norms * per_norm * ctx.grad_reduce_bytes)
 
 
 def sp_regather(ctx: CostContext) -> tuple[float, float]:
