@@ -7,8 +7,9 @@ holds what one unit costs (:class:`~planc.spec.hardware_profile.WrapperOverheads
 
 - DDP (and ZeRO-1, which runs DDP): every parameter tensor of a rank, once per step (the
   reducer's hooks and bucket copies run on the synchronising micro-batch; ``no_sync`` skips them);
-- FSDP2 ``fully_shard`` and bf16 DDP's ``replicate``: every unit (each block, the root), per
-  micro-batch (their pre/post forward and backward hooks run every micro-batch);
+- FSDP2 ``fully_shard``: every unit (each block, the root), per all-gather and reduce-scatter it
+  runs (the copies around each collective; under a pipeline, gathering once and reducing once per
+  step, far fewer than per micro-batch); bf16 DDP's ``replicate``: every unit, per micro-batch;
 - DTensor TP: every block of a rank, per micro-batch, at the cost measured on planc's own GPT
   block with its TP plan, with or without sequence parallelism, per DTensor op: scaled by the
   plan's block's DTensor ops over the GPT block's (:data:`~planc.cost.dispatch.DTENSOR_OPS`);
@@ -65,8 +66,21 @@ def ddp_seconds(ctx: CostContext) -> float:
     return tensors_per_rank(ctx) * measured_overheads(ctx).ddp_per_tensor
 
 
-def fsdp_seconds(ctx: CostContext, units: int) -> float:
-    return ctx.micro_batches * units * measured_overheads(ctx).fsdp_per_unit
+#: Collectives per unit per micro-batch in the FSDP2 stand-in ``planc calibrate`` measures
+#: (``fully_shard`` resharding after forward: an all-gather in forward, again in backward, and a
+#: reduce-scatter).
+FSDP_MEASURED_COLLECTIVES = 3
+
+
+def fsdp_seconds(ctx: CostContext, units: int, collectives: int) -> float:
+    """FSDP2's host work for ``units`` units that each run ``collectives`` all-gathers and
+    reduce-scatters per step: the measured per-unit cost per collective. FSDP2's work is the
+    copy-in and copy-out of every tensor around each collective, not its hooks: on 2 gloo ranks, 5
+    GPT-block units and 4 micro-batches ran about 1 ms beyond the bare step per unit and collective
+    whether resharding after forward (60 collectives per step), not (40), or gathering once and
+    reducing once per step as under a pipeline (10)."""
+    per_collective = measured_overheads(ctx).fsdp_per_unit / FSDP_MEASURED_COLLECTIVES
+    return units * collectives * per_collective
 
 
 def replicate_seconds(ctx: CostContext, units: int) -> float:

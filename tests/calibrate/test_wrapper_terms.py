@@ -104,6 +104,20 @@ def test_fsdp_charges_every_unit_per_micro_batch(calibrated):
     assert terms["FSDP hooks and copies (measured)"] == pytest.approx(2 * 4 * FSDP_PER_UNIT)
 
 
+def test_fsdp_charges_every_unit_per_collective_it_runs(tmp_path):
+    # The stand-in's FSDP_PER_UNIT is one ZeRO-3 micro-batch of a unit: 3 collectives (gather in
+    # forward, again in backward, reduce-scatter). ZeRO-2 on dp 2, 2 micro-batches, 4 units: one
+    # gather and one reduce-scatter per micro-batch, 4 collectives per unit, 2/3 of ZeRO-3's.
+    plan = plan_with(tmp_path, wrapper_profile(fsdp_per_unit=FSDP_PER_UNIT), per_node=4)
+    name = "FSDP hooks and copies (measured)"
+    assert other_terms(plan, dp=2, zero=2)[name] == pytest.approx(4 * 4 * FSDP_PER_UNIT / 3)
+    # Under a pipeline (pp 2 x dp 2, 1F1B) the stage keeps its parameters gathered and reduces once
+    # per step: 1 gather + 1 reduce-scatter per unit, whatever the 2 micro-batches; a stage holds
+    # 1 block and the embedding (or the head): 2 units.
+    piped = other_terms(plan, pp=2, dp=2, zero=2, schedule="1f1b")[name]
+    assert piped == pytest.approx(2 * 2 * FSDP_PER_UNIT / 3)
+
+
 def test_tp_charges_every_block_and_the_edges_per_micro_batch(calibrated):
     # tp 2, dp 1: global batch 8 at micro-batch 2 = 4 micro-batches x 2 layers; SP's own cost with
     # SP. The cost is per DTensor op: the measured GPT block's 26 + 80 in fp32 (DTENSOR_OPS, counted

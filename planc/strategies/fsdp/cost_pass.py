@@ -476,6 +476,6 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     est = shard_states(ctx, est, zero, buffers, comm, keeps_first_backward=pipelined)
     if pipelined:  # the accumulation, in place of the sharded gradients (accumulated_gradients)
         est = est.map_stages(lambda s: s.updated(accumulated_grads=accumulated_gradients(ctx, s)))
-    est = with_wrapper_time(est, _WRAPPER, fsdp_seconds(ctx, units))
+    est = with_wrapper_time(est, _WRAPPER, fsdp_seconds(ctx, units, n_gathers + scatters))
     est = with_dtensor_optimizer(est, ctx)  # fully_shard's parameters are DTensors
     return with_contention(ctx, est.replace(compute=est.compute + copies), comm.total - comm.exposed)
