@@ -30,6 +30,7 @@ sync_controls         ddp, zero1, fsdp        the step (gradient accumulation)
 tied_weights          pipeline                the step (gradient sum, clipping)
 shard_mesh            fsdp (HSDP)             hangs (the plan's timeout on its groups)
 local_shard_specs     ddp, zero1 (over TP)    clipping, checkpoints
+partial_sum_shards    ddp, zero1 (TP + SP)    the step (summed over tp before clipping)
 optimizer_factory     zero1                   build_optimizer
 ====================  ======================  ===============================================
 """
@@ -143,6 +144,10 @@ class Job:
     local_shard_specs: dict[nn.Parameter, DTensorSpec] = field(default_factory=dict)
     """Parameters that hold a tensor-parallel shard as a plain tensor (for DDP and ZeRO-1, which
     cannot take DTensors) -> their DTensor spec, so norms and checkpoints still see the whole."""
+    partial_sum_shards: list[nn.Parameter] = field(default_factory=list)
+    """Local shards (under DDP) of the norms' replicated parameters under sequence parallelism:
+    backward leaves their gradients as this rank's partial sums, and the step sums them over tp,
+    all in one all-reduce (:func:`planc.runtime.local_shards.sum_partial_shard_gradients`)."""
     gradients_in_buckets: bool = False
     """Set by ``ddp`` (DistributedDataParallel): the gradients are views into DDP's buckets, which
     the step zeroes in place instead of setting them to None (a None gradient is created beside

@@ -28,14 +28,21 @@ import torch
 from torch import nn
 
 
-def localize_dtensor_parameters(module: nn.Module, specs: dict) -> int:
-    """Swap every DTensor parameter under ``module`` for its local shard; return how many were swapped."""
+def localize_dtensor_parameters(module: nn.Module, specs: dict, partial_sums: list | None = None) -> int:
+    """Swap every DTensor parameter under ``module`` for its local shard; return how many were swapped.
+
+    ``partial_sums``: under sequence parallelism, the norms' parameters (replicated, applied to a
+    sequence shard) are appended to it, and their DTensor views hand backward's partial sums to the
+    local shard as they are (``grad_placements``): the step sums them over tp once, all together
+    (:func:`sum_partial_shard_gradients`). Left to ``from_local``'s default, each one was summed by
+    an all-reduce of its own, in every micro-batch's backward."""
     from torch.distributed.tensor import DTensor
 
     replaced: dict[int, nn.Parameter] = {}  # a tied parameter stays one parameter
     count = 0
     for sub in module.modules():
         local_specs = {}
+        partial = partial_sums is not None and isinstance(sub, (nn.LayerNorm, nn.RMSNorm))
         for name, param in list(sub.named_parameters(recurse=False)):
             if not isinstance(param, DTensor):
                 continue
@@ -45,17 +52,19 @@ def localize_dtensor_parameters(module: nn.Module, specs: dict) -> int:
                 replaced[id(param)] = local
                 specs[local] = param._spec
                 count += 1
+                if partial and partial_sums is not None:
+                    partial_sums.append(local)
             sub._parameters[name] = local
             local_specs[name] = param._spec
         if local_specs:
-            sub.register_forward_pre_hook(_show_dtensors(local_specs))
+            sub.register_forward_pre_hook(_show_dtensors(local_specs, partial))
             sub.register_forward_hook(_hide_dtensors(tuple(local_specs)))
     return count
 
 
-def _show_dtensors(specs: dict[str, Any]):
+def _show_dtensors(specs: dict[str, Any], partial_grads: bool = False):
     def hook(module: nn.Module, args) -> None:
-        from torch.distributed.tensor import DTensor
+        from torch.distributed.tensor import DTensor, Partial
 
         for name, spec in specs.items():
             # An instance attribute shadows the registered parameter for attribute access only:
@@ -69,6 +78,7 @@ def _show_dtensors(specs: dict[str, Any]):
                 run_check=False,
                 shape=spec.shape,
                 stride=spec.stride,
+                grad_placements=[Partial()] * len(spec.placements) if partial_grads else None,
             )
 
     return hook
@@ -80,6 +90,19 @@ def _hide_dtensors(names: tuple[str, ...]):
             module.__dict__.pop(name, None)
 
     return hook
+
+
+@torch.no_grad()
+def sum_partial_shard_gradients(params: list[nn.Parameter], group) -> None:
+    """Sum over ``group`` (tp) the gradients :func:`localize_dtensor_parameters` left as partial
+    sums, all of them in one all-reduce, in place (DDP's gradients are views into its buckets)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    torch.distributed.all_reduce(flat, group=group)
+    for grad, summed in zip(grads, flat.split([g.numel() for g in grads])):
+        grad.copy_(summed.view_as(grad))
 
 
 def as_dtensor(tensor: torch.Tensor, spec) -> torch.Tensor:

@@ -47,3 +47,49 @@ def sum_partial_gradients(_payload) -> dict:
         "bias_grad": bias.grad.to_local().tolist(),
         "world": world,
     }
+
+
+def sum_partial_shards(_payload) -> dict:
+    """A LayerNorm under ``SequenceParallel``, localized as DDP needs it (local shards behind DTensor
+    views, :func:`planc.runtime.local_shards.localize_dtensor_parameters`): its gain's gradient
+    stays this rank's partial sum through backward, then one all-reduce sums both parameters'."""
+    from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
+
+    from planc.runtime.local_shards import localize_dtensor_parameters, sum_partial_shard_gradients
+
+    world = dist.get_world_size()
+    mesh = init_device_mesh("cpu", (world,))
+    norm = nn.LayerNorm(4)
+    parallelize_module(norm, mesh, SequenceParallel())
+    partial: list = []
+    specs: dict = {}
+    localize_dtensor_parameters(norm, specs, partial)
+    rank = dist.get_rank()
+    # one sequence of 2 * world positions; this rank's shard of it, [1, 2, 4]
+    torch.manual_seed(0)
+    full = torch.randn(1, 2 * world, 4)
+    mine = DTensor.from_local(full[:, 2 * rank : 2 * rank + 2], mesh, [Shard(1)])
+    norm(mine).to_local().pow(2).sum().backward()
+    local_gain = norm.weight.grad.clone()
+    calls = []
+    original = dist.all_reduce
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    dist.all_reduce = counted
+    try:
+        sum_partial_shard_gradients(partial, mesh.get_group(0))
+    finally:
+        dist.all_reduce = original
+    # the reference: the same norm on the whole sequence, one process's arithmetic
+    reference = nn.LayerNorm(4)
+    reference(full).pow(2).sum().backward()
+    return {
+        "partial": len(partial),
+        "all_reduces": len(calls),
+        "local_is_partial": not torch.allclose(local_gain, reference.weight.grad),
+        "summed": torch.allclose(norm.weight.grad, reference.weight.grad, atol=1e-6)
+        and torch.allclose(norm.bias.grad, reference.bias.grad, atol=1e-6),
+    }

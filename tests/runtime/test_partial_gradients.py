@@ -17,3 +17,12 @@ def test_partial_gradients_are_summed_in_one_all_reduce_and_become_replicated():
     rows = range(1, 2 * out["world"] + 1)
     assert out["gain_grad"] == [float(sum(rows))] * 3
     assert out["bias_grad"] == [float(sum(r * r for r in rows))] * 2
+
+
+@pytest.mark.dist
+def test_ddps_local_shards_keep_partial_sums_until_one_all_reduce():
+    out = run_ranks("tests/runtime/ranks_partial_gradients.py:sum_partial_shards", 2)
+    assert out["partial"] == 2  # the norm's gain and bias
+    assert out["local_is_partial"]  # backward did not sum them (it used to, one all-reduce each)
+    assert out["all_reduces"] == 1
+    assert out["summed"]  # equal to the whole sequence's gradients on one process

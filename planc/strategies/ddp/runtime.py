@@ -35,7 +35,8 @@ def wrap_ddp(job: Job, *, bucket_bytes: float) -> None:
     group = job.group("dp")
     wrapped: list[nn.Module] = []
     for part in job.model_parts:
-        localize_dtensor_parameters(part, job.local_shard_specs)
+        partial_sums = job.partial_sum_shards if job.layout.sequence_parallel and job.layout.tp > 1 else None
+        localize_dtensor_parameters(part, job.local_shard_specs, partial_sums)
         give_zero_gradients(part)
         wrapped.append(
             DistributedDataParallel(

@@ -39,10 +39,11 @@ def sp_norm_gradient_bytes(ctx: CostContext) -> float:
     """Bytes of the norms' gradients a rank sums over tp once per step under sequence parallelism
     (0 without): each norm's replicated gain (and bias) sees only its rank's sequence shard, so its
     gradient is a partial sum. planc's step sums them all in one all-reduce before clipping
-    (:func:`planc.runtime.optim.reduce_partial_gradients`), as Megatron-LM's
-    ``_allreduce_layernorm_grads`` does; with data parallelism planc's program sums them tensor by
-    tensor instead (DDP's local shards in backward, FSDP2 before its reduce-scatter), whose extra
-    start-ups this leaves out. The busiest pipeline rank's: two norms per block and the final norm."""
+    (:func:`planc.runtime.optim.reduce_partial_gradients`; under DDP
+    :func:`planc.runtime.local_shards.sum_partial_shard_gradients`), as Megatron-LM's
+    ``_allreduce_layernorm_grads`` does; under FSDP2 they are summed tensor by tensor before its
+    reduce-scatter, whose extra start-ups this leaves out. The busiest pipeline rank's: two norms
+    per block and the final norm."""
     lay = ctx.layout
     if not lay.sequence_parallel or lay.tp == 1:
         return 0.0
