@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -9,6 +12,23 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 from planc.runtime.optim import reduce_partial_gradients
+
+
+@contextlib.contextmanager
+def counting_all_reduces() -> Iterator[list]:
+    """For the duration, ``torch.distributed.all_reduce`` appends to the list it yields."""
+    calls: list = []
+    original = dist.all_reduce
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    dist.all_reduce = counted
+    try:
+        yield calls
+    finally:
+        dist.all_reduce = original
 
 
 def sum_partial_gradients(_payload) -> dict:
@@ -25,18 +45,8 @@ def sum_partial_gradients(_payload) -> dict:
     y = distribute_tensor(rows.expand(-1, 2).contiguous(), mesh, [Shard(0)])
     ((x * gain).sum() + (y * y * bias).sum()).backward()
     before = [str(p.grad.placements[0]) for p in (gain, bias)]
-    calls = []
-    original = dist.all_reduce
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    dist.all_reduce = counted
-    try:
+    with counting_all_reduces() as calls:
         reduced = reduce_partial_gradients([gain, bias])
-    finally:
-        dist.all_reduce = original
     assert all(isinstance(p.grad, DTensor) for p in (gain, bias))
     return {
         "before": before,
@@ -71,18 +81,8 @@ def sum_partial_shards(_payload) -> dict:
     mine = DTensor.from_local(full[:, 2 * rank : 2 * rank + 2], mesh, [Shard(1)])
     norm(mine).to_local().pow(2).sum().backward()
     local_gain = norm.weight.grad.clone()
-    calls = []
-    original = dist.all_reduce
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    dist.all_reduce = counted
-    try:
+    with counting_all_reduces() as calls:
         sum_partial_shard_gradients(partial, mesh.get_group(0))
-    finally:
-        dist.all_reduce = original
     # the reference: the same norm on the whole sequence, one process's arithmetic
     reference = nn.LayerNorm(4)
     reference(full).pow(2).sum().backward()
