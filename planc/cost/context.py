@@ -95,6 +95,12 @@ class CostContext:
         return self.plan.model
 
     @property
+    def autocast(self) -> bool:
+        """bf16 compute over fp32 parameters (``torch.autocast``; planc's bf16 without FSDP2 or
+        ``replicate``): its casts are ops of their own."""
+        return self.compute_bytes == 2 and self.residual_bytes == 4
+
+    @property
     def head_output_bytes(self) -> float:
         """Bytes of one micro-batch's logits as the output head writes them on one device: the
         tokens x the local vocabulary (vocabulary-parallel under TP), in compute precision."""

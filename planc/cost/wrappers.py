@@ -113,8 +113,7 @@ def tp_seconds(ctx: CostContext) -> float:
     per_block = w.tp_sp_per_block if ctx.layout.sequence_parallel else w.tp_per_block
     measured_forward, measured_backward, _ = DTENSOR_OPS[MEASURED_BLOCK]
     per_op = per_block / (measured_forward + measured_backward)
-    autocast = ctx.compute_bytes == 2 and ctx.residual_bytes == 4
-    forward, backward, edge_ops = dtensor_ops(ctx.model, autocast)
+    forward, backward, edge_ops = dtensor_ops(ctx.model, ctx.autocast)
     rerun = forward if ctx.layout.recompute != "none" else 0
     block_cost = per_op * (forward + backward + rerun)
     edges = per_op * edge_ops
@@ -134,7 +133,7 @@ def recompute_seconds(ctx: CostContext) -> float:
     measurement where the profile has one."""
     mode, w = ctx.layout.recompute, measured_overheads(ctx)
     per_block = {"full": w.checkpoint_per_block, "selective": w.selective_per_block}.get(mode, 0.0)
-    if ctx.compute_bytes == 2 and ctx.residual_bytes == 4:  # autocast over fp32 parameters
+    if ctx.autocast:
         under_autocast = {"full": w.checkpoint_per_block_autocast, "selective": w.selective_per_block_autocast}
         per_block = under_autocast.get(mode, 0.0) or per_block  # 0: a profile that did not measure it
     return ctx.micro_batches * max(st.layers for st in ctx.stages) * per_block * per_op_scale(ctx)

@@ -147,7 +147,7 @@ class Job:
     partial_sum_shards: list[nn.Parameter] = field(default_factory=list)
     """Local shards (under DDP) of the norms' replicated parameters under sequence parallelism:
     backward leaves their gradients as this rank's partial sums, and the step sums them over tp,
-    all in one all-reduce (:func:`planc.runtime.local_shards.sum_partial_shard_gradients`)."""
+    all in one all-reduce (:func:`planc.runtime.optim.sum_in_place`)."""
     gradients_in_buckets: bool = False
     """Set by ``ddp`` (DistributedDataParallel): the gradients are views into DDP's buckets, which
     the step zeroes in place instead of setting them to None (a None gradient is created beside

@@ -34,7 +34,7 @@ def localize_dtensor_parameters(module: nn.Module, specs: dict, partial_sums: li
     ``partial_sums``: under sequence parallelism, the norms' parameters (replicated, applied to a
     sequence shard) are appended to it, and their DTensor views hand backward's partial sums to the
     local shard as they are (``grad_placements``): the step sums them over tp once, all together
-    (:func:`sum_partial_shard_gradients`). Left to ``from_local``'s default, each one was summed by
+    (:func:`planc.runtime.optim.sum_in_place`). Left to ``from_local``'s default, each one was summed by
     an all-reduce of its own, in every micro-batch's backward."""
     from torch.distributed.tensor import DTensor
 
@@ -90,19 +90,6 @@ def _hide_dtensors(names: tuple[str, ...]):
             module.__dict__.pop(name, None)
 
     return hook
-
-
-@torch.no_grad()
-def sum_partial_shard_gradients(params: list[nn.Parameter], group) -> None:
-    """Sum over ``group`` (tp) the gradients :func:`localize_dtensor_parameters` left as partial
-    sums, all of them in one all-reduce, in place (DDP's gradients are views into its buckets)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    torch.distributed.all_reduce(flat, group=group)
-    for grad, summed in zip(grads, flat.split([g.numel() for g in grads])):
-        grad.copy_(summed.view_as(grad))
 
 
 def as_dtensor(tensor: torch.Tensor, spec) -> torch.Tensor:

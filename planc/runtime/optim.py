@@ -209,11 +209,22 @@ def reduce_partial_gradients(parameters: Iterable[torch.nn.Parameter]) -> int:
                 param.grad = param.grad.redistribute(mesh, target)
             continue
         locals_ = [param.grad.to_local() for param in params]
-        flat = torch.cat([t.reshape(-1) for t in locals_])
-        for dim in partial_dims:
-            dist.all_reduce(flat, group=mesh.get_group(dim))
+        sum_in_place(locals_, [mesh.get_group(dim) for dim in partial_dims])
         resolved = tuple(target[i] if i in partial_dims else p for i, p in enumerate(placements))
-        for param, local, summed in zip(params, locals_, flat.split([t.numel() for t in locals_])):
-            local.copy_(summed.view_as(local))
+        for param, local in zip(params, locals_):
             param.grad = DTensor.from_local(local, mesh, resolved, run_check=False)
     return sum(len(params) for params in groups.values())
+
+
+@torch.no_grad()
+def sum_in_place(tensors: list[torch.Tensor], groups: Iterable[dist.ProcessGroup]) -> None:
+    """Sum ``tensors`` over each of ``groups`` in turn, all of them in one flat buffer (one
+    all-reduce per group, not per tensor), written back in place: DDP's gradients are views into
+    its buckets and must stay so."""
+    if not tensors:
+        return
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    for group in groups:
+        dist.all_reduce(flat, group=group)
+    for tensor, summed in zip(tensors, flat.split([t.numel() for t in tensors])):
+        tensor.copy_(summed.view_as(tensor))

@@ -30,9 +30,9 @@ import torch
 import torch.distributed as dist
 
 from planc.runtime.data import DataSource, inputs_and_targets, local_batch, split_micro_batches
-from planc.runtime.local_shards import as_dtensor, sum_partial_shard_gradients
+from planc.runtime.local_shards import as_dtensor
 from planc.runtime.metrics import start_peak_memory_over_ranks
-from planc.runtime.optim import by_gradient_kind, grad_norm, reduce_partial_gradients
+from planc.runtime.optim import by_gradient_kind, grad_norm, reduce_partial_gradients, sum_in_place
 from planc.runtime.transformer import loss_fn
 
 
@@ -90,7 +90,7 @@ def optimizer_step(
         # the norms' replicated parameters: their gradients summed over tp once, not per optimizer
         # op (DTensor parameters) or per micro-batch and tensor (DDP's local shards)
         reduce_partial_gradients(job.local_parameters)
-        sum_partial_shard_gradients(job.partial_sum_shards, job.group("tp"))
+        sum_in_place([p.grad for p in job.partial_sum_shards if p.grad is not None], [job.group("tp")])
     _sum_tied_gradients(job)
     reduced, reduction = _start_global_mean_loss(job, local_loss, stop_flag=bool(stop_requested))
     lr = job.lr_schedulers[0].get_last_lr()[0]

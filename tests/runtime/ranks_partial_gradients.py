@@ -65,7 +65,8 @@ def sum_partial_shards(_payload) -> dict:
     stays this rank's partial sum through backward, then one all-reduce sums both parameters'."""
     from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
 
-    from planc.runtime.local_shards import localize_dtensor_parameters, sum_partial_shard_gradients
+    from planc.runtime.local_shards import localize_dtensor_parameters
+    from planc.runtime.optim import sum_in_place
 
     world = dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
@@ -82,7 +83,7 @@ def sum_partial_shards(_payload) -> dict:
     norm(mine).to_local().pow(2).sum().backward()
     local_gain = norm.weight.grad.clone()
     with counting_all_reduces() as calls:
-        sum_partial_shard_gradients(partial, mesh.get_group(0))
+        sum_in_place([p.grad for p in partial], [mesh.get_group(0)])
     # the reference: the same norm on the whole sequence, one process's arithmetic
     reference = nn.LayerNorm(4)
     reference(full).pow(2).sum().backward()

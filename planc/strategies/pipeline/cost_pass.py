@@ -340,7 +340,7 @@ def tied_gradient_bytes(ctx: CostContext) -> float:
         return 0.0
     elements = model.padded_vocab * model.hidden / lay.tp
     if lay.zero >= 2:
-        elements /= lay.shard_group or lay.dp
+        elements /= lay.shard_degree
     return float(elements * ctx.grad_reduce_bytes)
 
 

@@ -40,7 +40,7 @@ def sp_norm_gradient_bytes(ctx: CostContext) -> float:
     (0 without): each norm's replicated gain (and bias) sees only its rank's sequence shard, so its
     gradient is a partial sum. planc's step sums them all in one all-reduce before clipping
     (:func:`planc.runtime.optim.reduce_partial_gradients`; under DDP
-    :func:`planc.runtime.local_shards.sum_partial_shard_gradients`), as Megatron-LM's
+    :func:`planc.runtime.optim.sum_in_place` on DDP's local shards), as Megatron-LM's
     ``_allreduce_layernorm_grads`` does; under FSDP2 they are summed tensor by tensor before its
     reduce-scatter, whose extra start-ups this leaves out. The busiest pipeline rank's: two norms
     per block and the final norm."""
