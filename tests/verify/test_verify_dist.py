@@ -1,6 +1,6 @@
-"""``planc verify``'s measurements against the cost model, on 2 CPU processes: DDP, FSDP, TP, TP + SP, PP.
+"""``planc verify``'s measurements against the cost model, on 2 CPU processes: DDP, ZeRO-1, FSDP, TP, TP + SP, PP.
 
-One launch trains the five cases 4 steps each under the probe (tests/verify/ranks_verify.py);
+One launch trains the six cases 4 steps each under the probe (tests/verify/ranks_verify.py);
 then, here, :func:`planc.commands.verify.collect` puts the prediction beside every rank's numbers.
 The goals of issue 13 are model states within 1%, saved activations within 10% and communication
 within 2% (bench/verify_matrix.py prints them); these bounds are looser, the measurement exact
@@ -20,6 +20,8 @@ from planc.strategies.registry import load_registry
 TINY = {"layers": 2, "hidden": 64, "heads": 4, "vocab": 128, "seq_len": 32}
 CASES = {
     "ddp": {"tp": 1, "pp": 1, "dp": 2, "zero": 0},
+    # the parameter sync after the step: one broadcast per rank's buffer (bucket views), not one per tensor
+    "zero1": {"tp": 1, "pp": 1, "dp": 2, "zero": 1},
     "fsdp": {"tp": 1, "pp": 1, "dp": 2, "zero": 3},
     "tp": {"tp": 2, "pp": 1, "dp": 1, "sequence_parallel": False},
     # bf16 under autocast with sequence parallelism: the pack hook meets functional collectives in
@@ -80,3 +82,8 @@ def test_measured_model_states_activations_and_traffic_match_the_prediction(tmp_
         assert groups == {name.split("-")[0] if name.startswith(("tp", "pp")) else "dp"}, (name, groups)
         # no collective of the step went to a group verify cannot name (and so could not size)
         assert not [row for row in rows if row["section"] == "communication" and row["name"] == "other"], name
+    # ZeRO-1: each of the 2 ranks broadcasts its parameters' buffer once per step; torch's default
+    # broadcast the model's 37 parameter tensors one at a time
+    for record in collect(plans["zero1"], chosen["zero1"].layout, registry, tmp_path / "zero1")["ranks"]:
+        broadcasts = [entry for entry in record["comm"] if entry["kind"] == "broadcast"]
+        assert [(entry["group"], entry["calls"]) for entry in broadcasts] == [("dp", 2)]

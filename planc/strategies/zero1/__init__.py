@@ -2,8 +2,8 @@
 
 ``torch.distributed.optim.ZeroRedundancyOptimizer`` gives each data-parallel rank the optimizer
 state of a 1/dp share of the parameters; after its share's step it broadcasts the updated
-parameters (Rajbhandari et al. 2020, §5.1, P_os). Gradients are still averaged by
-DistributedDataParallel, as in ``ddp``.
+parameters (Rajbhandari et al. 2020, §5.1, P_os), one broadcast per rank: each rank's parameters
+are views into one flat buffer. Gradients are still averaged by DistributedDataParallel, as in ``ddp``.
 """
 
 from __future__ import annotations

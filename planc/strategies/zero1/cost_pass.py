@@ -8,7 +8,7 @@ from planc.cost.comm import all_gather_seconds, broadcasts_seconds, reduce_scatt
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import bucket_bytes, bucket_terms, grad_all_reduce, shard_states, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory
-from planc.cost.wrappers import ddp_seconds, tensors_per_rank, with_wrapper_time
+from planc.cost.wrappers import ddp_seconds, with_wrapper_time
 from planc.cost.zero_partition import partitioned_by_tensor, with_zero1_share, zero1_state_elements
 
 
@@ -18,10 +18,11 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     of Psi fp32 values), after the step and before the next forward: fully exposed. Volume
     2 Psi + Psi, where DeepSpeed's reduce-scatter + all-gather would move 2 Psi (ZeRO Sec. 7.2).
 
-    planc's program builds ``ZeroRedundancyOptimizer`` with torch's default
-    ``parameters_as_bucket_view=False``, and ``_sync_params`` then broadcasts parameter by
-    parameter (torch/distributed/optim/zero_redundancy_optimizer.py, ``_broadcast_params_from_rank``):
-    one broadcast's latency per parameter tensor, not one all-gather's. Megatron-LM 2021's profile
+    planc's program builds ``ZeroRedundancyOptimizer`` with ``parameters_as_bucket_view=True``:
+    each rank's parameters are views into one flat buffer, and ``_sync_params`` broadcasts each
+    rank's buffer from it (torch/distributed/optim/zero_redundancy_optimizer.py,
+    ``_broadcast_params_from_rank``): N_d broadcasts, one after another on the group, each a
+    broadcast's start-up (torch's default, ``False``, pays one per parameter tensor). Megatron-LM 2021's profile
     (MT-NLG's ZeRO-1) keeps an all-reduce and one all-gather, exposed as here; Megatron-Core's
     distributed optimizer reduce-scatters and all-gathers in buckets behind compute
     (:func:`_distributed_optimizer`).
@@ -39,8 +40,8 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     nbytes, seconds, exposed = grad_all_reduce(ctx, bucket_bytes(options))
     params = ctx.state_bytes.working * max(st.params for st in ctx.stages)
     if ctx.profile.torch_data_parallel:  # torch's ZeroRedundancyOptimizer
-        gather = broadcasts_seconds(tensors_per_rank(ctx), params, link)
-        detail = "all-reduce of gradients + broadcast of updated parameters, one per tensor"
+        gather = broadcasts_seconds(lay.dp, params, link)
+        detail = "all-reduce of gradients + broadcast of updated parameters, one per rank's buffer"
     else:
         gather = all_gather_seconds(params, link)
         detail = "all-reduce of gradients + all-gather of updated parameters"
