@@ -145,10 +145,11 @@ def finalize(ctx: CostContext, est: Estimate) -> Estimate:
     """Fixed memory terms and the bubble in seconds.
 
     The bubble is ``bubble_slots`` micro-batch slots, a slot being one micro-batch's compute
-    plus its exposed tensor-parallel communication (both scale with the micro-batch count).
+    plus its exposed tensor-parallel communication and its host work (:meth:`Estimate.slot_seconds`:
+    all of them scale with the micro-batch count).
     """
     tp = est.comm_of("tp")
-    slot = (est.compute + (tp.exposed if tp else 0.0)) / est.micro_batches
+    slot = est.slot_seconds(tp.exposed if tp else 0.0)
     fixed = 0.0 if ctx.plan.hardware.is_cpu else DEVICE_RUNTIME_OVERHEAD
 
     stages, peak = [], 0.0

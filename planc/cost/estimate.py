@@ -41,6 +41,11 @@ def replace(obj: _T, **changes: object) -> _T:
     return new
 
 
+#: :attr:`Term.phase` of seconds of host work in every micro-batch's forward and backward on the
+#: slowest stage, which a pipeline's bubble waits for too (:meth:`Estimate.slot_seconds`).
+PER_MICRO_BATCH = "each micro-batch"
+
+
 class Term(NamedTuple):
     """A named amount (bytes or seconds) that explain can show on its own line."""
 
@@ -50,7 +55,7 @@ class Term(NamedTuple):
     """For memory: the phase of the step that holds these bytes ("loss", "backward"), or "" for
     bytes held throughout. A stage's peak counts only the largest phase (see :class:`StageMemory`).
     Bytes held through several phases name them all, joined by :data:`PHASES_JOINED`
-    ("forward, loss, head backward")."""
+    ("forward, loss, head backward"). For seconds: :data:`PER_MICRO_BATCH` or "" (once per step)."""
 
     held: str = ""
     """For memory, where the phases recur across micro-batches: "" in each of them;
@@ -392,9 +397,15 @@ class Estimate:
         rest = tuple(c for c in self.comm if c.group != cost.group)
         return replace(self, comm=rest + (cost,))
 
-    def with_time(self, name: str, seconds: float) -> Estimate:
-        """Add ``seconds`` on the critical path under ``name``."""
-        return replace(self, other=self.other + (Term(name, seconds),))
+    def with_time(self, name: str, seconds: float, *, per_micro_batch: bool = False) -> Estimate:
+        """Add ``seconds`` on the critical path under ``name`` (:data:`PER_MICRO_BATCH` if ``per_micro_batch``)."""
+        return replace(self, other=self.other + (Term(name, seconds, PER_MICRO_BATCH if per_micro_batch else ""),))
+
+    def slot_seconds(self, tp_exposed: float = 0.0) -> float:
+        """One micro-batch's slot on the slowest stage, of which a pipeline's bubble idles: its
+        compute, exposed TP communication and host work (checkpointing's, DTensor's, the schedule's)."""
+        per_micro_batch = sum(t.value for t in self.other if t.phase == PER_MICRO_BATCH)
+        return (self.compute + tp_exposed + per_micro_batch) / self.micro_batches
 
     def with_note(self, note: str) -> Estimate:
         return replace(self, notes=self.notes + (note,))

@@ -57,9 +57,10 @@ def tensors_per_rank(ctx: CostContext) -> int:
     return max(counts)
 
 
-def with_wrapper_time(est: Estimate, name: str, seconds: float) -> Estimate:
-    """``est`` with ``seconds`` of wrapper host time under ``name`` (unchanged when 0)."""
-    return est.with_time(name, seconds) if seconds > 0 else est
+def with_wrapper_time(est: Estimate, name: str, seconds: float, *, per_micro_batch: bool = False) -> Estimate:
+    """``est`` with ``seconds`` of wrapper host time under ``name`` (unchanged when 0);
+    ``per_micro_batch``: spent in every micro-batch's slot, so a pipeline's bubble lasts longer too."""
+    return est.with_time(name, seconds, per_micro_batch=per_micro_batch) if seconds > 0 else est
 
 
 def ddp_seconds(ctx: CostContext) -> float:

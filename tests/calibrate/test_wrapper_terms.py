@@ -149,6 +149,26 @@ def test_recomputation_charges_every_block_per_micro_batch(calibrated):
     assert name not in other_terms(calibrated)
 
 
+def test_a_pipeline_bubble_idles_for_the_host_work_of_every_micro_batch(tmp_path):
+    """Checkpointing's measured work is done inside each micro-batch's forward and backward, so a
+    1F1B pipeline's bubble, idle slots of a stage's micro-batch, lasts longer by it too. pp 2 at
+    micro-batch 2: 4 micro-batches, 1 layer per stage, bubble (p - 1) = 1 slot. Full recomputation's
+    term is 4 x 1 x 700 us = 2.8 ms; the step grows by that plus one slot's share, 2.8 / 4 = 0.7 ms:
+    3.5 ms. Without a pipeline it grows by the term alone."""
+
+    def step_seconds(checkpoint_per_block: float, **layout) -> float:
+        profile = wrapper_profile(checkpoint_per_block=checkpoint_per_block)
+        plan = fp32(plan_with(tmp_path, profile))
+        values = {"tp": 1, "pp": 1, "dp": 1, "zero": 0, "recompute": "full", "schedule": None, "micro_batch": 2}
+        lay = Layout(**{**values, **layout})
+        return evaluate(plan, lay, load_registry().passes(plan, lay)).step_s
+
+    pipelined = step_seconds(CHECKPOINT_PER_BLOCK, pp=2, schedule="1f1b") - step_seconds(0.0, pp=2, schedule="1f1b")
+    assert pipelined == pytest.approx(4 * 1 * CHECKPOINT_PER_BLOCK * (1 + 1 / 4), rel=1e-6)
+    alone = step_seconds(CHECKPOINT_PER_BLOCK) - step_seconds(0.0)
+    assert alone == pytest.approx(4 * 2 * CHECKPOINT_PER_BLOCK, rel=1e-6)
+
+
 def test_recomputation_under_autocast_takes_its_own_measurement(tmp_path):
     # bf16 without FSDP2 is autocast over fp32 parameters (this plan's default precision): the
     # checkpointing's own work measured under autocast prices it; fp32 keeps the fp32 figures

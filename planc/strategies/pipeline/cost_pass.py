@@ -64,7 +64,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     """
     if ctx.layout.pp == 1:
         return est
-    est = with_wrapper_time(est, "pipeline schedule actions (measured)", pp_seconds(ctx))
+    est = with_wrapper_time(est, "pipeline schedule actions (measured)", pp_seconds(ctx), per_micro_batch=True)
     return est.updated(
         stage_fn=lambda s: _stage_memory(ctx, s),
         comm=_with_step_reductions(ctx, _p2p(ctx)),

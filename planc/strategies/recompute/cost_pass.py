@@ -52,7 +52,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
                 detail=tp.detail + ", +2 in the recomputed forward",
             )
     est = est.updated(stage_fn=stage_fn, comm=comm, compute=est.compute + extra, recompute=est.recompute + extra)
-    return with_wrapper_time(est, _WRAPPER, recompute_seconds(ctx))
+    return with_wrapper_time(est, _WRAPPER, recompute_seconds(ctx), per_micro_batch=True)
 
 
 _WRAPPER = "activation checkpointing's own work (measured)"

@@ -108,7 +108,8 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         "2 all-reduces of the gradient norm"
         + (f", 1 of the norms' {format_bytes(gains)} of gradients" if gains else ""),
     )
-    est = with_dtensor_optimizer(with_wrapper_time(est, "DTensor dispatch (measured)", tp_seconds(ctx)), ctx)
+    dispatch = with_wrapper_time(est, "DTensor dispatch (measured)", tp_seconds(ctx), per_micro_batch=True)
+    est = with_dtensor_optimizer(dispatch, ctx)
     return est.updated(comm=comm, stage_fn=lambda s: _replicated_embedding_grad(ctx, s))
 
 
