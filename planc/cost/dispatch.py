@@ -65,16 +65,19 @@ DTENSOR_OPS_AUTOCAST = {
     ("rmsnorm", "swiglu", "learned"): (54, 114, 62),
     ("rmsnorm", "swiglu", "rope"): (54, 114, 59),
 }
-#: Optimizer step and gradient clipping per parameter tensor: 168 ops over the 16 tensors of a
-#: GPT block (4 attention + 2 MLP linears with biases, 2 LayerNorms with biases): AdamW's
-#: single-tensor path runs ~9 ops per tensor, clipping one norm and one rescale.
-#: (Counted 326 until 2026-11-27: the counting tool divided three steps' ops by two.)
-OPS_PER_PARAMETER_TENSOR = 168 / 16
-#: Embedding, final norm, head and loss of one micro-batch, forward and backward.
-MICRO_BATCH_OPS = 75
-#: Once per step: the optimizer and clipping of the embedding, final norm and head, zeroing
-#: gradients, clipping's total norm, the learning-rate schedule, metrics.
-STEP_OPS = 66
+#: Optimizer step and gradient clipping per parameter tensor: none. planc's optimizer is torch's
+#: fused kernel on CPU and CUDA (one call per parameter group) and clipping's norm and rescale are
+#: foreach ops (one per group). Until 2026-11-29 the CPU ran AdamW's single-tensor loop: 9.4 ops
+#: per tensor, counted in fp32 (168 / 16 = 10.5 as counted then, under bf16 autocast, which
+#: counted the blocks' casts here as well).
+OPS_PER_PARAMETER_TENSOR = 0.0
+#: Embedding, final norm, head and loss of one micro-batch, forward and backward, in fp32 (under
+#: autocast :meth:`~planc.cost.compute.Device.seconds_per_model_op` scales them; 75 as counted
+#: under bf16 until 2026-11-29, which counted the casts twice).
+MICRO_BATCH_OPS = 51
+#: Once per step: the fused optimizer and the foreach clipping, zeroing gradients, clipping's
+#: total norm, the learning-rate schedule, metrics (42 counted; 86 before the fused optimizer).
+STEP_OPS = 42
 #: Host seconds per eager op on a GPU machine without a profile: `planc calibrate` measured
 #: 11.8 and 11.9 us on the H100 machine's host and 14.7 us on the H200's
 #: (docs/gpu-runs/2026-11-27-h100/*.json, docs/gpu-runs/2026-11-27-h200/h200-plan.json); the
@@ -107,12 +110,10 @@ def combine(device_seconds: float, host_seconds: float, cpu: bool) -> float:
     return device_seconds + host_seconds if cpu else max(device_seconds, host_seconds)
 
 
-def step_host_ops(model: ModelSpec, layers: int, cpu: bool = True) -> float:
+def step_host_ops(model: ModelSpec, layers: int) -> float:
     """Ops a step runs outside the blocks' forward and backward for ``layers`` blocks on a rank.
 
-    On a GPU planc's optimizer is fused AdamW (``fused=True``) and clipping runs torch's foreach
-    norm: each is a handful of ops over all tensors at once, not ops per tensor as the CPU's
-    single-tensor path, so only the per-step ops remain."""
-    if not cpu:
-        return STEP_OPS
+    planc's optimizer is fused AdamW (``fused=True``, on CPU and CUDA alike) and clipping runs
+    torch's foreach norm: each is a handful of ops over all tensors at once, so only the per-step
+    ops remain."""
     return STEP_OPS + OPS_PER_PARAMETER_TENSOR * tensors_per_block(model) * layers

@@ -122,7 +122,7 @@ def base_estimate(ctx: CostContext) -> Estimate:
             max(st.params for st in ctx.stages),
             plan.train.optimizer,
             ctx.device,
-            step_host_ops(model, max(st.layers for st in ctx.stages), cpu=ctx.device.sms is None),
+            step_host_ops(model, max(st.layers for st in ctx.stages)),
             ctx.profile.optimizer_kernel,
         ),
         micro_batches=m,

@@ -165,11 +165,10 @@ class RuntimeProfile:
 #: "cudnn" rates are FlashAttention-2's.
 PLANC_RUNTIME = RuntimeProfile(name="planc runtime (PyTorch eager, SDPA)", flash_kernel="cudnn")
 
-#: The same program on CPU processes: torch has no fused RMSNorm kernel there, and its AdamW runs
-#: the single-tensor loop (``fused`` and ``foreach`` default to CUDA tensors only).
-PLANC_RUNTIME_CPU = replace(
-    PLANC_RUNTIME, name="planc runtime on CPU (PyTorch eager, SDPA)", rms_norm="composite", optimizer_kernel="foreach"
-)
+#: The same program on CPU processes: torch has no fused RMSNorm kernel there. Its AdamW is fused
+#: there too (planc.runtime.optim.runs_fused; torch's default on CPU, which other programs run, is
+#: the single-tensor loop: ``fused`` and ``foreach`` default to CUDA tensors only).
+PLANC_RUNTIME_CPU = replace(PLANC_RUNTIME, name="planc runtime on CPU (PyTorch eager, SDPA)", rms_norm="composite")
 
 
 def on_hardware(profile: RuntimeProfile, is_cpu: bool) -> RuntimeProfile:

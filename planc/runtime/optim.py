@@ -48,24 +48,36 @@ def parameter_groups(params: Iterable[torch.Tensor], weight_decay: float) -> lis
     ]
 
 
+#: Devices on which planc's optimizers take torch's fused kernel (torch has fused Adam, AdamW and
+#: SGD for both since 2.4; a mix of the two is refused by the kernel).
+FUSED_DEVICES = ("cuda", "cpu")
+
+
 def runs_fused(params: list[torch.Tensor]) -> bool:
-    """Whether the optimizer takes torch's fused kernel: every parameter on a CUDA device (DTensor
-    shards report their local device). Fused Adam/AdamW reads and writes each state once per step;
-    torch's default on CUDA, the multi-tensor ``foreach`` path, makes nine passes with temporaries
-    -- 65 ms measured for 1.92 B parameters on an H100, where the fused kernel's bytes come to about
-    26 ms (docs/gpu.md; the fused path itself has not run on a GPU here yet). torchtitan's default
-    is fused too. On CPU torch's default loop stays: it is what planc's CPU runs and tests measure."""
-    return bool(params) and all(p.device.type == "cuda" for p in params)
+    """Whether the optimizer takes torch's fused kernel: every parameter on the same kind of device,
+    CUDA or CPU (DTensor shards report their local device). Fused Adam/AdamW reads and writes each
+    state once per step, in one call per parameter group:
+
+    - on CUDA, torch's default, the multi-tensor ``foreach`` path, makes nine passes with
+      temporaries -- 65 ms measured for 1.92 B parameters on an H100, where the fused kernel's bytes
+      come to about 26 ms (docs/gpu.md; the fused path itself has not run on a GPU here yet).
+      torchtitan's default is fused too;
+    - on CPU torch's default is a Python loop of ~9 ops per tensor, and over DTensor parameters
+      (FSDP2, ``replicate``, TP) each of those ops goes through DTensor's dispatch: AdamW over 69
+      tensors of the CPU matrix's GPT on 2 gloo ranks took 3.4 ms over plain tensors and 20 ms
+      over FSDP2's DTensors; fused, 0.4 and 1.7 ms (docs/accuracy.md)."""
+    kinds = {p.device.type for p in params}
+    return len(kinds) == 1 and kinds <= set(FUSED_DEVICES)
 
 
 def build_optimizer(params: Iterable[torch.Tensor], train: TrainSpec) -> torch.optim.Optimizer:
     """The optimizer the plan names: adamw (decoupled decay), adam (L2 decay), sgd (momentum = beta1),
-    with torch's fused kernel when every parameter is on a CUDA device (:func:`runs_fused`)."""
+    with torch's fused kernel when every parameter is on one CUDA or CPU device (:func:`runs_fused`)."""
     params = list(params)
     groups = parameter_groups(params, train.weight_decay)
     if not groups:
         raise ValueError("build_optimizer: no trainable parameters")
-    fused = True if runs_fused(params) else None  # None: torch's default (foreach on CUDA, a loop on CPU)
+    fused = True if runs_fused(params) else None  # None: torch's default for a device fused does not run on
     if train.optimizer == "adamw":
         return torch.optim.AdamW(groups, lr=train.lr, betas=(train.beta1, train.beta2), eps=ADAM_EPS, fused=fused)
     if train.optimizer == "adam":

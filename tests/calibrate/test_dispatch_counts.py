@@ -47,7 +47,8 @@ def test_step_op_counts_match_a_recount(root):
     counted = {
         name.strip(): float(value) for name, value in (line.split("=") for line in out.splitlines() if "=" in line)
     }
-    assert counted["OPS_PER_PARAMETER_TENSOR"] == pytest.approx(dispatch.OPS_PER_PARAMETER_TENSOR, rel=0.1)
+    # 0 with the fused optimizer: an op or two per block would still be within half an op per tensor
+    assert counted["OPS_PER_PARAMETER_TENSOR"] == pytest.approx(dispatch.OPS_PER_PARAMETER_TENSOR, rel=0.1, abs=0.5)
     assert counted["MICRO_BATCH_OPS"] == pytest.approx(dispatch.MICRO_BATCH_OPS, rel=0.1)
     assert counted["STEP_OPS"] == pytest.approx(dispatch.STEP_OPS, rel=0.15)
 

@@ -75,10 +75,12 @@ def test_hopper_attention_makes_a_block_slower_than_the_ampere_ratio_predicted()
     assert fa2.backward - cudnn.backward == pytest.approx(2.5 * flops / rate * (1 / 0.40 - 1 / 0.65))
 
 
-def test_planc_runs_cudnn_attention_on_hopper_and_its_cpu_runtime_the_optimizer_loop():
-    """torch 2.11's SDPA ran cuDNN's kernels on an H100 (docs/gpu.md); on CPU torch's AdamW is a loop."""
+def test_planc_runs_cudnn_attention_on_hopper_and_the_fused_optimizer_on_both_devices():
+    """torch 2.11's SDPA ran cuDNN's kernels on an H100 (docs/gpu.md); planc's AdamW is fused on
+    CUDA and on CPU (planc.runtime.optim.runs_fused); another program on CPU runs torch's loop."""
     assert PLANC_RUNTIME.flash_kernel == "cudnn" and PLANC_RUNTIME.optimizer_kernel == "fused"
-    assert on_hardware(PLANC_RUNTIME, is_cpu=True).optimizer_kernel == "foreach"
+    assert on_hardware(PLANC_RUNTIME, is_cpu=True).optimizer_kernel == "fused"
+    assert on_hardware(replace(PLANC_RUNTIME, name="another program"), is_cpu=True).optimizer_kernel == "foreach"
 
 
 def test_the_chunked_loss_reruns_its_forward_in_backward_only_where_a_pipeline_holds_sharded_logits():
