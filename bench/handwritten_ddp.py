@@ -2,7 +2,7 @@
 
 What an engineer would write by hand for the same job: the same model class and data (so only
 the training-loop machinery differs), DistributedDataParallel with gradient_as_bucket_view,
-AdamW, gradient accumulation under no_sync, global-norm clipping. Run under torchrun:
+fused AdamW (as planc runs it), gradient accumulation under no_sync, global-norm clipping. Run under torchrun:
 
     torchrun --standalone --nproc-per-node 4 bench/handwritten_ddp.py PLAN.json STEPS OUT.json
 """
@@ -33,6 +33,7 @@ def main(plan_path: str, steps: int, out_path: str) -> None:
         lr=plan.train.lr,
         betas=(plan.train.beta1, plan.train.beta2),
         weight_decay=plan.train.weight_decay,
+        fused=True,  # as planc's program (torch's default on CPU is a Python loop over the tensors)
     )
     data = build_data(plan.train, plan.model, base_dir=plan.data_root)
     rows = plan.train.global_batch // world
