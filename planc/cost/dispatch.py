@@ -13,9 +13,8 @@ the data sheet's, and says so.
 The op counts are planc's own program, counted with a ``TorchDispatchMode`` on one process by
 ``tools/count_eager_ops.py`` (torch 2.13; ``tests/cost/test_dispatch_counts.py`` recounts the
 block table): a block's forward and backward by (norm, mlp, position); the optimizer's ops per
-parameter tensor (torch's single-tensor AdamW, which CPU tensors run; CUDA runs the foreach
-path, fewer ops: an overestimate there, bounded by the ``max`` below); the embedding, head and
-loss per micro-batch; and what a step runs once (zeroing, clipping, the schedule, logging).
+parameter tensor (none: planc's AdamW is fused on CPU and CUDA); the embedding, head and loss per
+micro-batch; and what a step runs once (the optimizer, zeroing, clipping, the schedule, logging).
 Strategy wrappers (DDP hooks, FSDP2 hooks, DTensor dispatch, the pipeline schedule) add Python
 overhead per op that these counts do not hold.
 """

@@ -19,11 +19,12 @@ planc/cost/memory.py); the simulation checks the GPU prediction, so :func:`cuda_
 RMSNorm keep what the CUDA kernel keeps. The values it computes are the composite's (fake
 tensors hold none anyway); only what stays alive for backward changes.
 
-The optimizer step differs too: planc builds torch's fused AdamW when the parameters are on CUDA
-(:func:`planc.runtime.optim.runs_fused`) and torch's single-tensor loop on CPU, which holds two
-temporaries the size of the parameter it updates (``exp_avg_sq.sqrt()`` and its quotient): 3.9
-GiB for Llama 3 8B's embedding, the simulated peak of a step of one micro-batch under full
-recomputation. :func:`cuda_optimizers` turns the simulation's optimizers to the fused kernel.
+The optimizer step: planc builds torch's fused AdamW on CUDA and, since 2026-11-29, on CPU
+(:func:`planc.runtime.optim.runs_fused`); torch's single-tensor loop, which CPU runs took before,
+holds two temporaries the size of the parameter it updates (``exp_avg_sq.sqrt()`` and its
+quotient): 3.9 GiB for Llama 3 8B's embedding, the simulated peak of a step of one micro-batch
+under full recomputation. :func:`cuda_optimizers` makes sure the simulation's optimizers take the
+fused kernel whatever device its fake tensors report.
 """
 
 from __future__ import annotations
