@@ -158,7 +158,8 @@ def _summarise(out: Path) -> None:
         f"{format_seconds(w.fsdp_per_unit)} per unit, TP {format_seconds(w.tp_per_block)} per block "
         f"({format_seconds(w.tp_sp_per_block)} with SP) "
         f"(per micro-batch), pipeline {format_seconds(w.pp_per_action)} per schedule action, "
-        f"optimizer over DTensor parameters +{format_seconds(w.dtensor_optimizer_per_tensor)} per tensor per step"
+        "clipping and optimizer over DTensor parameters "
+        f"+{format_seconds(w.dtensor_optimizer_per_tensor)} per tensor per step"
     )
     print(
         f"  activation checkpointing, beyond the rerun forward: full {format_seconds(w.checkpoint_per_block)}, "

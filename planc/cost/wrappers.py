@@ -141,12 +141,13 @@ def recompute_seconds(ctx: CostContext) -> float:
 
 
 #: The name of the DTensor optimizer term (one per estimate).
-DTENSOR_OPTIMIZER = "optimizer over DTensor parameters (measured)"
+DTENSOR_OPTIMIZER = "optimizer and clipping over DTensor parameters (measured)"
 
 
 def with_dtensor_optimizer(est: Estimate, ctx: CostContext) -> Estimate:
-    """``est`` with the DTensor optimizer step's host time: added by every strategy that makes the
-    parameters DTensors, counted once (FSDP over a tensor-parallel mesh is still one optimizer step)."""
+    """``est`` with the host time of clipping and the optimizer step over DTensor parameters: added by
+    every strategy that makes the parameters DTensors, counted once (FSDP over a tensor-parallel
+    mesh is still one optimizer step)."""
     if any(term.name == DTENSOR_OPTIMIZER for term in est.other):
         return est
     seconds = tensors_per_rank(ctx) * measured_overheads(ctx).dtensor_optimizer_per_tensor

@@ -118,9 +118,10 @@ class WrapperOverheads(BaseModel):
     selective_per_block_autocast: float = Field(default=0.0, ge=0)
     """:attr:`selective_per_block` under autocast; 0 where not measured."""
     dtensor_optimizer_per_tensor: float = Field(default=0.0, ge=0)
-    """The optimizer step of one parameter tensor that is a DTensor (FSDP2's ``fully_shard`` and
-    ``replicate``, tensor parallelism), beyond the same on a plain tensor, per step: every one of
-    AdamW's ~9 ops per tensor goes through DTensor's dispatch."""
+    """Gradient clipping and the optimizer step of one parameter tensor that is a DTensor (FSDP2's
+    ``fully_shard`` and ``replicate``, tensor parallelism), beyond the same on a plain tensor, per
+    step: their ops go through DTensor's dispatch. Profiles written before 2026-11-29 measured the
+    optimizer alone (and before the fused optimizer on CPU, its loop of ~9 ops per tensor)."""
 
 
 class MeasuredRates(BaseModel):
