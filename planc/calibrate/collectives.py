@@ -9,7 +9,7 @@ ring). The fit is the cost model's own alpha-beta form (:mod:`planc.cost.comm`, 
 - all-gather, reduce-scatter (ring): steps p - 1, volume (p - 1) / p * n;
 - send/recv (each rank sends n bytes to its ring neighbour and receives n): steps 1, volume n;
 - broadcast (from the group's first rank; every other rank receives n bytes): steps ceil(log2 p),
-  volume n -- the start-up ``ZeroRedundancyOptimizer`` pays per parameter tensor
+  volume n -- what ``ZeroRedundancyOptimizer`` pays per rank's buffer when it syncs the parameters
   (:func:`planc.cost.comm.broadcasts_seconds`),
 
 solved by least squares on relative error (sizes span decades; an absolute fit would ignore the

@@ -50,7 +50,7 @@ def parameter_groups(params: Iterable[torch.Tensor], weight_decay: float) -> lis
 
 #: Devices on which planc's optimizers take torch's fused kernel (torch has fused Adam, AdamW and
 #: SGD for both since 2.4; a mix of the two is refused by the kernel).
-FUSED_DEVICES = ("cuda", "cpu")
+FUSED_DEVICES = frozenset({"cuda", "cpu"})
 
 
 def runs_fused(params: list[torch.Tensor]) -> bool:
@@ -67,7 +67,7 @@ def runs_fused(params: list[torch.Tensor]) -> bool:
       tensors of the CPU matrix's GPT on 2 gloo ranks took 3.4 ms over plain tensors and 20 ms
       over FSDP2's DTensors; fused, 0.4 and 1.7 ms (docs/accuracy.md)."""
     kinds = {p.device.type for p in params}
-    return len(kinds) == 1 and kinds <= set(FUSED_DEVICES)
+    return len(kinds) == 1 and kinds <= FUSED_DEVICES
 
 
 def build_optimizer(params: Iterable[torch.Tensor], train: TrainSpec) -> torch.optim.Optimizer:

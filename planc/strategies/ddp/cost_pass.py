@@ -52,7 +52,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
 
         held_throughout = False
         casts = ctx.micro_batches * REPLICATE_BYTES_PER_PARAM * psi / ctx.device.memory_rate
-        wrapper = ("replicate hooks and copies (measured)", replicate_seconds(ctx, units), True)  # per micro-batch
+        wrapper = ("replicate hooks and copies (measured)", replicate_seconds(ctx, units))
     else:
         nbytes, seconds, exposed = grad_all_reduce(ctx, bucket_bytes(options))
         detail = f"all-reduce of {format_bytes(nbytes)} fp32 gradients"
@@ -65,7 +65,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         held_throughout = True
 
         casts = 0.0
-        wrapper = ("DDP hooks and buckets (measured)", ddp_seconds(ctx), False)  # once per step
+        wrapper = ("DDP hooks and buckets (measured)", ddp_seconds(ctx))
     comm = CommCost(
         "dp",
         volume=2 * (lay.dp - 1) / lay.dp * nbytes,
@@ -82,8 +82,8 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     est = est.updated(stage_fn=stage_fn, comm=comm, compute=est.compute + casts)
     if replicated and "bucket" in getattr(options, "model_fields_set", ()):
         est = est.with_note(BUCKET_IGNORED)
-    name, seconds_of_wrapper, per_micro_batch = wrapper
-    est = with_wrapper_time(est, name, seconds_of_wrapper, per_micro_batch=per_micro_batch)
+    # replicate's hooks run in every micro-batch; DDP's reducer only in the one that syncs
+    est = with_wrapper_time(est, *wrapper, per_micro_batch=replicated)
     if replicated:  # replicate's parameters are DTensors (replicated over the data-parallel mesh)
         est = with_dtensor_optimizer(est, ctx)
     return with_contention(ctx, est, seconds - exposed)

@@ -22,8 +22,8 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     each rank's parameters are views into one flat buffer, and ``_sync_params`` broadcasts each
     rank's buffer from it (torch/distributed/optim/zero_redundancy_optimizer.py,
     ``_broadcast_params_from_rank``): N_d broadcasts, one after another on the group, each a
-    broadcast's start-up (torch's default, ``False``, pays one per parameter tensor). Megatron-LM 2021's profile
-    (MT-NLG's ZeRO-1) keeps an all-reduce and one all-gather, exposed as here; Megatron-Core's
+    broadcast's start-up (torch's default, ``False``, pays one per parameter tensor). Megatron-LM
+    2021's profile (MT-NLG's ZeRO-1) keeps an all-reduce and one all-gather, exposed as here; Megatron-Core's
     distributed optimizer reduce-scatters and all-gathers in buckets behind compute
     (:func:`_distributed_optimizer`).
 
