@@ -192,7 +192,7 @@ def _replicate(plain, x, plain_step, numel, device, budget) -> float:
 def _dtensor_optimizer(plain, tensors: int, device, budget) -> float:
     """Gradient clipping and AdamW's step over the FSDP2-wrapped ``plain`` blocks' DTensor parameters
     against the same over the plain blocks' tensors, per tensor, as planc's step runs them
-    (:func:`planc.runtime.optim.grad_norm`: the norm of the gradients, reduced over the shards by
+    (:func:`planc.runtime.grad_norm.grad_norm`: the norm of the gradients, reduced over the shards by
     ``full_tensor``; the rescale; the step).
     Over DTensors each of clipping's foreach ops goes through DTensor's dispatch too: on 2 gloo
     ranks the norm and rescale of 64 GPT-block tensors took 2.1 ms over FSDP2's DTensors against
@@ -203,7 +203,8 @@ def _dtensor_optimizer(plain, tensors: int, device, budget) -> float:
     The gradients are zeros: the host work, not the values, is measured."""
     from torch.distributed.fsdp import fully_shard
 
-    from planc.runtime.optim import grad_norm, runs_fused
+    from planc.runtime.grad_norm import clip_to_norm, grad_norm
+    from planc.runtime.optim import runs_fused
 
     sharded = copy.deepcopy(plain)
     for unit in sharded:
@@ -221,7 +222,7 @@ def _dtensor_optimizer(plain, tensors: int, device, budget) -> float:
 
         def step() -> None:
             norm = grad_norm(params, 2.0, device=device)
-            torch.nn.utils.clip_grads_with_norm_(params, 1.0, norm)
+            clip_to_norm(params, 1.0, norm)
             optimizer.step()
 
         return step

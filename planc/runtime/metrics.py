@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import torch
-import torch.distributed as dist
 
 from planc.explain.totals import band_text
 
@@ -49,23 +48,6 @@ def reset_peak_memory(device: torch.device) -> None:
     keeps the process's peak resident set, which cannot be reset."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-
-
-def start_peak_memory_over_ranks(device: torch.device) -> tuple[torch.Tensor, Any]:
-    """Start finding the largest :func:`peak_memory_bytes` of any rank, on every rank: returns (a
-    1-element int64 tensor on ``device`` that holds it once the work is done, the all-reduce's
-    work to wait on; None when there is no other rank).
-
-    Ranks differ: pipeline stages hold different activations and the last one the logits,
-    vocabulary padding and uneven FSDP shards fall on some ranks. planc predicts the worst device,
-    so that is the number to compare with it. int64: bytes are exact beyond float32's 2^24.
-    ``torch.full`` (a fill, not a copy from the host): a copy would wait for the device's queue on
-    a GPU, where the step reads this with its loss in one copy back (runtime/step.py).
-    """
-    peak = torch.full((1,), peak_memory_bytes(device), dtype=torch.int64, device=device)
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return peak, dist.all_reduce(peak, op=dist.ReduceOp.MAX, async_op=True)
-    return peak, None
 
 
 def memory_label(device: torch.device | str | None = None) -> str:

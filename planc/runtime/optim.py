@@ -3,19 +3,20 @@
 * :func:`build_optimizer` -- AdamW / Adam / SGD from a :class:`~planc.spec.TrainSpec`.
 * :func:`build_lr_scheduler` -- linear warmup, then cosine decay to ``min_lr`` (a ``LambdaLR``).
 * :func:`clip_grad_norm_` -- the global gradient norm over all ranks' shards (DTensor TP/FSDP) and all
-  pipeline stages, then ``torch.nn.utils.clip_grads_with_norm_``. Returns the total norm.
+  pipeline stages, and the rescale (:mod:`planc.runtime.grad_norm`). Returns the total norm.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Protocol, cast
+from typing import cast
 
 import torch
 import torch.distributed as dist
 from torch.optim.lr_scheduler import LambdaLR
 
+from planc.runtime.grad_norm import clip_to_norm, grad_norm
 from planc.spec import TrainSpec
 
 #: Adam's epsilon (PyTorch's default; GPT-3 and Llama use 1e-8 too).
@@ -107,59 +108,6 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, train: TrainSpec) -> La
     return LambdaLR(optimizer, lambda step: lr_at(step, train) / train.lr)
 
 
-def gradient_kind(grad: torch.Tensor) -> object:
-    """What must be the same over one list for foreach kernels: a DTensor's mesh and placements;
-    None for every plain tensor."""
-    if type(grad) is torch.Tensor:  # plain, the common case: checked without the import (every step, per gradient)
-        return None
-    from torch.distributed.tensor import DTensor
-
-    if isinstance(grad, DTensor):
-        return (grad.device_mesh, tuple(grad.placements))
-    return None
-
-
-class WithGrad(Protocol):
-    """Anything with a ``.grad``: a parameter, or a view of one (the step's DTensor views)."""
-
-    @property
-    def grad(self) -> torch.Tensor | None: ...
-
-
-@torch.no_grad()
-def grad_norm(
-    parameters: Iterable[WithGrad],
-    norm_type: float = 2.0,
-    pp_group: dist.ProcessGroup | None = None,
-    device: torch.device | str = "cpu",
-) -> torch.Tensor:
-    """The norm of all gradients as one vector, over every shard and every pipeline stage.
-
-    Follows torchtitan's ``clip_grad_norm_``: ``torch.nn.utils.get_total_norm`` per kind of gradient
-    (DTensors are grouped by mesh and placements, so each group's norm is a DTensor that
-    ``full_tensor()`` reduces over its mesh with DTensor's own collective); the group norms are
-    combined, and with pipeline stages the stages' p-th powers are summed (max for inf) with
-    ``torch.distributed.all_reduce`` over ``pp_group``. Returns a plain 0-dim float tensor.
-    ``device``: where a rank that holds no gradient makes its zero, which it still all-reduces
-    with the other stages: NCCL takes only tensors on the rank's own GPU.
-    """
-    norms = []
-    for group in by_gradient_kind(parameters):
-        norm = torch.nn.utils.get_total_norm([holder.grad for holder in group], norm_type)
-        if hasattr(norm, "full_tensor"):
-            norm = norm.full_tensor()
-        norms.append(norm.float())
-    total = torch.linalg.vector_norm(torch.stack(norms), norm_type) if norms else torch.zeros((), device=device)
-    if pp_group is not None:
-        if math.isinf(norm_type):
-            dist.all_reduce(total, op=dist.ReduceOp.MAX, group=pp_group)
-        else:
-            total = total**norm_type
-            dist.all_reduce(total, op=dist.ReduceOp.SUM, group=pp_group)
-            total = total ** (1.0 / norm_type)
-    return total
-
-
 @torch.no_grad()
 def clip_grad_norm_(
     parameters: Iterable[torch.Tensor],
@@ -177,19 +125,8 @@ def clip_grad_norm_(
         pp_group = pp_group.get_group()
     total = grad_norm(parameters, norm_type, pp_group)
     if max_norm > 0:
-        for group in by_gradient_kind(parameters):
-            torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
+        clip_to_norm(parameters, max_norm, total)
     return total
-
-
-def by_gradient_kind(holders: Iterable[WithGrad]) -> list[list]:
-    """The ``holders`` (parameters, or views with a ``.grad``) that have a gradient, grouped by
-    :func:`gradient_kind`: foreach kernels cannot mix DTensors and plain tensors in one list."""
-    groups: dict[object, list] = {}
-    for holder in holders:
-        if holder.grad is not None:
-            groups.setdefault(gradient_kind(holder.grad), []).append(holder)
-    return list(groups.values())
 
 
 @torch.no_grad()

@@ -12,13 +12,13 @@ same number of tokens, so
 * with pipelining, the schedule runs the micro-batches and divides the gradients by their number
   (``scale_grads``), and the stage's DDP/FSDP averages over data parallelism.
 
-The logged loss is the same mean, made known to every rank with one all-reduce. It is started
-before clipping and read (with the gradient norm) after the optimizer step, so the step has no
-host-device synchronisation in its middle: on a GPU the host keeps queueing the optimizer's
-kernels while backward finishes, as a hand-written loop that logs nothing would. The same
-all-reduce carries each rank's stop flag (a SIGTERM or Ctrl-C it received): their sum is the
-vote every rank reads after the step, so a step meets the other ranks once for the loss and
-the stop decision together, not once for each.
+The logged loss is the same mean, made known to every rank by one collective after the optimizer
+step, and read (with the gradient norm) only then, so the step has no host-device synchronisation
+in its middle: on a GPU the host keeps queueing the optimizer's kernels while backward finishes,
+as a hand-written loop that logs nothing would. The same collective (an all-gather of three
+numbers per rank) carries each rank's stop flag (a SIGTERM or Ctrl-C it received; their sum is
+the vote) and its peak memory (their maximum is the step's ``memory_bytes``): a step meets the
+other ranks once for its bookkeeping, not once for each number.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
+from planc.runtime import metrics
 from planc.runtime.data import DataSource, inputs_and_targets, local_batch, split_micro_batches
-from planc.runtime.local_shards import as_dtensor
-from planc.runtime.metrics import start_peak_memory_over_ranks
-from planc.runtime.optim import by_gradient_kind, grad_norm, reduce_partial_gradients, sum_in_place
+from planc.runtime.grad_norm import clip_to_norm, grad_norm
+from planc.runtime.optim import reduce_partial_gradients, sum_in_place
 from planc.runtime.transformer import loss_fn
 
 
@@ -48,36 +48,34 @@ def train_step(
     """Forward, backward, clip and update on ``batch``, this rank's rows of one global batch
     (:func:`rank_batch`: ``[G / dp, seq+1]``).
 
-    ``stop_requested`` (truthy once this rank was asked to stop; read when the step's loss is
-    reduced, after backward) is voted on with the loss. ``before_sync`` runs once the step's work
-    is queued and before its results are read on the host: on a GPU, host work done there (the
-    next step's rows) overlaps the device's. Returns ``{"loss": ..., "grad_norm": ..., "lr": ...,
-    "memory_bytes": ..., "stop": ...}``, the same on every rank: ``memory_bytes`` is the step's
-    peak memory on the busiest rank (:func:`~planc.runtime.metrics.start_peak_memory_over_ranks`),
-    ``stop`` is True when any rank asked.
+    ``stop_requested`` (truthy once this rank was asked to stop; read after the optimizer step) is
+    voted on with the loss. ``before_sync`` runs once the step's work is queued and before its
+    results are read on the host: on a GPU, host work done there (the next step's rows) overlaps
+    the device's. Returns ``{"loss": ..., "grad_norm": ..., "lr": ..., "memory_bytes": ...,
+    "stop": ...}``, the same on every rank: ``memory_bytes`` is the step's peak memory on the
+    busiest rank (:func:`~planc.runtime.metrics.peak_memory_bytes`), ``stop`` is True when any rank
+    asked.
     """
-    loss, total_norm, lr, stop_votes = optimizer_step(job, batch, stop_requested)
+    local_loss, total_norm, lr = optimizer_step(job, batch)
     # Every allocation of the step is made (a GPU's caching allocator counts them as they are
-    # queued). Its maximum over the ranks travels while ``before_sync`` works, instead of as a
-    # collective of its own after the step that every rank waited on (the slowest one's pace, each step).
-    peak, peak_reduction = start_peak_memory_over_ranks(job.device)
+    # queued): the step's summary travels while ``before_sync`` works.
+    every_rank, gathering = _start_step_summary(job, local_loss, stop_flag=bool(stop_requested))
     if before_sync is not None:
         before_sync()
-    if peak_reduction is not None:
-        peak_reduction.wait()
+    if gathering is not None:
+        gathering.wait()
     # One copy to the host for the four numbers: on a GPU each ``.item()`` is a wait of its own.
-    # float64: exact for the int64 bytes (below 2^53), and for the float32 loss, norm and votes.
-    numbers = (loss, total_norm, stop_votes, peak)
-    loss_value, norm_value, votes, memory = torch.cat([n.reshape(1).double() for n in numbers]).tolist()
-    return {"loss": loss_value, "grad_norm": norm_value, "lr": lr, "memory_bytes": int(memory), "stop": votes > 0}
+    # float64: exact for the bytes (below 2^53), and for the float32 loss, norm and votes.
+    shares, votes, peaks = every_rank.unbind(1)
+    numbers = torch.stack([shares.sum(), total_norm.double(), votes.sum(), peaks.max()])
+    loss_value, norm_value, stops, memory = numbers.tolist()
+    return {"loss": loss_value, "grad_norm": norm_value, "lr": lr, "memory_bytes": int(memory), "stop": stops > 0}
 
 
-def optimizer_step(
-    job, batch: torch.Tensor, stop_requested: object = False
-) -> tuple[torch.Tensor, torch.Tensor, float, torch.Tensor]:
-    """:func:`train_step` without reading its results on the host: (global mean loss, gradient
-    norm) as tensors, the learning rate, and the number of ranks that asked to stop (a tensor).
-    ``planc verify --simulate`` runs this on fake tensors, which have no values to read."""
+def optimizer_step(job, batch: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor, float]:
+    """:func:`train_step` without its summary: this rank's mean loss over its micro-batches (a
+    tensor; None on a pipeline stage that is not the last), the gradient norm (a tensor) and the
+    learning rate. ``planc verify --simulate`` runs this on fake tensors, which have no values to read."""
     micro_batches = [
         inputs_and_targets(rows.to(job.device)) for rows in split_micro_batches(batch, job.layout.micro_batch)
     ]
@@ -92,14 +90,41 @@ def optimizer_step(
         reduce_partial_gradients(job.local_parameters)
         sum_in_place([p.grad for p in job.partial_sum_shards if p.grad is not None], [job.group("tp")])
     _sum_tied_gradients(job)
-    reduced, reduction = _start_global_mean_loss(job, local_loss, stop_flag=bool(stop_requested))
     lr = job.lr_schedulers[0].get_last_lr()[0]
     total_norm = clip_grad_norm(job, job.plan.train.grad_clip)
     for optimizer, scheduler in zip(job.optimizers, job.lr_schedulers):
         optimizer.step()
         scheduler.step()
-    reduction.wait()
-    return reduced[:1], total_norm, lr, reduced[1]
+    return local_loss, total_norm, lr
+
+
+def _start_step_summary(job, local_loss: torch.Tensor | None, stop_flag: bool):
+    """Start gathering every rank's (share of the global mean loss, stop flag, peak memory); returns
+    (a float64 ``[world, 3]`` tensor that holds them once the work is done, the work to wait on;
+    None with one rank).
+
+    One collective for the three, not one each: a step meets the other ranks once for its
+    bookkeeping. An all-gather, because the loss shares and flags are summed but the peaks take
+    their maximum. The loss is replicated over tensor parallelism and only the last pipeline stage
+    has it, so exactly one rank per data-parallel rank contributes a share (tp rank 0 of the last
+    stage). The flag is 0 or 1: their sum is the vote. The peak: ranks differ (pipeline stages hold
+    different activations, the last one the logits; vocabulary padding and uneven FSDP shards fall
+    on some ranks), and planc predicts the worst device. ``torch.full`` from host numbers (a fill,
+    not a copy): a copy would wait for the device's queue on a GPU.
+    """
+    device = job.device
+    if local_loss is not None and job.coordinates["tp"] == 0:
+        share = _plain(local_loss).double().reshape(1) / job.layout.dp
+    else:
+        share = torch.zeros(1, dtype=torch.float64, device=device)
+    flag = torch.full((1,), 1.0 if stop_flag else 0.0, dtype=torch.float64, device=device)
+    peak = torch.full((1,), float(metrics.peak_memory_bytes(device)), dtype=torch.float64, device=device)
+    mine = torch.cat([share, flag, peak])
+    world = dist.get_world_size()
+    if world == 1:
+        return mine.view(1, 3), None
+    every_rank = torch.empty(world * 3, dtype=torch.float64, device=device)  # flat: gloo's all-gather wants it so
+    return every_rank.view(world, 3), dist.all_gather_into_tensor(every_rank, mine, async_op=True)
 
 
 def clear_gradients(job) -> None:
@@ -153,27 +178,14 @@ def _plain(value: torch.Tensor) -> torch.Tensor:
 
 
 def _global_mean_loss(job, local_loss: torch.Tensor | None) -> float:
-    """The global-batch mean loss on every rank, now (the validation loss uses it)."""
-    value, reduction = _start_global_mean_loss(job, local_loss)
-    reduction.wait()
-    return float(value[0].item())
-
-
-def _start_global_mean_loss(job, local_loss: torch.Tensor | None, stop_flag: bool = False):
-    """Start the all-reduce of the global-batch mean loss and of the stop flags; returns (a tensor
-    [loss, ranks that asked to stop], the work to wait on).
-
-    The loss is replicated over tensor parallelism and only the last pipeline stage has it, so
-    exactly one rank per data-parallel rank contributes (tp rank 0 of the last stage). Every rank
-    adds its stop flag, 0 or 1: a sum, exact in float32 up to 2^24 ranks.
-    """
+    """The global-batch mean loss on every rank, now (the validation loss uses it): one all-reduce of
+    the shares of :func:`_start_step_summary` (tp rank 0 of the last stage of each data-parallel rank)."""
     if local_loss is not None and job.coordinates["tp"] == 0:
-        loss = local_loss.float() / job.layout.dp
+        value = local_loss.float().reshape(1) / job.layout.dp
     else:
-        loss = torch.zeros((), device=job.device)
-    flag = torch.full((1,), 1.0 if stop_flag else 0.0, device=job.device)
-    value = torch.cat([loss.reshape(1), flag])
-    return value, dist.all_reduce(value, async_op=True)
+        value = torch.zeros(1, device=job.device)
+    dist.all_reduce(value)
+    return float(value.item())
 
 
 def _sum_tied_gradients(job) -> None:
@@ -190,30 +202,20 @@ def _sum_tied_gradients(job) -> None:
 def clip_grad_norm(job, max_norm: float) -> torch.Tensor:
     """Clip the global gradient norm (every parameter of every rank, each counted once) to ``max_norm``.
 
-    The norm is :func:`planc.runtime.optim.grad_norm` (DTensor shards reduced over their mesh,
-    stages summed over the pipeline group) of the gradients as the DTensors they are: a
-    tensor-parallel shard that DDP holds as a plain tensor is viewed through its DTensor spec, and
-    the last stage's copy of a tied embedding is left out. Returns the norm before clipping, as a
-    tensor (read it after the optimizer step: reading it here would stall the step on a GPU).
+    The norm is :func:`planc.runtime.grad_norm.grad_norm` (shards reduced over their mesh, stages
+    summed over the pipeline group), worked on the local shards: a tensor-parallel shard that DDP
+    holds as a plain tensor is described by its DTensor spec, and the last stage's copy of a tied
+    embedding is left out of the norm (it is still rescaled). Returns the norm before clipping, as
+    a tensor (read it after the optimizer step: reading it here would stall the step on a GPU).
     """
     uncounted = {id(t.param) for t in job.tied_weights if not t.counted}
     params = [p for p in job.local_parameters if p.grad is not None]
-    views: list = params  # objects with a .grad, as grad_norm and clip_grads_with_norm_ expect
-    counted: list = params
+    counted: list = params  # objects with a .grad (and a .spec where one is needed), as grad_norm expects
     if job.local_shard_specs or uncounted:  # else the parameters themselves, with nothing built per step
-        views = [_grad_view(p, job.local_shard_specs.get(p), counted=id(p) not in uncounted) for p in params]
-        counted = [v for v in views if v.counted]
+        specs = job.local_shard_specs
+        counted = [SimpleNamespace(grad=p.grad, spec=specs.get(p)) for p in params if id(p) not in uncounted]
     pp_group = job.group("pp") if job.layout.pp > 1 else None
     total = grad_norm(counted, 2.0, pp_group, device=job.device)
     if max_norm > 0:
-        for group in by_gradient_kind(views):
-            torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
+        clip_to_norm(params, max_norm, total)
     return total
-
-
-def _grad_view(param: torch.nn.Parameter, spec, *, counted: bool) -> SimpleNamespace:
-    """``param``'s gradient for norms and clipping: as the DTensor it is when the parameter holds a
-    tensor-parallel shard as a plain tensor (``spec``), and whether the norm counts it."""
-    grad = param.grad
-    assert grad is not None, "views are made of the parameters that have a gradient"
-    return SimpleNamespace(grad=as_dtensor(grad, spec) if spec is not None else grad, counted=counted)

@@ -77,8 +77,10 @@ def test_clip_grad_norm_equals_torch(max_norm):
     norm = clip_grad_norm_(ours.parameters(), max_norm)
     expected = torch.nn.utils.clip_grad_norm_(theirs.parameters(), max_norm)
     torch.testing.assert_close(norm, expected)
+    # The norm is summed in another order than torch's (squares of the tensors' norms in float32, not
+    # the norm of their norms), so the rescale may differ in the last bit.
     for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
-        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(a.grad, b.grad, msg=name)
 
 
 def test_clip_with_zero_max_norm_only_measures():
@@ -94,7 +96,7 @@ def test_a_rank_without_gradients_makes_its_zero_norm_on_its_own_device():
     """A pipeline rank with no gradient still all-reduces its norm with the other stages; under NCCL
     that tensor must be on the rank's GPU, not the CPU (found by reading, never run on NCCL). The
     meta device stands in for the GPU: the zero is made where the caller says."""
-    from planc.runtime.optim import grad_norm
+    from planc.runtime.grad_norm import grad_norm
 
     assert grad_norm([], device="meta").device.type == "meta"
     assert grad_norm([]).device.type == "cpu"

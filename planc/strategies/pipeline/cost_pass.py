@@ -313,7 +313,7 @@ def _p2p(ctx: CostContext) -> CommCost:
 def _with_step_reductions(ctx: CostContext, p2p: CommCost) -> CommCost:
     """``p2p`` and the all-reduces a pipelined step runs between its schedule and its optimizer, each
     waited on before the next (exposed): the sum of the stages' squared gradient norms over the
-    pipeline group (planc.runtime.optim.grad_norm; Megatron sums its norm over the model-parallel
+    pipeline group (planc.runtime.grad_norm.grad_norm; Megatron sums its norm over the model-parallel
     group the same way), and with tied embeddings the sum of the first stage's embedding gradient
     and the last stage's output gradient over those two ranks (planc.runtime.step._sum_tied_gradients;
     Megatron-LM's ``allreduce_word_embedding_grads``), every element of a tensor-parallel rank's
