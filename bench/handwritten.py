@@ -6,9 +6,9 @@ STRATEGY is ``ddp``, ``fsdp`` (ZeRO-3: FSDP2 ``fully_shard`` per block, then the
 (DTensor ``parallelize_module``: column/row-parallel attention and MLP, vocabulary-parallel
 embedding and head, norms left plain) or ``pp`` (``torch.distributed.pipelining``, one block
 range per rank, ``Schedule1F1B``). Every one uses the same model code and initialisation
-(planc.runtime.transformer), the same data (planc.runtime.data) and fused AdamW with the plan's
-hyper-parameters and global-norm clipping, so only the training-loop machinery differs from the
-program planc emits. No accumulation except PP's micro-batches: the plans of bench/overhead.py
+(planc.runtime.transformer), the same data (planc.runtime.data), fused AdamW with the plan's
+hyper-parameters and planc's parameter groups (no decay on biases and norm gains), and
+global-norm clipping, so only the training-loop machinery differs from the program planc emits. No accumulation except PP's micro-batches: the plans of bench/overhead.py
 give each data-parallel rank one micro-batch. Rank 0 writes ``wall_s`` and ``cpu_s``, the
 ``time.perf_counter()`` and ``time.process_time()`` at the end of every step: bench/overhead.py
 takes the gaps between them, as it does for planc's program (bench/step_stamps.py), so both are
@@ -38,15 +38,21 @@ def cross_entropy(logits, targets):
 
 def optimizer_for(plan, params):
     # fused, as planc's program runs it on CPU and CUDA: the same optimizer, so that only the loop's
-    # machinery differs (torch's default on CPU is a Python loop over the tensors). A fused step
-    # cannot mix DTensors and plain tensors (TP leaves the norms plain): one group of each.
+    # machinery differs (torch's default on CPU is a Python loop over the tensors). The same groups
+    # too, as nanoGPT writes them: matrices and embeddings decayed, biases and norm gains not. A
+    # fused step cannot mix DTensors and plain tensors (TP leaves the norms plain): a group of each.
     from torch.distributed.tensor import DTensor
 
     t = plan.train
     params = list(params)
-    groups = [{"params": [p for p in params if isinstance(p, DTensor) == kind]} for kind in (True, False)]
+    groups = [
+        {"params": [p for p in params if isinstance(p, DTensor) == dtensor and (p.dim() >= 2) == decayed]}
+        | {"weight_decay": t.weight_decay if decayed else 0.0}
+        for dtensor in (True, False)
+        for decayed in (True, False)
+    ]
     groups = [g for g in groups if g["params"]]
-    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), weight_decay=t.weight_decay, fused=True)
+    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), fused=True)
 
 
 def ddp(plan, model, rank, world):

@@ -28,13 +28,15 @@ def main(plan_path: str, steps: int, out_path: str) -> None:
     model = build_model(plan.model)
     init_weights(model, plan.train.seed)
     model = DistributedDataParallel(model, gradient_as_bucket_view=True)
-    optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=plan.train.lr,
-        betas=(plan.train.beta1, plan.train.beta2),
-        weight_decay=plan.train.weight_decay,
-        fused=True,  # as planc's program (torch's default on CPU is a Python loop over the tensors)
-    )
+    # fused, as planc's program (torch's default on CPU is a Python loop over the tensors); decay on
+    # matrices and embeddings, not on biases and norm gains, as planc's groups (and nanoGPT's)
+    params = list(model.parameters())
+    decay = plan.train.weight_decay
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=plan.train.lr, betas=(plan.train.beta1, plan.train.beta2), fused=True)
     data = build_data(plan.train, plan.model, base_dir=plan.data_root)
     rows = plan.train.global_batch // world
     mb = plan.train.micro_batch
