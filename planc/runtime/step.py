@@ -12,13 +12,12 @@ same number of tokens, so
 * with pipelining, the schedule runs the micro-batches and divides the gradients by their number
   (``scale_grads``), and the stage's DDP/FSDP averages over data parallelism.
 
-The logged loss is the same mean, made known to every rank by one collective after the optimizer
-step, and read (with the gradient norm) only then, so the step has no host-device synchronisation
-in its middle: on a GPU the host keeps queueing the optimizer's kernels while backward finishes,
-as a hand-written loop that logs nothing would. The same collective (an all-gather of three
-numbers per rank) carries each rank's stop flag (a SIGTERM or Ctrl-C it received; their sum is
-the vote) and its peak memory (their maximum is the step's ``memory_bytes``): a step meets the
-other ranks once for its bookkeeping, not once for each number.
+The logged loss is the same mean, made known to every rank after the optimizer step and read
+(with the gradient norm) only then, so the step has no host-device synchronisation in its middle:
+on a GPU the host keeps queueing the optimizer's kernels while backward finishes, as a
+hand-written loop that logs nothing would. It travels with each rank's stop flag and peak memory
+(:mod:`planc.runtime.step_summary`: one all-gather on up to 64 ranks), so a step meets the other
+ranks once for its bookkeeping, not once for each number.
 """
 
 from __future__ import annotations
@@ -29,10 +28,10 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
-from planc.runtime import metrics
 from planc.runtime.data import DataSource, inputs_and_targets, local_batch, split_micro_batches
 from planc.runtime.grad_norm import clip_to_norm, grad_norm
 from planc.runtime.optim import reduce_partial_gradients, sum_in_place
+from planc.runtime.step_summary import StepSummary
 from planc.runtime.transformer import loss_fn
 
 
@@ -57,19 +56,15 @@ def train_step(
     asked.
     """
     local_loss, total_norm, lr = optimizer_step(job, batch)
-    # Every allocation of the step is made (a GPU's caching allocator counts them as they are
-    # queued): the step's summary travels while ``before_sync`` works.
-    every_rank, gathering = _start_step_summary(job, local_loss, stop_flag=bool(stop_requested))
+    # Its loss, stop vote and peak memory travel over the ranks while ``before_sync`` works.
+    summary = StepSummary(job, local_loss, stop_flag=bool(stop_requested))
     if before_sync is not None:
         before_sync()
-    if gathering is not None:
-        gathering.wait()
+    loss, stops, memory = summary.results()
     # One copy to the host for the four numbers: on a GPU each ``.item()`` is a wait of its own.
-    # float64: exact for the bytes (below 2^53), and for the float32 loss, norm and votes.
-    shares, votes, peaks = every_rank.unbind(1)
-    numbers = torch.stack([shares.sum(), total_norm.double(), votes.sum(), peaks.max()])
-    loss_value, norm_value, stops, memory = numbers.tolist()
-    return {"loss": loss_value, "grad_norm": norm_value, "lr": lr, "memory_bytes": int(memory), "stop": stops > 0}
+    numbers = torch.stack([loss, total_norm.double(), stops, memory])
+    loss_value, norm_value, votes, peak = numbers.tolist()
+    return {"loss": loss_value, "grad_norm": norm_value, "lr": lr, "memory_bytes": int(peak), "stop": votes > 0}
 
 
 def optimizer_step(job, batch: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor, float]:
@@ -96,35 +91,6 @@ def optimizer_step(job, batch: torch.Tensor) -> tuple[torch.Tensor | None, torch
         optimizer.step()
         scheduler.step()
     return local_loss, total_norm, lr
-
-
-def _start_step_summary(job, local_loss: torch.Tensor | None, stop_flag: bool):
-    """Start gathering every rank's (share of the global mean loss, stop flag, peak memory); returns
-    (a float64 ``[world, 3]`` tensor that holds them once the work is done, the work to wait on;
-    None with one rank).
-
-    One collective for the three, not one each: a step meets the other ranks once for its
-    bookkeeping. An all-gather, because the loss shares and flags are summed but the peaks take
-    their maximum. The loss is replicated over tensor parallelism and only the last pipeline stage
-    has it, so exactly one rank per data-parallel rank contributes a share (tp rank 0 of the last
-    stage). The flag is 0 or 1: their sum is the vote. The peak: ranks differ (pipeline stages hold
-    different activations, the last one the logits; vocabulary padding and uneven FSDP shards fall
-    on some ranks), and planc predicts the worst device. ``torch.full`` from host numbers (a fill,
-    not a copy): a copy would wait for the device's queue on a GPU.
-    """
-    device = job.device
-    if local_loss is not None and job.coordinates["tp"] == 0:
-        share = _plain(local_loss).double().reshape(1) / job.layout.dp
-    else:
-        share = torch.zeros(1, dtype=torch.float64, device=device)
-    flag = torch.full((1,), 1.0 if stop_flag else 0.0, dtype=torch.float64, device=device)
-    peak = torch.full((1,), float(metrics.peak_memory_bytes(device)), dtype=torch.float64, device=device)
-    mine = torch.cat([share, flag, peak])
-    world = dist.get_world_size()
-    if world == 1:
-        return mine.view(1, 3), None
-    every_rank = torch.empty(world * 3, dtype=torch.float64, device=device)  # flat: gloo's all-gather wants it so
-    return every_rank.view(world, 3), dist.all_gather_into_tensor(every_rank, mine, async_op=True)
 
 
 def clear_gradients(job) -> None:
@@ -179,7 +145,7 @@ def _plain(value: torch.Tensor) -> torch.Tensor:
 
 def _global_mean_loss(job, local_loss: torch.Tensor | None) -> float:
     """The global-batch mean loss on every rank, now (the validation loss uses it): one all-reduce of
-    the shares of :func:`_start_step_summary` (tp rank 0 of the last stage of each data-parallel rank)."""
+    the ranks' shares, as :class:`~planc.runtime.step_summary.StepSummary` takes them."""
     if local_loss is not None and job.coordinates["tp"] == 0:
         value = local_loss.float().reshape(1) / job.layout.dp
     else:

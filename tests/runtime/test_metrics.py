@@ -142,13 +142,14 @@ def test_a_cuda_step_peak_starts_at_the_step(monkeypatch):
     assert resets == [torch.device("cuda", 5)]
 
 
-def logged_memory_of_two_ranks(payload: dict) -> list[int]:
+def logged_memory_of_two_ranks(payload: dict) -> dict[str, list]:
     """On each of 2 gloo ranks (tests/ranks.py): rank 1 reports a made-up peak of 1 TiB + the number
     of peak resets so far; rank 0 its real RSS (far less). The loop must log the larger, read after
-    that step's reset."""
+    that step's reset. Trained twice from the same start: with the step's numbers in one
+    all-gather (2 ranks, below ``GATHER_RANKS``), then in the two all-reduces of larger worlds."""
     import torch.distributed as dist
 
-    from planc.runtime import metrics
+    from planc.runtime import metrics, step_summary
     from planc.runtime.compose import compose
     from planc.runtime.loop import train
     from planc.spec import Layout, Plan
@@ -160,11 +161,15 @@ def logged_memory_of_two_ranks(payload: dict) -> list[int]:
         metrics.peak_memory_bytes = lambda device=None: (1 << 40) + len(resets)
     plan = Plan.from_json(payload["plan"])
     layout = Layout(tp=1, pp=1, dp=2, zero=0, recompute="none", schedule=None, micro_batch=2)
-    train(compose(plan, layout, load_registry()), out_dir=payload["out"], quiet=True)
-    if dist.get_rank() != 0:
-        return []
-    lines = (Path(payload["out"]) / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line)["memory_bytes"] for line in lines]
+    logged: dict[str, list] = {}
+    for path, gather_ranks in (("gathered", 64), ("all-reduced", 1)):
+        step_summary.GATHER_RANKS = gather_ranks
+        out = Path(payload["out"]) / path
+        train(compose(plan, layout, load_registry()), out_dir=out, quiet=True)
+        if dist.get_rank() == 0:
+            records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+            logged[path] = [(r["memory_bytes"], r["loss"]) for r in records]
+    return logged
 
 
 @pytest.mark.dist
@@ -180,5 +185,9 @@ def test_logged_memory_is_each_steps_largest_peak_over_ranks(tmp_path):
     )
     payload = {"plan": plan.to_json(), "out": str(tmp_path / "run")}
     logged = run_ranks("tests/runtime/test_metrics.py:logged_memory_of_two_ranks", 2, payload)
-    # Rank 1's fake peak after the reset of step 1, then of step 2; rank 0's RSS is far below 1 TiB.
-    assert logged == [(1 << 40) + 1, (1 << 40) + 2]
+    # Rank 1's fake peak after the reset of step 1, then of step 2 (3 and 4 in the second run);
+    # rank 0's RSS is far below 1 TiB.
+    assert [memory for memory, _ in logged["gathered"]] == [(1 << 40) + 1, (1 << 40) + 2]
+    assert [memory for memory, _ in logged["all-reduced"]] == [(1 << 40) + 3, (1 << 40) + 4]
+    # The same training both times: the same global mean loss, however it travelled.
+    assert [loss for _, loss in logged["gathered"]] == [loss for _, loss in logged["all-reduced"]]
