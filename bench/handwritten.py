@@ -8,8 +8,9 @@ embedding and head, norms left plain) or ``pp`` (``torch.distributed.pipelining`
 range per rank, ``Schedule1F1B``). Every one uses the same model code and initialisation
 (planc.runtime.transformer), the same data (planc.runtime.data), fused AdamW with the plan's
 hyper-parameters and planc's parameter groups (no decay on biases and norm gains), and
-global-norm clipping, so only the training-loop machinery differs from the program planc emits. No accumulation except PP's micro-batches: the plans of bench/overhead.py
-give each data-parallel rank one micro-batch. Rank 0 writes ``wall_s`` and ``cpu_s``, the
+global-norm clipping, so only the training-loop machinery differs from the program planc emits.
+No accumulation except PP's micro-batches: the plans of bench/overhead.py give each
+data-parallel rank one micro-batch. Rank 0 writes ``wall_s`` and ``cpu_s``, the
 ``time.perf_counter()`` and ``time.process_time()`` at the end of every step: bench/overhead.py
 takes the gaps between them, as it does for planc's program (bench/step_stamps.py), so both are
 whole loop iterations by one definition.
