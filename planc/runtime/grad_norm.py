@@ -53,8 +53,12 @@ def _kind(holder: Any) -> tuple[Any, tuple] | None:
 
 
 def _powered_sum(tensors: Sequence[torch.Tensor], norm_type: float) -> torch.Tensor:
-    """sum |t|^p over all ``tensors`` (max |t| for p = inf), in float32."""
-    norms = torch.stack(torch._foreach_norm(list(tensors), norm_type)).float()
+    """sum |t|^p over all ``tensors`` (max |t| for p = inf), in float32. One foreach norm per
+    dtype: each norm comes back in its tensor's dtype, and a stack takes one."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        by_dtype.setdefault(tensor.dtype, []).append(tensor)
+    norms = torch.cat([torch.stack(torch._foreach_norm(group, norm_type)).float() for group in by_dtype.values()])
     if math.isinf(norm_type):
         return norms.max()
     return norms.pow(norm_type).sum()

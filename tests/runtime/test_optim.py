@@ -100,3 +100,17 @@ def test_a_rank_without_gradients_makes_its_zero_norm_on_its_own_device():
 
     assert grad_norm([], device="meta").device.type == "meta"
     assert grad_norm([]).device.type == "cpu"
+
+
+def test_the_norm_takes_gradients_of_several_dtypes_and_the_inf_norm():
+    """A bf16 and an fp32 gradient in one norm (foreach norms come back in each tensor's dtype), and
+    the max norm, against the norms worked out by hand."""
+    from types import SimpleNamespace
+
+    from planc.runtime.grad_norm import grad_norm
+
+    a = torch.tensor([3.0, -4.0], dtype=torch.bfloat16)
+    b = torch.tensor([[12.0], [-13.5]])
+    holders = [SimpleNamespace(grad=a), SimpleNamespace(grad=b), SimpleNamespace(grad=None)]
+    assert grad_norm(holders).item() == pytest.approx((9 + 16 + 144 + 13.5**2) ** 0.5)
+    assert grad_norm(holders, float("inf")).item() == 13.5
