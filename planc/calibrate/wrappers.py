@@ -192,15 +192,14 @@ def _replicate(plain, x, plain_step, numel, device, budget) -> float:
 def _dtensor_optimizer(plain, tensors: int, device, budget) -> float:
     """Gradient clipping and AdamW's step over the FSDP2-wrapped ``plain`` blocks' DTensor parameters
     against the same over the plain blocks' tensors, per tensor, as planc's step runs them
-    (:func:`planc.runtime.grad_norm.grad_norm`: the norm of the gradients, reduced over the shards by
-    ``full_tensor``; the rescale; the step).
-    Over DTensors each of clipping's foreach ops goes through DTensor's dispatch too: on 2 gloo
-    ranks the norm and rescale of 64 GPT-block tensors took 2.1 ms over FSDP2's DTensors against
-    0.3 ms over plain tensors. Part of that is once per step, not per tensor: measured on planc's
-    GPT blocks (64 tensors, about what the CPU matrix's models hold) rather than the 16 of the MLP
-    stack, which read 0.14 ms per tensor where the blocks read 0.06. The norm's one
-    scalar all-reduce, which the cost model prices as a collective, is timed bare and taken off.
-    The gradients are zeros: the host work, not the values, is measured."""
+    (:mod:`planc.runtime.grad_norm`: the norm worked on the local shards, then reduced over the
+    shards; the rescale; the step). What remains of DTensor's cost there is reading the shards and
+    the fused step's dispatch per parameter group. Part of it is once per step, not per tensor:
+    measured on planc's GPT blocks (64 tensors, about what the CPU matrix's models hold) rather
+    than the 16 of the MLP stack, which read 0.14 ms per tensor where the blocks read 0.06 (with
+    clipping through DTensor; 0.035 since). The norm's one scalar all-reduce, which the cost model
+    prices as a collective, is timed bare and taken off. The gradients are zeros: the host work,
+    not the values, is measured."""
     from torch.distributed.fsdp import fully_shard
 
     from planc.runtime.grad_norm import clip_to_norm, grad_norm

@@ -91,8 +91,8 @@ NORM_BYTES = 4
 def norm_reductions(count: int, link: GroupLink) -> tuple[float, float]:
     """(seconds, bytes one rank sends) of ``count`` all-reduces of a partial gradient norm over
     ``link``'s group, one after another: the clipping waits for the whole norm
-    (planc.runtime.grad_norm.grad_norm: one per kind of sharded gradient whose shards the group
-    holds, as ``DTensor.full_tensor`` reduces it, and one over the pipeline's stages)."""
+    (planc.runtime.grad_norm.grad_norm: one per kind of sharded gradient and mesh dimension it
+    is sharded on, as ``DTensor.full_tensor`` would reduce it, and one over the pipeline's stages)."""
     p = link.size
     if p <= 1 or count <= 0:
         return 0.0, 0.0

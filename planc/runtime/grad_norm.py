@@ -32,12 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-
-def local_shard(grad: torch.Tensor) -> torch.Tensor:
-    """A gradient's values on this rank: a DTensor's local tensor, or the tensor itself.
-
-    ``_local_tensor``, not ``to_local()``: the latter is an autograd function, ~10 µs a call."""
-    return grad._local_tensor if hasattr(grad, "_local_tensor") else grad
+from planc.runtime.local_shards import local_shard
 
 
 def _kind(holder: Any) -> tuple[Any, tuple] | None:

@@ -14,8 +14,9 @@ parameters *are* its local shards. So, before DDP wraps a model part:
   tensor-parallel layers still compute with DTensors; autograd carries the gradient back to the
   plain parameter, where DDP's hooks see it.
 
-Gradient norms and checkpoints rebuild the DTensor from the spec (:func:`as_dtensor`). The
-``ddp`` strategy (``planc.strategies.ddp.runtime``) localizes a part before it wraps it.
+Gradient norms read the spec beside the plain gradient (``planc.runtime.grad_norm``);
+checkpoints rebuild the DTensor from it (:func:`as_dtensor`). The ``ddp`` strategy
+(``planc.strategies.ddp.runtime``) localizes a part before it wraps it.
 """
 
 from __future__ import annotations
@@ -90,6 +91,14 @@ def _hide_dtensors(names: tuple[str, ...]):
             module.__dict__.pop(name, None)
 
     return hook
+
+
+def local_shard(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor's values on this rank: a DTensor's local tensor, or the tensor itself.
+
+    ``_local_tensor``, not ``to_local()``: the latter is an autograd function, ~10 µs a call (the
+    gradient norm reads every gradient's each step)."""
+    return tensor._local_tensor if hasattr(tensor, "_local_tensor") else tensor
 
 
 def as_dtensor(tensor: torch.Tensor, spec) -> torch.Tensor:

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from planc.runtime.data import DataSource, inputs_and_targets, local_batch, split_micro_batches
 from planc.runtime.grad_norm import clip_to_norm, grad_norm
 from planc.runtime.optim import reduce_partial_gradients, sum_in_place
-from planc.runtime.step_summary import StepSummary
+from planc.runtime.step_summary import StepSummary, loss_share
 from planc.runtime.transformer import loss_fn
 
 
@@ -145,11 +145,8 @@ def _plain(value: torch.Tensor) -> torch.Tensor:
 
 def _global_mean_loss(job, local_loss: torch.Tensor | None) -> float:
     """The global-batch mean loss on every rank, now (the validation loss uses it): one all-reduce of
-    the ranks' shares, as :class:`~planc.runtime.step_summary.StepSummary` takes them."""
-    if local_loss is not None and job.coordinates["tp"] == 0:
-        value = local_loss.float().reshape(1) / job.layout.dp
-    else:
-        value = torch.zeros(1, device=job.device)
+    the ranks' shares (:func:`~planc.runtime.step_summary.loss_share`)."""
+    value = loss_share(job, local_loss, torch.float32)
     dist.all_reduce(value)
     return float(value.item())
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import torch
 
+from planc.runtime.local_shards import local_shard
+
 
 def _storage(tensor: torch.Tensor) -> tuple[int, int]:
     """(the storage's identity, its bytes): the address of its ``StorageImpl`` -- the same for every
     view of it, and defined for fake tensors too (``planc verify --simulate``), which have no data."""
-    local = tensor._local_tensor if hasattr(tensor, "_local_tensor") else tensor
+    local = local_shard(tensor)
     storage = local.untyped_storage()
     return storage._cdata, storage.nbytes()
 

@@ -19,12 +19,14 @@ from collections import defaultdict
 import torch
 from torch import nn
 
+from planc.runtime.local_shards import local_shard
+
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
     """The plain tensor holding ``tensor``'s bytes on this rank: a DTensor's local shard, and inside it
     the buffer of a functional collective still in flight (an ``AsyncCollectiveTensor``, what sequence
     parallelism's redistributions leave, has no storage of its own to ask)."""
-    local = tensor._local_tensor if hasattr(tensor, "_local_tensor") else tensor
+    local = local_shard(tensor)
     return getattr(local, "elem", local) if type(local).__name__ == "AsyncCollectiveTensor" else local
 
 
