@@ -95,12 +95,12 @@ def measure_compute(workload: dict, device: torch.device, budget: float) -> Meas
     for dtype in workload["dtypes"]:
         gemm += measure_gemms([tuple(s) for s in workload["gemms"]], dtype, device, budget)
         attention += measure_attention([tuple(s) for s in workload["attention"]], dtype, device, budget)
-    return MeasuredRates(
-        gemm=tuple(gemm),
-        attention=tuple(attention),
-        memory_bandwidth=measure_memory_bandwidth(device, budget),
-        seconds_per_op=measure_dispatch(device, budget),
+    rates = MeasuredRates(
+        gemm=tuple(gemm), attention=tuple(attention), memory_bandwidth=measure_memory_bandwidth(device, budget)
     )
+    # Per op beyond the kernels the cost model prices with the rates just measured.
+    op_costs = measure_dispatch(device, budget, rates)
+    return rates.model_copy(update={"op_costs": op_costs, "seconds_per_op": op_costs[0].seconds})
 
 
 def gather_fits(fits: list) -> list:

@@ -147,8 +147,12 @@ def _summarise(out: Path) -> None:
         print(f"  attention s={a.seq_len} d={a.head_dim}: {rate(a.forward_flops)} fwd, {rate(a.backward_flops)} bwd")
     if m.memory_bandwidth:
         print(f"  memory: {format_bandwidth(m.memory_bandwidth)} (triad)")
+    sizes = ", ".join(f"{format_seconds(p.seconds)} at {p.elements:.0f}" for p in m.op_costs) or format_seconds(
+        m.seconds_per_op
+    )
+    sizes += " activation elements" if m.op_costs else ""
     print(
-        f"  eager dispatch: {format_seconds(m.seconds_per_op)} per aten op in fp32; planc's block in bf16 "
+        f"  eager dispatch: {sizes} per aten op of planc's model in fp32 (beyond its kernels); planc's block in bf16 "
         f"x{m.bf16_host_factor:.2f} (bf16 parameters), x{m.autocast_host_factor:.2f} (autocast)"
     )
     w = m.wrappers

@@ -36,7 +36,7 @@ from planc.cost.dispatch import GPU_SECONDS_PER_OP, MICRO_BATCH_OPS, block_ops, 
 from planc.cost.memory import gemm_input_copies, loss_checkpointed, loss_in_forward
 from planc.cost.profile import RuntimeProfile
 from planc.spec.hardware import HardwareSpec
-from planc.spec.hardware_profile import MeasuredRates, nearest_attention_rates, nearest_gemm_rate
+from planc.spec.hardware_profile import MeasuredRates, interpolate_op_cost, nearest_attention_rates, nearest_gemm_rate
 from planc.spec.model import ModelSpec
 
 #: Streaming kernels reach about this fraction of peak HBM bandwidth (copy/triad benchmarks such
@@ -142,15 +142,19 @@ class Device:
             return self.measured.seconds_per_op
         return 0.0 if self.sms is None else GPU_SECONDS_PER_OP
 
-    def seconds_per_model_op(self, compute_bytes: int, residual_bytes: int) -> float:
-        """:attr:`seconds_per_op` for the model's own ops (blocks, embedding, head, loss) in the
-        plan's precision: on a calibrated CPU a bf16 op costs the measured factor more (bf16
-        parameters, ``residual_bytes`` 2; autocast over fp32 parameters, ``residual_bytes`` 4)."""
+    def seconds_per_model_op(self, compute_bytes: int, residual_bytes: int, elements: float) -> float:
+        """:attr:`seconds_per_op` for the model's own ops (blocks, embedding, head, loss) whose
+        activations hold ``elements`` elements (micro-batch tokens x hidden / tp), in the plan's
+        precision: measured at that size where the profile has sizes (``op_costs``); on a
+        calibrated CPU a bf16 op costs the measured factor more (bf16 parameters,
+        ``residual_bytes`` 2; autocast over fp32 parameters, ``residual_bytes`` 4)."""
         measured = self.measured
-        if measured is None or compute_bytes != 2:
+        if measured is None:
             return self.seconds_per_op
-        factor = measured.autocast_host_factor if residual_bytes == 4 else measured.bf16_host_factor
-        return measured.seconds_per_op * factor
+        base = interpolate_op_cost(measured.op_costs, elements) if measured.op_costs else measured.seconds_per_op
+        if compute_bytes != 2:
+            return base
+        return base * (measured.autocast_host_factor if residual_bytes == 4 else measured.bf16_host_factor)
 
     @property
     def memory_rate(self) -> float:
@@ -361,7 +365,7 @@ def block_times(
         e = compute_bytes
         scores = (2 * e + ((2 * e + 1) if profile.dropout else 0)) * model.heads * s * T / tp
         selective = attn_fwd + scores / device.memory_rate
-    per_op = device.seconds_per_model_op(compute_bytes, residual_bytes)
+    per_op = device.seconds_per_model_op(compute_bytes, residual_bytes, T * model.hidden / tp)
     host_fwd, host_bwd = (ops * per_op for ops in block_ops(model))
     cpu = device.sms is None
     kernels_fwd, kernels_bwd = gemm + attn_fwd + elementwise, 2.0 * gemm + attn_bwd + 2.0 * elementwise
@@ -440,7 +444,7 @@ def head_times(
     fwd = gemm + (loss_forward + norm) / device.memory_rate
     bwd = 2.0 * gemm + (loss_backward + 2 * norm) / device.memory_rate
     # The host ops of embedding, head and loss, a third forward and two thirds backward.
-    host = MICRO_BATCH_OPS * device.seconds_per_model_op(compute_bytes, residual_bytes)
+    host = MICRO_BATCH_OPS * device.seconds_per_model_op(compute_bytes, residual_bytes, T * h / tp)
     cpu = device.sms is None
     return combine(fwd, host / 3, cpu), combine(bwd, 2 * host / 3, cpu)
 

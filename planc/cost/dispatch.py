@@ -81,7 +81,10 @@ STEP_OPS = 40
 #: Host seconds per eager op on a GPU machine without a profile: `planc calibrate` measured
 #: 11.8 and 11.9 us on the H100 machine's host and 14.7 us on the H200's
 #: (docs/gpu-runs/2026-11-27-h100/*.json, docs/gpu-runs/2026-11-27-h200/h200-plan.json); the
-#: lower figure, as a host at least that fast is what a GPU node has.
+#: lower figure, as a host at least that fast is what a GPU node has. Those calibrations timed a
+#: chain of elementwise multiplies, which on this project's CPU read half of what planc's own ops
+#: cost (planc.calibrate.dispatch, since 2026-11-29): on a GPU host the figure is likely low too,
+#: but it has not been measured there on planc's ops.
 GPU_SECONDS_PER_OP = 12e-6
 
 

@@ -28,6 +28,27 @@ SCHEMA_VERSION = 1
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
+class OpCost(BaseModel):
+    """Seconds per eager op of planc's models whose activations have ``elements`` elements per op
+    (micro-batch tokens x hidden / tp), beyond the kernels the cost model prices."""
+
+    model_config = _FROZEN
+    elements: float = Field(gt=0)
+    seconds: float = Field(ge=0)
+
+
+def interpolate_op_cost(points: tuple[OpCost, ...], elements: float) -> float:
+    """Seconds per op at ``elements``: linear between ``points`` (sorted by size), flat beyond them."""
+    ordered = sorted(points, key=lambda p: p.elements)
+    if elements <= ordered[0].elements:
+        return ordered[0].seconds
+    for low, high in zip(ordered, ordered[1:]):
+        if elements <= high.elements:
+            weight = (elements - low.elements) / (high.elements - low.elements)
+            return low.seconds + weight * (high.seconds - low.seconds)
+    return ordered[-1].seconds
+
+
 class GemmRate(BaseModel):
     """One GEMM shape, (m x k) @ (k x n), and the FLOP/s it sustained."""
 
@@ -136,7 +157,14 @@ class MeasuredRates(BaseModel):
     """Where and when: device, processes, backend, date, torch version (filled when a plan reads the profile)."""
     seconds_per_op: float = Field(default=0.0, ge=0)
     """Host overhead of one eager aten op (dispatch, autograd, launch), forward and backward
-    alike: a chain of small ops timed forward + backward over the aten ops it ran."""
+    alike, where :attr:`op_costs` does not say more (the ops a step runs once, profiles without
+    it): the smallest size's figure. Profiles written before 2026-11-29 timed a chain of
+    elementwise multiplies, about half of what planc's ops cost (planc.calibrate.dispatch)."""
+    op_costs: tuple[OpCost, ...] = ()
+    """What one of planc's model ops costs beyond the kernels the cost model prices, at the sizes
+    measured (planc's GPT and Llama at small sizes, forward + backward, over the aten ops they
+    ran): on a CPU small ops cost more the larger their tensors, more than memory bandwidth says
+    (planc.calibrate.dispatch). Interpolated between the points, the end points' beyond them."""
     bf16_host_factor: float = Field(default=1.0, gt=0)
     """How much longer planc's block takes forward + backward with bf16 parameters (FSDP2's and
     ``replicate``'s mixed precision) than in fp32, at the calibration's small sizes: the factor on

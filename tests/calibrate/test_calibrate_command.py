@@ -64,6 +64,11 @@ def test_calibrate_writes_a_profile_the_plan_uses(tmp_path, capsys):
     }
     assert all(c.group_size == 2 and c.medium == "intra_node" and c.bandwidth > 0 for c in profile.collectives)
     assert profile.measured.seconds_per_op > 0 and profile.measured.memory_bandwidth > 0
+    # planc's models' ops beyond their priced kernels, at 1 and 8 rows of 16 tokens x hidden 32;
+    # seconds_per_op (the step's own ops) is the smaller size's.
+    op_costs = profile.measured.op_costs
+    assert [p.elements for p in op_costs] == [512, 4096] and all(p.seconds > 0 for p in op_costs)
+    assert profile.measured.seconds_per_op == op_costs[0].seconds
     # planc's block in bf16 against fp32, both modes measured (above or below 1 by the machine).
     assert profile.measured.bf16_host_factor > 0 and profile.measured.autocast_host_factor > 0
     assert profile.measured.autocast_host_factor != 1.0  # a measurement, not the absent default

@@ -134,9 +134,9 @@ def test_bf16_model_ops_cost_the_measured_factor_more(tmp_path):
     raw["measured"] = {**raw["measured"], "bf16_host_factor": 1.5, "autocast_host_factor": 2.0}
     plan = plan_with(tmp_path, raw)
     device = device_for(plan.hardware, "bf16")
-    assert device.seconds_per_model_op(4, 4) == pytest.approx(SECONDS_PER_OP)  # fp32
-    assert device.seconds_per_model_op(2, 2) == pytest.approx(1.5 * SECONDS_PER_OP)  # bf16 parameters
-    assert device.seconds_per_model_op(2, 4) == pytest.approx(2.0 * SECONDS_PER_OP)  # autocast
+    assert device.seconds_per_model_op(4, 4, 1024) == pytest.approx(SECONDS_PER_OP)  # fp32
+    assert device.seconds_per_model_op(2, 2, 1024) == pytest.approx(1.5 * SECONDS_PER_OP)  # bf16 parameters
+    assert device.seconds_per_model_op(2, 4, 1024) == pytest.approx(2.0 * SECONDS_PER_OP)  # autocast
     # In a block: the host part of an autocast block is the ops x 2 x the fp32 cost per op.
     fwd_ops, bwd_ops = BLOCK_OPS[("layernorm", "gelu", "learned")]
     plain = plan_with(tmp_path, profile_dict())
@@ -339,3 +339,31 @@ def test_a_measured_link_is_what_nccl_moved(tmp_path):
     raw["hardware"]["intra_node_bw"] = Quantity.of(450, "GB/s")
     hw = build_plan(raw, base_dir=tmp_path).hardware
     assert (hw.intra_node_link_efficiency, hw.nvls_all_reduce_bw) == (0.82, 275e9)
+
+
+def test_model_ops_cost_what_was_measured_at_their_size(tmp_path):
+    # Two sizes measured: 5 us per op at 512 activation elements, 7 us at 4096. Between them the
+    # cost is linear (at 1024: 5 + 2 x 512 / 3584 us), beyond them flat; a block of the plan's
+    # micro-batch (4 rows x seq x hidden / tp elements) takes its size's figure for every op.
+    raw = profile_dict()
+    points = [{"elements": 512, "seconds": 5e-6}, {"elements": 4096, "seconds": 7e-6}]
+    raw["measured"] = {**raw["measured"], "op_costs": points, "bf16_host_factor": 1.5}
+    plan = plan_with(tmp_path, raw)
+    device = device_for(plan.hardware, "fp32")
+    assert device.seconds_per_model_op(4, 4, 100) == pytest.approx(5e-6)
+    assert device.seconds_per_model_op(4, 4, 1024) == pytest.approx(5e-6 + 2e-6 * 512 / 3584)
+    assert device.seconds_per_model_op(4, 4, 1e6) == pytest.approx(7e-6)
+    assert device.seconds_per_model_op(2, 2, 1e6) == pytest.approx(1.5 * 7e-6)
+    # The step's own ops (optimizer, clipping) keep seconds_per_op: they act on parameters.
+    assert device.seconds_per_op == pytest.approx(SECONDS_PER_OP)
+    free = profile_dict()
+    free["measured"] = {**free["measured"], "seconds_per_op": 0.0}
+    free_device = device_for(plan_with(tmp_path, free).hardware, "fp32")
+    model = plan.model
+    elements = 4 * model.seq_len * model.hidden
+    per_op = device.seconds_per_model_op(4, 4, elements)
+    with_ops = block_times(model, 4, 1, False, device, 4, 4, PLANC_RUNTIME_CPU)
+    no_ops = block_times(model, 4, 1, False, free_device, 4, 4, PLANC_RUNTIME_CPU)
+    fwd_ops, bwd_ops = BLOCK_OPS[("layernorm", "gelu", "learned")]
+    assert with_ops.forward - no_ops.forward == pytest.approx(fwd_ops * per_op)
+    assert with_ops.backward - no_ops.backward == pytest.approx(bwd_ops * per_op)
