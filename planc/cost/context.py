@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planc.cost.comm import step_summary_seconds
 from planc.cost.compute import (
     Device,
     LayerTimes,
@@ -36,7 +37,7 @@ from planc.cost.memory import (
 )
 from planc.cost.params import StageParams, stage_params
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile, StateBytes, on_hardware
-from planc.hardware.topology import Topology, group_ranks, topology_for
+from planc.hardware.topology import GroupLink, Topology, group_ranks, topology_for
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
 from planc.stages import StageStyle, micro_batches, representative_ranks
@@ -86,9 +87,12 @@ class CostContext:
     links: dict
     """GroupLink per group: "tp", "dp", "pp" (collectives), "pp_hop_counts" (the links of the hops
     between pipeline stages a micro-batch crosses, as (link, how many hops) pairs), "pp_p2p" (the
-    slowest of them) and "pp_ends" (the first and the last pipeline rank, two ranks)."""
+    slowest of them), "pp_ends" (the first and the last pipeline rank, two ranks) and "world" (every
+    rank: the step's summary)."""
     capacity: float
     """Memory per device, bytes."""
+    summary_seconds: float
+    """The step's summary collective over every rank (:func:`~planc.cost.comm.step_summary_seconds`)."""
 
     @property
     def model(self):
@@ -177,6 +181,10 @@ class ContextCache:
         self._links: dict = {}
         self._blocks: dict = {}
         self._edges: dict = {}
+        self.world_link: GroupLink = self.topology.link_of(list(range(plan.world_size)))
+        """The link of a collective over every rank."""
+        self.summary_seconds = step_summary_seconds(self.world_link)
+        """The step's summary over every rank (the same for every layout of the plan)."""
 
     def stages(self, tp: int, pp: int, v: int, style: StageStyle = "looped") -> tuple[StageParams, ...]:
         key = (tp, pp, v, style)
@@ -199,6 +207,7 @@ class ContextCache:
                 "pp": topo.group("pp", dims),
                 "pp_p2p": topo.pipeline_p2p(dims, v, style),
                 "pp_hop_counts": topo.pipeline_hop_counts(dims, v, style),
+                "world": self.world_link,
             }
             # The first and the last pipeline rank (the tied embedding's gradient sum, pipeline/runtime.py).
             pp_ranks = group_ranks("pp", dims)
@@ -286,4 +295,5 @@ def build_context(
         logits=logits,
         links=cache.links(lay, stage_style),
         capacity=plan.hardware.capacity,
+        summary_seconds=cache.summary_seconds,
     )

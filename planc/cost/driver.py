@@ -86,6 +86,10 @@ def _block_backward(ctx: CostContext, st: StageParams) -> tuple[Term, ...]:
     return (Term("block backward: the MLP output projection's gradients", working, "backward"),)
 
 
+#: The step's loss, stop votes and peak memory gathered over every rank (planc.runtime.step_summary).
+SUMMARY_NAME = "step summary over every rank"
+
+
 def base_estimate(ctx: CostContext) -> Estimate:
     """The terms of a program with no strategy: one device's share, one micro-batch at a time."""
     stages = []
@@ -115,6 +119,7 @@ def base_estimate(ctx: CostContext) -> Estimate:
     m = ctx.micro_batches
     plan, model = ctx.plan, ctx.model
     tokens = plan.tokens_per_step
+    summary = ctx.summary_seconds
     return Estimate(
         stages=tuple(stages),
         compute=m * (slow.forward + slow.backward),
@@ -134,6 +139,7 @@ def base_estimate(ctx: CostContext) -> Estimate:
         peak=ctx.device.peak,
         stage_style=ctx.stage_style,
         host_bound=ctx.layer.host_bound,
+        other=(Term(SUMMARY_NAME, summary),) if summary > 0 else (),
     )
 
 

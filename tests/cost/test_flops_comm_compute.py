@@ -132,3 +132,46 @@ def test_a_switch_all_reduce_sends_each_buffer_once_and_wins_only_past_two_ranks
     assert all_reduce_seconds(n, link(8)) == pytest.approx(switch)  # ring: 1.75 n / beta = 4.74 ms
     assert all_reduce_seconds(n, link(4)) == pytest.approx(switch)  # ring: 1.5 n / beta = 4.07 ms
     assert all_reduce_seconds(n, link(2)) == pytest.approx(2e-5 + n / 369e9)  # ring: n / beta = 2.71 ms
+
+
+def test_the_step_summary_is_one_gather_up_to_64_ranks_then_two_all_reduces():
+    """planc.runtime.step_summary: every rank's loss share, stop vote and peak memory (3 float64)
+    in one ring all-gather: on 4 ranks 3 alpha + 0.75 x 96 bytes / beta; on 1024 ranks a tree
+    all-reduce of 16 bytes and one of 8 (2 x 10 alpha + 2 n / beta each); on one rank nothing."""
+    from planc.cost.comm import SUMMARY_GATHER_RANKS, step_summary_seconds
+    from planc.runtime.step_summary import GATHER_RANKS
+
+    assert SUMMARY_GATHER_RANKS == GATHER_RANKS
+    assert step_summary_seconds(LINK) == pytest.approx(3e-5 + 0.75 * 96 / 100e9)
+    big = GroupLink(size=1024, bandwidth=25e9, latency=1e-5, nodes=1024, per_node=1)
+    assert step_summary_seconds(big) == pytest.approx(2 * (2 * 10 * 1e-5) + 2 * 16 / 25e9 + 2 * 8 / 25e9)
+    one = GroupLink(size=1, bandwidth=float("inf"), latency=0.0, nodes=1, per_node=1)
+    assert step_summary_seconds(one) == 0.0
+
+
+def test_every_multi_rank_step_pays_its_summary_over_every_rank():
+    """The summary spans the world, not one group: a TP 2 x DP 4 layout on two 4-GPU nodes
+    gathers across the network (inter-node latency), and one GPU pays nothing."""
+    from planc.cost.comm import step_summary_seconds
+    from planc.cost.context import build_context
+    from planc.cost.driver import SUMMARY_NAME
+
+    def plan(nodes: int, per_node: int):
+        return build_plan(
+            {
+                "model": {"preset": "gpt2"},
+                "hardware": {"device": "A100-80GB", "nodes": nodes, "per_node": per_node},
+                "train": {"global_batch": 64},
+            }
+        )
+
+    p = plan(2, 4)
+    lay = Layout(tp=2, pp=1, dp=4, zero=0, recompute="none", schedule=None, micro_batch=8)
+    est = evaluate(p, lay, load_registry().passes(p, lay))
+    world = build_context(p, lay).links["world"]
+    assert world.size == 8 and world.nodes == 2
+    assert est.step_parts()[SUMMARY_NAME] == pytest.approx(step_summary_seconds(world))
+    assert step_summary_seconds(world) > step_summary_seconds(build_context(p, lay).links["tp"])
+    single = plan(1, 1)
+    one = Layout(tp=1, pp=1, dp=1, zero=0, recompute="none", schedule=None, micro_batch=8)
+    assert SUMMARY_NAME not in evaluate(single, one, load_registry().passes(single, one)).step_parts()
