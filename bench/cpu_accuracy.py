@@ -15,8 +15,11 @@ docs/accuracy.md's convention: + means planc predicted the case faster than it r
 median and worst calibrated error per family of strategies (DDP, ZeRO-n, TP, TP+SP, PP and
 their combinations).
 
-The machine is shared and timings are noisy: the load average is printed with the table; compare
-ratios, and re-run on a quiet machine before drawing conclusions. ``bench/accuracy.py --cpu`` calls
+The machine is shared and timings are noisy: the load average is printed with the table, and
+planc's cost per op, as the calibration measured it, is measured again on the same ranks just
+before the first case and after the last: when those differ from the calibration's, every case's
+error moves with them (a 2-core host read 5-9 us per op within one hour). Compare ratios, and
+re-run on a quiet machine before drawing conclusions. ``bench/accuracy.py --cpu`` calls
 this.
 """
 
@@ -44,19 +47,32 @@ from tests.ranks import run_ranks  # noqa: E402
 WARMUP = 2
 
 
-def time_cases(cases: list[dict]) -> dict:
-    """On every rank: train each case and return rank 0's per-step seconds (run by tests/ranks.py)."""
+def time_cases(payload: dict) -> dict:
+    """On every rank: train each case and return rank 0's per-step seconds (run by tests/ranks.py);
+    under "drift", planc's cost per op (as calibrate measures it, on every rank at once) before the
+    first case and after the last."""
+    import torch
+
+    from planc.calibrate.dispatch import measure_dispatch
     from planc.runtime.compose import compose
     from planc.runtime.loop import train
 
     registry = load_registry()
+    rates = load_profile(Path(payload["profile"])).measured
+    cpu = torch.device("cpu")
+    drift = [measure_dispatch(cpu, DRIFT_BUDGET, rates)[-1].seconds]
     out = {}
-    for case in cases:
+    for case in payload["cases"]:
         job = compose(Plan.model_validate(case["plan"]), Layout(**case["layout"]), registry)
         records = train(job, steps=case["steps"], quiet=True)
         out[case["name"]] = [r["step_s"] for r in records]
         del job
-    return out
+    drift.append(measure_dispatch(cpu, DRIFT_BUDGET, rates)[-1].seconds)
+    return {"cases": out, "drift": drift}
+
+
+#: Seconds of repetitions for each drift measurement (calibrate's default budget).
+DRIFT_BUDGET = 0.3
 
 
 def calibrated(plan: Plan, profile_path: Path) -> Plan:
@@ -117,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
             }
             for c in cases
         ]
-        measured = run_ranks("bench/cpu_accuracy.py:time_cases", world, payload, timeout=1800)
+        result = run_ranks(
+            "bench/cpu_accuracy.py:time_cases", world, {"cases": payload, "profile": str(profile)}, timeout=1800
+        )
+        measured = result["cases"]
+        print_drift(world, load_profile(profile).measured, result["drift"])
         for c in cases:
             step = statistics.median(measured[c["name"]][WARMUP:])
             before = predicted_step(c["plan"], c["layout"], registry)
@@ -125,6 +145,22 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((c["name"], world, step, before, after, family(c["layout"])))
     print_table(rows)
     return 0
+
+
+def print_drift(world: int, measured, drift: list[float]) -> None:
+    """How the machine moved while the cases ran: planc's cost per op at 4096 activation elements as
+    the calibration measured it, and measured again the same way just before the first case and
+    after the last. A prediction is only as good as the calibration's match to the run: when the
+    load changes in between, every case moves with it."""
+    if not measured.op_costs:
+        return
+    at_calibration = measured.op_costs[-1].seconds
+    before, after = drift
+    print(
+        f"{world} process(es): cost per op {at_calibration * 1e6:.1f} us at calibration, "
+        f"{before * 1e6:.1f} us before the cases ({before / at_calibration - 1:+.0%}), "
+        f"{after * 1e6:.1f} us after them ({after / at_calibration - 1:+.0%})"
+    )
 
 
 def print_table(rows) -> None:
