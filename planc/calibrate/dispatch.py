@@ -29,7 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from planc.calibrate.timing import timed
 from planc.calibrate.tp_block import SPEC
-from planc.spec.hardware_profile import MeasuredRates, OpCost
+from planc.spec.hardware_profile import MeasuredRates, OpCost, OpMode
 from planc.spec.model import ModelSpec
 
 #: Blocks of each measured model: the CPU matrix's depth (the edges -- embedding, head, loss --
@@ -37,6 +37,8 @@ from planc.spec.model import ModelSpec
 LAYERS = 4
 #: The two block families planc builds, as ModelSpec fields over ``tp_block.SPEC`` (a GPT block).
 FAMILIES: tuple[dict[str, object], ...] = ({}, {"norm": "rmsnorm", "mlp": "swiglu", "position": "rope", "bias": False})
+#: The precisions planc's model runs its ops in (:data:`planc.spec.hardware_profile.OpMode`).
+MODES: tuple[OpMode, ...] = ("fp32", "bf16", "autocast")
 #: Rows of 16 tokens of the two measured micro-batches: 512 and 4096 activation elements per op at
 #: hidden 32, the range of the CPU matrix's micro-batches.
 ROWS = (1, 8)
@@ -53,53 +55,76 @@ class _CountOps(TorchDispatchMode):
 
 
 def measure_dispatch(device: torch.device, budget: float, rates: MeasuredRates) -> tuple[OpCost, ...]:
-    """Seconds per op of planc's models beyond the kernels the cost model prices with ``rates``,
-    at each of :data:`ROWS` (both families' time over both families' ops)."""
+    """Seconds per op of planc's models beyond the kernels the cost model prices with ``rates``, at
+    each of :data:`ROWS`: fp32 (both families' time over both families' ops), and under bf16
+    parameters and autocast over fp32 parameters, each per fp32 op (the cost model counts ops in
+    fp32; a bf16 mode's casts and slower small kernels are in its figure)."""
     points = []
+    share = budget / (len(ROWS) * len(FAMILIES) * len(MODES))
     for rows in ROWS:
-        seconds = kernels = ops = 0.0
+        seconds = dict.fromkeys(MODES, 0.0)
+        ops = 0
         for family in FAMILIES:
             spec = ModelSpec.model_validate({**SPEC, **family, "layers": LAYERS})
-            step = _model_step(spec, rows, device)
-            with _CountOps() as counted:
-                step()
-            seconds += timed(step, device, budget / (len(ROWS) * len(FAMILIES)))
-            kernels += _kernel_seconds(spec, rows, rates) if device.type == "cpu" else 0.0
-            ops += counted.count
+            for mode in MODES:
+                step = _model_step(spec, rows, device, mode)
+                if mode == "fp32":
+                    with _CountOps() as counted:
+                        step()
+                    ops += counted.count
+                kernels = _kernel_seconds(spec, rows, rates, mode) if device.type == "cpu" else 0.0
+                seconds[mode] += timed(step, device, share) - kernels
+        per_op = {mode: max(0.0, total) / ops for mode, total in seconds.items()}
         elements = rows * SPEC["seq_len"] * SPEC["hidden"]
-        points.append(OpCost(elements=elements, seconds=max(0.0, seconds - kernels) / ops))
+        points.append(
+            OpCost(
+                elements=elements,
+                seconds=per_op["fp32"],
+                seconds_bf16=per_op["bf16"],
+                seconds_autocast=per_op["autocast"],
+            )
+        )
     return tuple(points)
 
 
-def _model_step(spec: ModelSpec, rows: int, device: torch.device):
-    """Forward, loss and backward of planc's model of ``spec`` on ``rows`` rows."""
+def _model_step(spec: ModelSpec, rows: int, device: torch.device, mode: OpMode):
+    """Forward, loss and backward of planc's model of ``spec`` on ``rows`` rows, in ``mode``."""
     from planc.runtime.transformer import build_model, init_weights, loss_fn
 
     torch.manual_seed(0)
     model = build_model(spec, device=device)
     init_weights(model, seed=0, spec=spec)
+    if mode == "bf16":
+        model = model.to(torch.bfloat16)
     tokens = torch.randint(0, spec.vocab, (rows, spec.seq_len + 1), device=device)
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
 
     def step() -> None:
-        loss_fn(model(inputs), targets, spec.vocab).backward()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=mode == "autocast"):
+            loss_fn(model(inputs), targets, spec.vocab).backward()
         for p in model.parameters():
             p.grad = None
 
     return step
 
 
-def _kernel_seconds(spec: ModelSpec, rows: int, rates: MeasuredRates) -> float:
+#: (compute, residual) bytes per element of each mode, as the cost model prices it.
+_MODE_BYTES = {"fp32": (4, 4), "bf16": (2, 2), "autocast": (2, 4)}
+
+
+def _kernel_seconds(spec: ModelSpec, rows: int, rates: MeasuredRates, mode: OpMode) -> float:
     """What the cost model prices for the kernels of :func:`_model_step` on a CPU with ``rates``
-    (fp32, no host time): every block forward and backward, the embedding, head and loss."""
+    (no host time): every block forward and backward, the embedding, head and loss."""
     from planc.cost.compute import block_times, device_for, embedding_times, head_times
     from planc.cost.profile import PROFILES, on_hardware
     from planc.spec.hardware import HardwareSpec
 
+    compute_bytes, residual_bytes = _MODE_BYTES[mode]
     kernels_only = rates.model_copy(update={"seconds_per_op": 0.0, "op_costs": ()})
-    device = device_for(HardwareSpec.model_validate({"device": "cpu", "measured": kernels_only}), "fp32")
+    hardware = HardwareSpec.model_validate({"device": "cpu", "measured": kernels_only})
+    device = device_for(hardware, "fp32" if mode == "fp32" else "bf16")
     profile = on_hardware(PROFILES["planc"], is_cpu=True)
-    block = block_times(spec, rows, 1, False, device, 4, 4, profile)
-    embedding = embedding_times(spec, rows, 1, device, 4)
-    head = head_times(spec, rows, 1, False, device, 4, 4)
+    block = block_times(spec, rows, 1, False, device, compute_bytes, residual_bytes, profile)
+    embedding = embedding_times(spec, rows, 1, device, residual_bytes)
+    head = head_times(spec, rows, 1, False, device, compute_bytes, residual_bytes)
     return spec.layers * (block.forward + block.backward) + sum(embedding) + sum(head)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 
-from planc.calibrate.timing import paired_difference, slowest_rank, timed
+from planc.calibrate.timing import paired_difference, slowest_rank
 from planc.calibrate.tp_block import BATCH, SPEC
 from planc.spec.model import ModelSpec
 
@@ -86,16 +86,3 @@ def _step(block: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
         x.grad = None
 
     return step
-
-
-def measure_bf16_factors(device: torch.device, budget: float) -> tuple[float, float]:
-    """(bf16 parameters, autocast over fp32 parameters): planc's block forward + backward in each
-    bf16 mode over the same in fp32, at the calibration's small sizes, where the step is eager
-    ops (on this project's 2-core EPYC 1.7x and 1.9x: bf16 kernels of small tensors are slower
-    than fp32 ones, and autocast adds its casts). The slowest rank's when a process group is up."""
-    block, x = _gpt_block(device)
-    fp32 = timed(_step(block, x), device, budget)
-    x16 = x.detach().bfloat16().requires_grad_()
-    bf16 = timed(_step(copy.deepcopy(block).to(torch.bfloat16), x16), device, budget)
-    autocast = timed(_autocast(_step(block, x), device, True), device, budget)
-    return slowest_rank(bf16 / fp32, device), slowest_rank(autocast / fp32, device)

@@ -26,7 +26,7 @@ from planc.calibrate.collectives import measure_group, node_groups
 from planc.calibrate.dispatch import measure_dispatch
 from planc.calibrate.gemm import measure_gemms
 from planc.calibrate.memory_bw import measure_memory_bandwidth
-from planc.calibrate.recompute_block import measure_bf16_factors, measure_recompute
+from planc.calibrate.recompute_block import measure_recompute
 from planc.calibrate.wrappers import measure_wrappers
 from planc.runtime.job import init_process_group
 from planc.spec.hardware_profile import SCHEMA_VERSION, HardwareProfile, MeasuredRates, fit_notes
@@ -69,10 +69,6 @@ def main(argv: list[str] | None = None) -> int:
             "selective_per_block_autocast": selective_autocast,
         }
         measured = measured.model_copy(update={"wrappers": measured.wrappers.model_copy(update=recompute)})
-        bf16_factor, autocast_factor = measure_bf16_factors(device, args.budget)
-        measured = measured.model_copy(
-            update={"bf16_host_factor": bf16_factor, "autocast_host_factor": autocast_factor}
-        )
         if int(os.environ.get("RANK", "0")) == 0:
             profile = describe(device, world, per_node, measured, collectives)
             args.out.write_text(profile.model_dump_json(indent=2) + "\n")
@@ -100,7 +96,17 @@ def measure_compute(workload: dict, device: torch.device, budget: float) -> Meas
     )
     # Per op beyond the kernels the cost model prices with the rates just measured.
     op_costs = measure_dispatch(device, budget, rates)
-    return rates.model_copy(update={"op_costs": op_costs, "seconds_per_op": op_costs[0].seconds})
+    larger = op_costs[-1]
+    return rates.model_copy(
+        update={
+            "op_costs": op_costs,
+            "seconds_per_op": op_costs[0].seconds,
+            # What the bf16 modes cost over fp32 (for display, and the fallback of a profile
+            # without per-mode figures): at the larger size, where the op's own work shows most.
+            "bf16_host_factor": larger.seconds_bf16 / larger.seconds if larger.seconds else 1.0,
+            "autocast_host_factor": larger.seconds_autocast / larger.seconds if larger.seconds else 1.0,
+        }
+    )
 
 
 def gather_fits(fits: list) -> list:

@@ -147,14 +147,14 @@ def _summarise(out: Path) -> None:
         print(f"  attention s={a.seq_len} d={a.head_dim}: {rate(a.forward_flops)} fwd, {rate(a.backward_flops)} bwd")
     if m.memory_bandwidth:
         print(f"  memory: {format_bandwidth(m.memory_bandwidth)} (triad)")
-    sizes = ", ".join(f"{format_seconds(p.seconds)} at {p.elements:.0f}" for p in m.op_costs) or format_seconds(
-        m.seconds_per_op
-    )
-    sizes += " activation elements" if m.op_costs else ""
-    print(
-        f"  eager dispatch: {sizes} per aten op of planc's model in fp32 (beyond its kernels); planc's block in bf16 "
-        f"x{m.bf16_host_factor:.2f} (bf16 parameters), x{m.autocast_host_factor:.2f} (autocast)"
-    )
+    for p in m.op_costs:
+        print(
+            f"  eager ops at {p.elements:.0f} activation elements (beyond their kernels): "
+            f"{format_seconds(p.seconds)} per op in fp32, {format_seconds(p.seconds_bf16)} with bf16 parameters, "
+            f"{format_seconds(p.seconds_autocast)} under autocast (per fp32 op)"
+        )
+    if not m.op_costs:
+        print(f"  eager dispatch: {format_seconds(m.seconds_per_op)} per aten op")
     w = m.wrappers
     print(
         f"  wrappers: DDP {format_seconds(w.ddp_per_tensor)} per parameter tensor per step, replicate "

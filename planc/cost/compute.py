@@ -36,7 +36,13 @@ from planc.cost.dispatch import GPU_SECONDS_PER_OP, MICRO_BATCH_OPS, block_ops, 
 from planc.cost.memory import gemm_input_copies, loss_checkpointed, loss_in_forward
 from planc.cost.profile import RuntimeProfile
 from planc.spec.hardware import HardwareSpec
-from planc.spec.hardware_profile import MeasuredRates, interpolate_op_cost, nearest_attention_rates, nearest_gemm_rate
+from planc.spec.hardware_profile import (
+    MeasuredRates,
+    OpMode,
+    interpolate_op_cost,
+    nearest_attention_rates,
+    nearest_gemm_rate,
+)
 from planc.spec.model import ModelSpec
 
 #: Streaming kernels reach about this fraction of peak HBM bandwidth (copy/triad benchmarks such
@@ -145,16 +151,20 @@ class Device:
     def seconds_per_model_op(self, compute_bytes: int, residual_bytes: int, elements: float) -> float:
         """:attr:`seconds_per_op` for the model's own ops (blocks, embedding, head, loss) whose
         activations hold ``elements`` elements (micro-batch tokens x hidden / tp), in the plan's
-        precision: measured at that size where the profile has sizes (``op_costs``); on a
-        calibrated CPU a bf16 op costs the measured factor more (bf16 parameters,
-        ``residual_bytes`` 2; autocast over fp32 parameters, ``residual_bytes`` 4)."""
+        precision (bf16 parameters: ``compute_bytes`` and ``residual_bytes`` 2; autocast over fp32
+        parameters: 2 and 4): measured at that size and in that mode where the profile has them
+        (``op_costs``); else the fp32 figure times the profile's factor for the mode."""
         measured = self.measured
         if measured is None:
             return self.seconds_per_op
-        base = interpolate_op_cost(measured.op_costs, elements) if measured.op_costs else measured.seconds_per_op
-        if compute_bytes != 2:
+        mode: OpMode = "fp32" if compute_bytes != 2 else ("autocast" if residual_bytes == 4 else "bf16")
+        points = measured.op_costs
+        if points and all(p.in_mode(mode) > 0 for p in points):
+            return interpolate_op_cost(points, elements, mode)
+        base = interpolate_op_cost(points, elements) if points else measured.seconds_per_op
+        if mode == "fp32":
             return base
-        return base * (measured.autocast_host_factor if residual_bytes == 4 else measured.bf16_host_factor)
+        return base * (measured.autocast_host_factor if mode == "autocast" else measured.bf16_host_factor)
 
     @property
     def memory_rate(self) -> float:

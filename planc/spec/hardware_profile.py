@@ -28,25 +28,38 @@ SCHEMA_VERSION = 1
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
+#: How planc's model runs its ops: fp32, bf16 parameters (FSDP2's and ``replicate``'s mixed
+#: precision), bf16 autocast over fp32 parameters (planc's other bf16 programs).
+OpMode = Literal["fp32", "bf16", "autocast"]
+
+
 class OpCost(BaseModel):
     """Seconds per eager op of planc's models whose activations have ``elements`` elements per op
-    (micro-batch tokens x hidden / tp), beyond the kernels the cost model prices."""
+    (micro-batch tokens x hidden / tp), beyond the kernels the cost model prices: in fp32, and per
+    fp32 op (the cost model counts ops in fp32) under bf16 parameters and under autocast, whose
+    casts and slower small kernels cost more (0: not measured)."""
 
     model_config = _FROZEN
     elements: float = Field(gt=0)
     seconds: float = Field(ge=0)
+    seconds_bf16: float = Field(default=0.0, ge=0)
+    seconds_autocast: float = Field(default=0.0, ge=0)
+
+    def in_mode(self, mode: OpMode) -> float:
+        return {"fp32": self.seconds, "bf16": self.seconds_bf16, "autocast": self.seconds_autocast}[mode]
 
 
-def interpolate_op_cost(points: tuple[OpCost, ...], elements: float) -> float:
-    """Seconds per op at ``elements``: linear between ``points`` (sorted by size), flat beyond them."""
+def interpolate_op_cost(points: tuple[OpCost, ...], elements: float, mode: OpMode = "fp32") -> float:
+    """Seconds per op in ``mode`` at ``elements``: linear between ``points`` (sorted by size), flat
+    beyond them."""
     ordered = sorted(points, key=lambda p: p.elements)
     if elements <= ordered[0].elements:
-        return ordered[0].seconds
+        return ordered[0].in_mode(mode)
     for low, high in zip(ordered, ordered[1:]):
         if elements <= high.elements:
             weight = (elements - low.elements) / (high.elements - low.elements)
-            return low.seconds + weight * (high.seconds - low.seconds)
-    return ordered[-1].seconds
+            return low.in_mode(mode) + weight * (high.in_mode(mode) - low.in_mode(mode))
+    return ordered[-1].in_mode(mode)
 
 
 class GemmRate(BaseModel):
@@ -162,14 +175,15 @@ class MeasuredRates(BaseModel):
     elementwise multiplies, about half of what planc's ops cost (planc.calibrate.dispatch)."""
     op_costs: tuple[OpCost, ...] = ()
     """What one of planc's model ops costs beyond the kernels the cost model prices, at the sizes
-    measured (planc's GPT and Llama at small sizes, forward + backward, over the aten ops they
-    ran): on a CPU small ops cost more the larger their tensors, more than memory bandwidth says
-    (planc.calibrate.dispatch). Interpolated between the points, the end points' beyond them."""
+    measured, in fp32 and per fp32 op in the two bf16 modes (planc's GPT and Llama at small sizes,
+    forward + backward): on a CPU small ops cost more the larger their tensors, more than memory
+    bandwidth says, and a bf16 op more than an fp32 one (planc.calibrate.dispatch). Interpolated
+    between the points, the end points' beyond them."""
     bf16_host_factor: float = Field(default=1.0, gt=0)
-    """How much longer planc's block takes forward + backward with bf16 parameters (FSDP2's and
-    ``replicate``'s mixed precision) than in fp32, at the calibration's small sizes: the factor on
-    the eager ops' host time of a bf16 plan (1 where not measured, and on GPUs, where the host
-    time overlaps the kernels)."""
+    """How much longer planc's ops take with bf16 parameters (FSDP2's and ``replicate``'s mixed
+    precision) than in fp32, at the calibration's larger size: the factor on the eager ops' host
+    time of a bf16 plan where :attr:`op_costs` has no bf16 figure (profiles written before
+    2026-11-29 measured it on one GPT block; 1 where not measured)."""
     autocast_host_factor: float = Field(default=1.0, gt=0)
     """The same under ``torch.autocast`` to bf16 over fp32 parameters (the bf16 of planc's other
     programs: the casts are ops of their own)."""

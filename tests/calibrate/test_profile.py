@@ -353,6 +353,7 @@ def test_model_ops_cost_what_was_measured_at_their_size(tmp_path):
     assert device.seconds_per_model_op(4, 4, 100) == pytest.approx(5e-6)
     assert device.seconds_per_model_op(4, 4, 1024) == pytest.approx(5e-6 + 2e-6 * 512 / 3584)
     assert device.seconds_per_model_op(4, 4, 1e6) == pytest.approx(7e-6)
+    # Without per-mode figures a bf16 op costs the profile's factor more (profiles before them).
     assert device.seconds_per_model_op(2, 2, 1e6) == pytest.approx(1.5 * 7e-6)
     # The step's own ops (optimizer, clipping) keep seconds_per_op: they act on parameters.
     assert device.seconds_per_op == pytest.approx(SECONDS_PER_OP)
@@ -367,3 +368,19 @@ def test_model_ops_cost_what_was_measured_at_their_size(tmp_path):
     fwd_ops, bwd_ops = BLOCK_OPS[("layernorm", "gelu", "learned")]
     assert with_ops.forward - no_ops.forward == pytest.approx(fwd_ops * per_op)
     assert with_ops.backward - no_ops.backward == pytest.approx(bwd_ops * per_op)
+
+
+def test_bf16_model_ops_cost_what_their_mode_measured(tmp_path):
+    # Per fp32 op: bf16 parameters 9 and 11 us, autocast 10 and 14 us at 512 and 4096 elements;
+    # at 2304 elements (half-way) the mean of the two; the factor is not used where they exist.
+    raw = profile_dict()
+    points = [
+        {"elements": 512, "seconds": 5e-6, "seconds_bf16": 9e-6, "seconds_autocast": 10e-6},
+        {"elements": 4096, "seconds": 7e-6, "seconds_bf16": 11e-6, "seconds_autocast": 14e-6},
+    ]
+    raw["measured"] = {**raw["measured"], "op_costs": points, "bf16_host_factor": 3.0, "autocast_host_factor": 3.0}
+    device = device_for(plan_with(tmp_path, raw).hardware, "bf16")
+    assert device.seconds_per_model_op(4, 4, 2304) == pytest.approx(6e-6)
+    assert device.seconds_per_model_op(2, 2, 2304) == pytest.approx(10e-6)
+    assert device.seconds_per_model_op(2, 4, 2304) == pytest.approx(12e-6)
+    assert device.seconds_per_model_op(2, 4, 100) == pytest.approx(10e-6)
