@@ -35,7 +35,7 @@ def measure_recompute(device: torch.device, budget: float, autocast: bool = Fals
     too; on one process here selective's own work read 1.3-1.45x its fp32 figure)."""
     from planc.strategies.recompute.runtime import wrap_block
 
-    block, x = _gpt_block(device)
+    block, x = gpt_block(device)
     plain = _autocast(_step(block, x), device, autocast)
 
     def rerun() -> None:
@@ -68,7 +68,7 @@ def _autocast(step: Callable[[], None], device: torch.device, enabled: bool) -> 
     return under_autocast
 
 
-def _gpt_block(device: torch.device) -> tuple[torch.nn.Module, torch.Tensor]:
+def gpt_block(device: torch.device) -> tuple[torch.nn.Module, torch.Tensor]:
     """planc's GPT block at the calibration's sizes and an input that asks for its gradient."""
     from planc.runtime.transformer import TransformerBlock
 

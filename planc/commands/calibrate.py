@@ -171,6 +171,10 @@ def _summarise(out: Path) -> None:
         f"(under bf16 autocast: {format_seconds(w.checkpoint_per_block_autocast)}, "
         f"{format_seconds(w.selective_per_block_autocast)})"
     )
+    print(
+        f"  zero-bubble's split backward, beyond one backward: {format_seconds(w.split_backward_per_block)} "
+        "per block per micro-batch"
+    )
     for c in profile.collectives:
         speed = f"{format_bandwidth(c.bandwidth)}, latency {format_seconds(c.latency)}"
         if c.problem:

@@ -16,6 +16,8 @@ holds what one unit costs (:class:`~planc.spec.hardware_profile.WrapperOverheads
   and the embedding, head and loss's DTensor ops at the same cost per op;
 - the pipeline schedule: every action of a rank (each of its v chunks' forward and backward of
   each micro-batch; zero-bubble splits the backward in two, input and weight gradients);
+- zero-bubble's split backward: every block of a rank, per micro-batch (measured on one process
+  on the GPT block beyond one whole backward; scaled by parameter groups);
 - activation checkpointing: every block of a rank, per micro-batch, full or selective (measured
   on one process on the GPT block, beyond the rerun forward the recompute pass prices; scaled by
   aten op count: its policy runs per op).
@@ -126,6 +128,22 @@ def pp_seconds(ctx: CostContext) -> float:
     lay = ctx.layout
     passes = 3 if lay.schedule == "zero-bubble" else 2
     return passes * ctx.micro_batches * lay.virtual_stages * measured_overheads(ctx).pp_per_action
+
+
+#: Parameter groups of the block ``planc calibrate`` measures the split backward on (planc's GPT
+#: block: 6 linears with their biases, 2 LayerNorms).
+MEASURED_BLOCK_GROUPS = 8
+
+
+def split_backward_seconds(ctx: CostContext) -> float:
+    """Zero-bubble's split backward, per block and micro-batch on the busiest rank: the measured
+    GPT block's cost scaled by the plan's block's parameter groups (the weight half walks the
+    graph once per group: a linear with its bias, a norm), which the weight pass of torch's
+    ``stage_backward_weight`` visits one by one."""
+    model = ctx.model
+    groups = 4 + (3 if model.mlp == "swiglu" else 2) + 2
+    per_block = measured_overheads(ctx).split_backward_per_block * groups / MEASURED_BLOCK_GROUPS
+    return ctx.micro_batches * max(st.layers for st in ctx.stages) * per_block
 
 
 def recompute_seconds(ctx: CostContext) -> float:

@@ -151,6 +151,10 @@ class WrapperOverheads(BaseModel):
     FSDP2 or ``replicate``); 0 where not measured (profiles before it): the fp32 figure is used."""
     selective_per_block_autocast: float = Field(default=0.0, ge=0)
     """:attr:`selective_per_block` under autocast; 0 where not measured."""
+    split_backward_per_block: float = Field(default=0.0, ge=0)
+    """Zero-bubble's split backward (input gradients, then weight gradients from one root per
+    parameter group): its host work per block and micro-batch beyond one whole backward, on
+    planc's GPT block (8 parameter groups); measured on one process."""
     dtensor_optimizer_per_tensor: float = Field(default=0.0, ge=0)
     """Gradient clipping and the optimizer step of one parameter tensor that is a DTensor (FSDP2's
     ``fully_shard`` and ``replicate``, tensor parallelism), beyond the same on a plain tensor, per

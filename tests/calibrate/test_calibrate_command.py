@@ -75,6 +75,8 @@ def test_calibrate_writes_a_profile_the_plan_uses(tmp_path, capsys):
     # Two processes: the wrappers were measured; FSDP2's hooks and DTensor's dispatch cost host
     # time beyond the plain step and their collectives on any machine.
     assert profile.measured.wrappers.fsdp_per_unit > 0 and profile.measured.wrappers.tp_per_block > 0
+    # The split backward walks the graph once per parameter group: dearer than one backward.
+    assert profile.measured.wrappers.split_backward_per_block > 0
     # AdamW on DTensor parameters sends each of its ops through DTensor's Python dispatch: dearer
     # than on plain tensors by far more than a quiet machine's noise (~130 us per tensor here).
     assert profile.measured.wrappers.dtensor_optimizer_per_tensor > 10e-6

@@ -17,6 +17,7 @@ FSDP_PER_UNIT = 1e-3
 TP_PER_BLOCK = 2e-3
 TP_SP_PER_BLOCK = 5e-3
 PP_PER_ACTION = 300e-6
+SPLIT_BACKWARD_PER_BLOCK = 800e-6
 CHECKPOINT_PER_BLOCK = 700e-6
 SELECTIVE_PER_BLOCK = 2e-3
 DTENSOR_OPTIMIZER_PER_TENSOR = 100e-6
@@ -49,6 +50,7 @@ def calibrated(tmp_path):
             tp_per_block=TP_PER_BLOCK,
             tp_sp_per_block=TP_SP_PER_BLOCK,
             pp_per_action=PP_PER_ACTION,
+            split_backward_per_block=SPLIT_BACKWARD_PER_BLOCK,
             checkpoint_per_block=CHECKPOINT_PER_BLOCK,
             selective_per_block=SELECTIVE_PER_BLOCK,
             dtensor_optimizer_per_tensor=DTENSOR_OPTIMIZER_PER_TENSOR,
@@ -142,6 +144,23 @@ def test_pipeline_charges_every_schedule_action(calibrated):
     assert other_terms(calibrated, pp=2, schedule="1f1b")[name] == pytest.approx(8 * PP_PER_ACTION)
     zero_bubble = other_terms(calibrated, pp=2, schedule="zero-bubble")
     assert zero_bubble[name] == pytest.approx(12 * PP_PER_ACTION)
+
+
+def test_zero_bubble_charges_its_split_backward_per_block_and_parameter_group(calibrated):
+    # pp 2 at micro-batch 2: 4 micro-batches x 1 block per rank, at the measured GPT block's cost
+    # (8 parameter groups: 6 linears with their biases, 2 LayerNorms); a Llama block has 9 (7
+    # linears, 2 RMSNorms): 9 / 8 of it. No other schedule splits its backward.
+    from planc.strategies.pipeline.cost_pass import SPLIT_BACKWARD
+
+    assert other_terms(calibrated, pp=2, schedule="zero-bubble")[SPLIT_BACKWARD] == pytest.approx(
+        4 * SPLIT_BACKWARD_PER_BLOCK
+    )
+    assert SPLIT_BACKWARD not in other_terms(calibrated, pp=2, schedule="1f1b")
+    llama_model = calibrated.model.model_copy(update={"norm": "rmsnorm", "mlp": "swiglu", "bias": False})
+    llama = calibrated.model_copy(update={"model": llama_model})
+    assert other_terms(llama, pp=2, schedule="zero-bubble")[SPLIT_BACKWARD] == pytest.approx(
+        4 * SPLIT_BACKWARD_PER_BLOCK * 9 / 8
+    )
 
 
 def test_recomputation_charges_every_block_per_micro_batch(calibrated):

@@ -22,9 +22,12 @@ from planc.cost.memory import (
     micro_batches_holding_logits,
     split_backward_output_grads,
 )
-from planc.cost.wrappers import pp_seconds, with_wrapper_time
+from planc.cost.wrappers import pp_seconds, split_backward_seconds, with_wrapper_time
 from planc.hardware.topology import GroupLink
 from planc.units import format_bytes
+
+#: The named time term of zero-bubble's split backward (the host work of its two halves beyond one backward).
+SPLIT_BACKWARD = "zero-bubble's split backward (measured)"
 
 
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
@@ -65,6 +68,8 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     if ctx.layout.pp == 1:
         return est
     est = with_wrapper_time(est, "pipeline schedule actions (measured)", pp_seconds(ctx), per_micro_batch=True)
+    if ctx.layout.schedule == "zero-bubble":
+        est = with_wrapper_time(est, SPLIT_BACKWARD, split_backward_seconds(ctx), per_micro_batch=True)
     return est.updated(
         stage_fn=lambda s: _stage_memory(ctx, s),
         comm=_with_step_reductions(ctx, _p2p(ctx)),
