@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from planc.calibrate.timing import timed
+from planc.calibrate.timing import interleaved_medians
 from planc.calibrate.tp_block import SPEC
 from planc.spec.hardware_profile import MeasuredRates, OpCost, OpMode
 from planc.spec.model import ModelSpec
@@ -58,27 +58,29 @@ def measure_dispatch(device: torch.device, budget: float, rates: MeasuredRates) 
     """Seconds per op of planc's models beyond the kernels the cost model prices with ``rates``, at
     each of :data:`ROWS`: fp32 (both families' time over both families' ops), and under bf16
     parameters and autocast over fp32 parameters, each per fp32 op (the cost model counts ops in
-    fp32; a bf16 mode's casts and slower small kernels are in its figure)."""
+    fp32; a bf16 mode's casts and slower small kernels are in its figure). Every (size, family,
+    mode) is timed in the same rounds (:func:`~planc.calibrate.timing.interleaved_medians`)."""
+    configs = [(rows, family, mode) for rows in ROWS for family in FAMILIES for mode in MODES]
+    specs = [ModelSpec.model_validate({**SPEC, **family, "layers": LAYERS}) for _, family, _ in configs]
+    steps = [_model_step(spec, rows, device, mode) for spec, (rows, _, mode) in zip(specs, configs)]
+    seconds = interleaved_medians(steps, device, budget)
     points = []
-    share = budget / (len(ROWS) * len(FAMILIES) * len(MODES))
     for rows in ROWS:
-        seconds = dict.fromkeys(MODES, 0.0)
+        beyond = dict.fromkeys(MODES, 0.0)
         ops = 0
-        for family in FAMILIES:
-            spec = ModelSpec.model_validate({**SPEC, **family, "layers": LAYERS})
-            for mode in MODES:
-                step = _model_step(spec, rows, device, mode)
-                if mode == "fp32":
-                    with _CountOps() as counted:
-                        step()
-                    ops += counted.count
-                kernels = _kernel_seconds(spec, rows, rates, mode) if device.type == "cpu" else 0.0
-                seconds[mode] += timed(step, device, share) - kernels
-        per_op = {mode: max(0.0, total) / ops for mode, total in seconds.items()}
-        elements = rows * SPEC["seq_len"] * SPEC["hidden"]
+        for spec, (r, _, mode), step, took in zip(specs, configs, steps, seconds):
+            if r != rows:
+                continue
+            if mode == "fp32":
+                with _CountOps() as counted:
+                    step()
+                ops += counted.count
+            kernels = _kernel_seconds(spec, rows, rates, mode) if device.type == "cpu" else 0.0
+            beyond[mode] += took - kernels
+        per_op = {mode: max(0.0, total) / ops for mode, total in beyond.items()}
         points.append(
             OpCost(
-                elements=elements,
+                elements=rows * SPEC["seq_len"] * SPEC["hidden"],
                 seconds=per_op["fp32"],
                 seconds_bf16=per_op["bf16"],
                 seconds_autocast=per_op["autocast"],

@@ -84,6 +84,20 @@ def paired_difference(
     return statistics.median(differences)
 
 
+def interleaved_medians(fns: list[Callable[[], object]], device: torch.device, budget: float) -> list[float]:
+    """Median seconds of each of ``fns``, timed in rounds that run every one of them once, so that
+    a shared machine's load, which moves from one second to the next, weighs on all of them alike
+    (timed one after the other, a burst during one measurement set it 2x apart from the rest)."""
+    for fn in fns:
+        fn()
+    probe = sum(median_seconds(fn, device, repeats=1, warmup=0) for fn in fns)
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats_for(probe, budget, least=5)):
+        for fn, own in zip(fns, samples):
+            own.append(median_seconds(fn, device, repeats=1, warmup=0))
+    return [statistics.median(own) for own in samples]
+
+
 #: Measurements of a wrapper's cost before it is taken as 0 (see :func:`beyond_parts`).
 ATTEMPTS = 3
 
