@@ -214,3 +214,33 @@ def test_verify_names_the_plugins_taking_part_as_explain_does(tmp_path, capsys, 
     assert main(["verify", str(POWERSGD_PLAN), "--out", str(tmp_path / "v2"), "--json"]) == 0
     names = [(s["name"], s["builtin"], s["named"]) for s in json.loads(capsys.readouterr().out)["strategies"]]
     assert names == [("ddp", True, False), ("powersgd", False, True)]  # DDP first: powersgd is AFTER it
+
+
+def test_on_a_cpu_the_hooks_own_ops_cost_per_compressed_matrix(tmp_path):
+    """25 ops per compressed matrix at the profile's cost per op: this GPT (h 256, rank 4) compresses
+    every matrix, 6 per block x 4 + embedding, positions and output = 27. Not on a GPU (there the
+    host runs ahead of the kernels), nor without a profile (a CPU's cost per op is then 0)."""
+    from planc_powersgd.compression import compressed_matrices
+    from planc_powersgd.strategy import HOOK_HOST, HOOK_OPS_PER_MATRIX
+
+    spec = plan().model
+    assert compressed_matrices(spec, tp=1, rank=4) == 27
+    profile = tmp_path / "cpu.json"
+    from tests.calibrate.test_profile import profile_dict
+
+    raw = profile_dict()
+    raw["measured"] = {**raw["measured"], "seconds_per_op": 5e-6}
+    profile.write_text(json.dumps(raw))
+    cpu_plan = build_plan(
+        {
+            "model": {"layers": 4, "hidden": 256, "heads": 8, "vocab": 1000, "seq_len": 128},
+            "hardware": {"device": "cpu", "per_node": 8, "profile": str(profile)},
+            "train": {"global_batch": 64},
+            "uses": [{"name": "powersgd", "options": {"rank": 4}}],
+        }
+    )
+    lay = layout()
+    parts = evaluate(cpu_plan, lay, load_registry().passes(cpu_plan, lay)).step_parts()
+    assert parts[HOOK_HOST] == pytest.approx(27 * HOOK_OPS_PER_MATRIX * 5e-6)
+    gpu_plan = plan(uses=[("powersgd", {"rank": 4})])
+    assert HOOK_HOST not in evaluate(gpu_plan, lay, load_registry().passes(gpu_plan, lay)).step_parts()

@@ -56,3 +56,13 @@ def traffic_ratio(model, tp: int, rank: int, min_compression_rate: float = 2.0) 
         full += plain
         compressed += small
     return compressed / full
+
+
+def compressed_matrices(model, tp: int, rank: int, min_compression_rate: float = 2.0) -> int:
+    """How many of the model's gradients the hook compresses (the matrices worth it)."""
+    count = 0
+    for shape in gradient_shapes(model, tp):
+        if len(shape) == 2:
+            full, small = matrix_elements(shape[0], shape[1], rank, min_compression_rate)
+            count += small < full
+    return count

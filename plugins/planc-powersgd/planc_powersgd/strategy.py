@@ -18,7 +18,7 @@ from planc.cost.estimate import CommCost, Term
 from planc.cost.memory import DDP_BUCKET_BYTES
 from planc.spec.fields import Flag
 from planc.units import format_bytes
-from planc_powersgd.compression import traffic_ratio
+from planc_powersgd.compression import compressed_matrices, traffic_ratio
 
 NAME = "powersgd"
 API_VERSION = 1
@@ -80,14 +80,14 @@ def cost(ctx, estimate, options: Options):
     (futures chained with ``then``): the uncompressed tensors, then P, then Q (computed from P).
     Earlier buckets' rounds overlap backward; the last bucket's come after it, so two rounds more
     than a plain all-reduce are on the critical path: 2 x the all-reduce of that bucket's P (and of
-    its Q, about as large), at the group's latency and bandwidth. Measured on 2 gloo processes
-    (``python bench/powersgd_steps.py``: the CPU matrix's ``powersgd-compressing`` at 2, 4 and 8
-    layers, 15 to 51 compressed matrices): compression added 3.5-5.0 ms per step, not growing with
-    the matrices, against ~1 ms for these two rounds at that machine's calibrated all-reduce latency
-    (0.23 ms); the rest (the chained futures' callbacks handed between threads) is not modelled. The
-    hook's own ops (about 50 per compressed matrix on torch 2.13, counted with torch.profiler, most
-    of them views and slices) did not show in the step time. The low-rank matmuls (about 4 n m r
-    FLOPs per matrix) are ignored: a few per cent of r / h of the backward's. Error feedback keeps
+    its Q, about as large), at the group's latency and bandwidth. On a CPU the hook's own ops add to
+    the step too (:func:`hook_host_seconds`, about 25 per compressed matrix): measured on 2 gloo
+    processes (``python bench/powersgd_steps.py``: the CPU matrix's ``powersgd-compressing`` at 2, 4
+    and 8 layers, 15 to 51 compressed matrices), compression added 3.5, 5.8 and 7.5 ms per step on
+    2026-11-29 (3.5-5.0 ms, flat, in an earlier session's run), about 0.11 ms per matrix and 1.9 ms
+    beside it, of which the two rounds are ~0.5 ms; the rest (the chained futures' callbacks handed
+    between threads) is not modelled. The low-rank matmuls (about 4 n m r FLOPs per matrix) are
+    ignored: a few per cent of r / h of the backward's. Error feedback keeps
     one fp32 residual per gradient element (Vogels et al. 2019, Alg. 2).
     """
     layout = ctx.layout
@@ -104,9 +104,39 @@ def cost(ctx, estimate, options: Options):
         )
     chained = chained_rounds(ctx, ratio)
     estimate = estimate.with_time("PowerSGD: the last bucket's P and Q all-reduces, chained", chained)
+    host = hook_host_seconds(ctx, options)
+    if host > 0:
+        estimate = estimate.with_time(HOOK_HOST, host)
     if options.error_feedback:
         estimate = estimate.map_stages(lambda s: s.with_transient("PowerSGD error feedback", s.grads))
     return estimate
+
+
+#: Top-level aten ops the hook runs per compressed matrix (views into its P and Q buffers, the two
+#: low-rank products, the orthogonalisation's norm and division, error feedback's copies and the
+#: decompression), counted with torch.profiler on torch 2.13 over 8 and 16 compressed 32 x 32
+#: matrices: 251 and 491 ops per step, 30 per matrix, of which 5 are the linear's own.
+HOOK_OPS_PER_MATRIX = 25
+#: The named time term of the hook's host work.
+HOOK_HOST = "PowerSGD: the hook's own ops, per compressed matrix"
+
+
+def hook_host_seconds(ctx, options: Options) -> float:
+    """The hook's host work on a CPU, where it adds to the step: :data:`HOOK_OPS_PER_MATRIX` per
+    compressed matrix at the profile's cost per op (0 without a profile). On a GPU the host runs
+    ahead of the kernels, as the cost model treats every host op there: not added.
+
+    Measured on 2 gloo processes (``python bench/powersgd_steps.py``, 2026-11-29): compression added
+    3.5, 5.8 and 7.5 ms per step at 15, 27 and 51 compressed matrices, 0.11 ms per matrix and about
+    1.9 ms beside; this term prices the per-matrix part (25 ops at the 5 us per op calibrate measured
+    that hour, 0.125 ms), the two chained rounds about 0.5 ms of the rest; the remaining ~1.3 ms
+    (the chained futures' callbacks handed between gloo's threads) is not modelled."""
+    device = ctx.device
+    if device.sms is not None:
+        return 0.0
+    model = ctx.plan.model
+    matrices = compressed_matrices(model, ctx.layout.tp, options.rank, options.min_compression_rate)
+    return matrices * HOOK_OPS_PER_MATRIX * device.seconds_per_op
 
 
 def compressed(ctx, dp: CommCost, ratio: float, rank: int) -> CommCost:
