@@ -67,6 +67,8 @@ def time_cases(payload: dict) -> dict:
         records = train(job, steps=case["steps"], quiet=True)
         out[case["name"]] = [r["step_s"] for r in records]
         del job
+    # Every rank at once, as the calibration measured (ranks leave the last case at different times).
+    torch.distributed.barrier()
     drift.append(measure_dispatch(cpu, DRIFT_BUDGET, rates)[-1].seconds)
     return {"cases": out, "drift": drift}
 
