@@ -150,9 +150,8 @@ class Device:
 
     def seconds_per_model_op(self, compute_bytes: int, residual_bytes: int, elements: float) -> float:
         """:attr:`seconds_per_op` for the model's own ops (blocks, embedding, head, loss) whose
-        activations hold ``elements`` elements (micro-batch tokens x hidden / tp), in the plan's
-        precision (bf16 parameters: ``compute_bytes`` and ``residual_bytes`` 2; autocast over fp32
-        parameters: 2 and 4): measured at that size and in that mode where the profile has them
+        activations hold ``elements`` elements (tokens x hidden / tp), in the plan's precision (bf16
+        parameters: bytes 2 and 2; autocast: 2 and 4), as measured at that size and in that mode
         (``op_costs``); else the fp32 figure times the profile's factor for the mode."""
         measured = self.measured
         if measured is None:
@@ -253,9 +252,10 @@ class LayerTimes:
     backward_weight: float
     """The weight-gradient GEMMs alone (the W pass of zero-bubble schedules)."""
     selective_recompute: float
-    """What selective recomputation redoes: the elementwise kernels and the attention-out GEMM
-    (planc's op-level policy) or, for materialized attention, the s x s part (Korthikanti et
-    al. 2022, Sec. 5)."""
+    """What selective recomputation redoes: planc's or torchtitan's op-level policy reruns the whole
+    forward through the dispatcher (host ops, on a CPU), computing the elementwise kernels and some
+    GEMMs (saved ops return their cached outputs); Megatron's, materialized attention's s x s part
+    alone (Korthikanti et al. 2022, Sec. 5)."""
     host_bound: bool = False
     """On a GPU: the host takes longer to queue the block's eager ops than its kernels take to run
     (forward and backward together), so the host's dispatch sets the block's time."""
@@ -371,7 +371,7 @@ def block_times(
         # every second one (wk, wo, the MLP's second).
         rerun = gemm_times[1::2] if profile.selective_policy == "every-other-mm" else gemm_times[3:4]
         selective = elementwise + sum(rerun)
-    else:
+    else:  # Megatron reruns the core attention module alone: none of the block's other host ops
         e = compute_bytes
         scores = (2 * e + ((2 * e + 1) if profile.dropout else 0)) * model.heads * s * T / tp
         selective = attn_fwd + scores / device.memory_rate
@@ -383,7 +383,7 @@ def block_times(
         forward=combine(kernels_fwd, host_fwd, cpu),
         backward=combine(kernels_bwd, host_bwd, cpu),
         backward_weight=gemm,
-        selective_recompute=selective,
+        selective_recompute=selective + (host_fwd if cpu and profile.attention == "flash" else 0.0),  # GPU: overlapped
         host_bound=not cpu and host_fwd + host_bwd > kernels_fwd + kernels_bwd,
     )
 

@@ -9,7 +9,7 @@ import pytest
 from planc.calibrate.collectives import fit_alpha_beta, fit_problem, model_terms, retry_sizes
 from planc.cost.compute import block_times, device_for, gemm_seconds
 from planc.cost.dispatch import BLOCK_OPS
-from planc.cost.profile import PLANC_RUNTIME_CPU
+from planc.cost.profile import PLANC_RUNTIME, PLANC_RUNTIME_CPU
 from planc.spec import Plan, build_plan
 from planc.spec.hardware_profile import SCHEMA_VERSION, CollectiveFit, fit_notes
 from planc.spec.issues import SpecError
@@ -384,3 +384,29 @@ def test_bf16_model_ops_cost_what_their_mode_measured(tmp_path):
     assert device.seconds_per_model_op(2, 2, 2304) == pytest.approx(10e-6)
     assert device.seconds_per_model_op(2, 4, 2304) == pytest.approx(12e-6)
     assert device.seconds_per_model_op(2, 4, 100) == pytest.approx(10e-6)
+
+
+def test_selective_recomputation_redispatches_the_whole_forward_on_a_cpu(tmp_path):
+    # planc's op-level policy reruns every forward op through the dispatcher in backward (the
+    # saved ones return their cached outputs): on a CPU the rerun costs the forward's host ops
+    # (47 for a GPT block) beside its recomputed kernels. On a GPU they overlap the backward's kernels.
+    plan = plan_with(tmp_path, profile_dict())
+    device = device_for(plan.hardware, "fp32")
+    free = profile_dict()
+    free["measured"] = {**free["measured"], "seconds_per_op": 0.0}
+    free_device = device_for(plan_with(tmp_path, free).hardware, "fp32")
+    with_ops = block_times(plan.model, 4, 1, False, device, 4, 4, PLANC_RUNTIME_CPU)
+    no_ops = block_times(plan.model, 4, 1, False, free_device, 4, 4, PLANC_RUNTIME_CPU)
+    fwd_ops, _ = BLOCK_OPS[("layernorm", "gelu", "learned")]
+    assert with_ops.selective_recompute - no_ops.selective_recompute == pytest.approx(fwd_ops * SECONDS_PER_OP)
+
+    from planc.cost.compute import Device
+    from planc.spec.hardware_profile import MeasuredRates
+
+    gpu = Device(peak=989e12, efficiency=0.6, hbm_bw=3.35e12, sms=132, generation="hopper")
+    host_free = Device(
+        peak=989e12, efficiency=0.6, hbm_bw=3.35e12, sms=132, generation="hopper", measured=MeasuredRates()
+    )
+    assert gpu.seconds_per_op > 0 and host_free.seconds_per_op == 0
+    rerun = block_times(plan.model, 4, 1, False, gpu, 2, 2, PLANC_RUNTIME).selective_recompute
+    assert rerun == block_times(plan.model, 4, 1, False, host_free, 2, 2, PLANC_RUNTIME).selective_recompute
