@@ -66,6 +66,18 @@ def plan_with(tmp_path, profile_file: dict | None, **hardware) -> Plan:
     return build_plan(raw, base_dir=tmp_path)
 
 
+def host_free_device(tmp_path):
+    """The fp32 device of a profile like :func:`profile_dict`'s with no host cost per op."""
+    free = profile_dict()
+    free["measured"] = {**free["measured"], "seconds_per_op": 0.0}
+    return device_for(plan_with(tmp_path, free).hardware, "fp32")
+
+
+def cpu_blocks(model, device, free_device):
+    """One fp32 block of ``model`` at micro-batch 4 on ``device`` and on ``free_device``."""
+    return tuple(block_times(model, 4, 1, False, d, 4, 4, PLANC_RUNTIME_CPU) for d in (device, free_device))
+
+
 def test_fit_recovers_alpha_and_beta_of_exact_points():
     # t = steps * alpha + volume / beta with alpha = 50 us, beta = 1 GB/s, for p = 4.
     for kind in ("all_reduce", "all_gather", "send_recv", "broadcast"):
@@ -114,14 +126,13 @@ def test_cost_model_uses_measured_rates(tmp_path):
     assert device.memory_rate == MEMORY
     # On a CPU the host overhead adds to the kernels: the same profile with 0 s per op differs by
     # exactly 47 forward and 101 backward ops x 10 us (the gpt block's counts).
-    free = profile_dict()
-    free["measured"] = {**free["measured"], "seconds_per_op": 0.0}
-    free_device = device_for(plan_with(tmp_path, free).hardware, "fp32")
-    with_ops = block_times(plan.model, 4, 1, False, device, 4, 4, PLANC_RUNTIME_CPU)
-    no_ops = block_times(plan.model, 4, 1, False, free_device, 4, 4, PLANC_RUNTIME_CPU)
+    free_device = host_free_device(tmp_path)
+    with_ops, no_ops = cpu_blocks(plan.model, device, free_device)
     fwd_ops, bwd_ops = BLOCK_OPS[("layernorm", "gelu", "learned")]
     assert with_ops.forward - no_ops.forward == pytest.approx(fwd_ops * SECONDS_PER_OP)
     assert with_ops.backward - no_ops.backward == pytest.approx(bwd_ops * SECONDS_PER_OP)
+    # Selective recomputation reruns the whole forward through the dispatcher: its host ops again.
+    assert with_ops.selective_recompute - no_ops.selective_recompute == pytest.approx(fwd_ops * SECONDS_PER_OP)
     # Without a profile nothing is measured and the term is 0.
     bare = device_for(plan_with(tmp_path, None).hardware, "fp32")
     assert bare.measured is None and bare.seconds_per_op == 0.0
@@ -357,14 +368,11 @@ def test_model_ops_cost_what_was_measured_at_their_size(tmp_path):
     assert device.seconds_per_model_op(2, 2, 1e6) == pytest.approx(1.5 * 7e-6)
     # The step's own ops (optimizer, clipping) keep seconds_per_op: they act on parameters.
     assert device.seconds_per_op == pytest.approx(SECONDS_PER_OP)
-    free = profile_dict()
-    free["measured"] = {**free["measured"], "seconds_per_op": 0.0}
-    free_device = device_for(plan_with(tmp_path, free).hardware, "fp32")
+    free_device = host_free_device(tmp_path)
     model = plan.model
     elements = 4 * model.seq_len * model.hidden
     per_op = device.seconds_per_model_op(4, 4, elements)
-    with_ops = block_times(model, 4, 1, False, device, 4, 4, PLANC_RUNTIME_CPU)
-    no_ops = block_times(model, 4, 1, False, free_device, 4, 4, PLANC_RUNTIME_CPU)
+    with_ops, no_ops = cpu_blocks(model, device, free_device)
     fwd_ops, bwd_ops = BLOCK_OPS[("layernorm", "gelu", "learned")]
     assert with_ops.forward - no_ops.forward == pytest.approx(fwd_ops * per_op)
     assert with_ops.backward - no_ops.backward == pytest.approx(bwd_ops * per_op)
@@ -386,27 +394,20 @@ def test_bf16_model_ops_cost_what_their_mode_measured(tmp_path):
     assert device.seconds_per_model_op(2, 4, 100) == pytest.approx(10e-6)
 
 
-def test_selective_recomputation_redispatches_the_whole_forward_on_a_cpu(tmp_path):
+def test_selective_recomputation_redispatches_the_forward_only_on_a_cpu():
     # planc's op-level policy reruns every forward op through the dispatcher in backward (the
     # saved ones return their cached outputs): on a CPU the rerun costs the forward's host ops
-    # (47 for a GPT block) beside its recomputed kernels. On a GPU they overlap the backward's kernels.
-    plan = plan_with(tmp_path, profile_dict())
-    device = device_for(plan.hardware, "fp32")
-    free = profile_dict()
-    free["measured"] = {**free["measured"], "seconds_per_op": 0.0}
-    free_device = device_for(plan_with(tmp_path, free).hardware, "fp32")
-    with_ops = block_times(plan.model, 4, 1, False, device, 4, 4, PLANC_RUNTIME_CPU)
-    no_ops = block_times(plan.model, 4, 1, False, free_device, 4, 4, PLANC_RUNTIME_CPU)
-    fwd_ops, _ = BLOCK_OPS[("layernorm", "gelu", "learned")]
-    assert with_ops.selective_recompute - no_ops.selective_recompute == pytest.approx(fwd_ops * SECONDS_PER_OP)
+    # (test_cost_model_uses_measured_rates). On a GPU they overlap the backward's kernels.
+    import dataclasses
 
     from planc.cost.compute import Device
     from planc.spec.hardware_profile import MeasuredRates
 
     gpu = Device(peak=989e12, efficiency=0.6, hbm_bw=3.35e12, sms=132, generation="hopper")
-    host_free = Device(
-        peak=989e12, efficiency=0.6, hbm_bw=3.35e12, sms=132, generation="hopper", measured=MeasuredRates()
-    )
+    host_free = dataclasses.replace(gpu, measured=MeasuredRates())
     assert gpu.seconds_per_op > 0 and host_free.seconds_per_op == 0
-    rerun = block_times(plan.model, 4, 1, False, gpu, 2, 2, PLANC_RUNTIME).selective_recompute
-    assert rerun == block_times(plan.model, 4, 1, False, host_free, 2, 2, PLANC_RUNTIME).selective_recompute
+    model = build_plan(
+        {"model": {"preset": "gpt2"}, "hardware": {"device": "H100-SXM"}, "train": {"global_batch": 8}}
+    ).model
+    rerun = block_times(model, 4, 1, False, gpu, 2, 2, PLANC_RUNTIME).selective_recompute
+    assert rerun == block_times(model, 4, 1, False, host_free, 2, 2, PLANC_RUNTIME).selective_recompute
