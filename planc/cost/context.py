@@ -181,7 +181,7 @@ class ContextCache:
         self._links: dict = {}
         self._blocks: dict = {}
         self._edges: dict = {}
-        self.world_link: GroupLink = self.topology.link_of(list(range(plan.world_size)))
+        self.world_link: GroupLink = self.topology.world()
         """The link of a collective over every rank."""
         self.summary_seconds = step_summary_seconds(self.world_link)
         """The step's summary over every rank (the same for every layout of the plan)."""

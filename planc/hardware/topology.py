@@ -193,6 +193,14 @@ class Topology:
             link = self._links[key] = self.link_of(group_ranks(kind, dims))
         return link
 
+    def world(self) -> GroupLink:
+        """The link of a collective over every rank (memoised: the topology is shared by every
+        plan on the same hardware)."""
+        link = self._links.get(("world",))
+        if link is None:
+            link = self._links[("world",)] = self.link_of(list(range(self.world_size)))
+        return link
+
     def p2p(self, a: int, b: int) -> GroupLink:
         """One device-to-device transfer: NVLink inside a node, the two NICs across nodes."""
         g = self.graph
