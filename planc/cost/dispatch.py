@@ -101,9 +101,19 @@ def dtensor_ops(model: ModelSpec, autocast: bool = False) -> tuple[int, int, int
     return table[(model.norm, model.mlp, model.position)]
 
 
+def linears_per_block(mlp: str) -> int:
+    """Linear layers of one block: the attention's four and the MLP's two (three under SwiGLU)."""
+    return 4 + (3 if mlp == "swiglu" else 2)
+
+
+def parameter_groups_per_block(mlp: str) -> int:
+    """What torch's split backward walks one root per: each linear (its weight and bias) and the two norms."""
+    return linears_per_block(mlp) + 2
+
+
 def tensors_per_block(model: ModelSpec) -> int:
     """Parameter tensors of one block: linears (with their biases) and norms (LayerNorm has a bias)."""
-    linears = 4 + (3 if model.mlp == "swiglu" else 2)
+    linears = linears_per_block(model.mlp)
     biases = linears if model.bias else (3 if model.qkv_bias else 0)
     norms = 2 * (2 if model.norm == "layernorm" else 1)
     return linears + biases + norms

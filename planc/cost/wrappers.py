@@ -35,7 +35,14 @@ eager ops' on a CPU, and only when measured.
 from __future__ import annotations
 
 from planc.cost.context import CostContext
-from planc.cost.dispatch import BLOCK_OPS, DTENSOR_OPS, block_ops, dtensor_ops, tensors_per_block
+from planc.cost.dispatch import (
+    BLOCK_OPS,
+    DTENSOR_OPS,
+    block_ops,
+    dtensor_ops,
+    parameter_groups_per_block,
+    tensors_per_block,
+)
 from planc.cost.estimate import Estimate
 from planc.spec.hardware_profile import WrapperOverheads
 
@@ -130,19 +137,13 @@ def pp_seconds(ctx: CostContext) -> float:
     return passes * ctx.micro_batches * lay.virtual_stages * measured_overheads(ctx).pp_per_action
 
 
-#: Parameter groups of the block ``planc calibrate`` measures the split backward on (planc's GPT
-#: block: 6 linears with their biases, 2 LayerNorms).
-MEASURED_BLOCK_GROUPS = 8
-
-
 def split_backward_seconds(ctx: CostContext) -> float:
     """Zero-bubble's split backward, per block and micro-batch on the busiest rank: the measured
     GPT block's cost scaled by the plan's block's parameter groups (the weight half walks the
     graph once per group: a linear with its bias, a norm), which the weight pass of torch's
     ``stage_backward_weight`` visits one by one."""
-    model = ctx.model
-    groups = 4 + (3 if model.mlp == "swiglu" else 2) + 2
-    per_block = measured_overheads(ctx).split_backward_per_block * groups / MEASURED_BLOCK_GROUPS
+    groups = parameter_groups_per_block(ctx.model.mlp) / parameter_groups_per_block(MEASURED_BLOCK[1])
+    per_block = measured_overheads(ctx).split_backward_per_block * groups
     return ctx.micro_batches * max(st.layers for st in ctx.stages) * per_block
 
 
