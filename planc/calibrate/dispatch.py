@@ -29,7 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from planc.calibrate.timing import interleaved_medians
 from planc.calibrate.tp_block import SPEC
-from planc.spec.hardware_profile import MeasuredRates, OpCost, OpMode
+from planc.spec.hardware_profile import MODE_BYTES, MeasuredRates, OpCost, OpMode
 from planc.spec.model import ModelSpec
 
 #: Blocks of each measured model: the CPU matrix's depth (the edges -- embedding, head, loss --
@@ -110,10 +110,6 @@ def _model_step(spec: ModelSpec, rows: int, device: torch.device, mode: OpMode):
     return step
 
 
-#: (compute, residual) bytes per element of each mode, as the cost model prices it.
-_MODE_BYTES = {"fp32": (4, 4), "bf16": (2, 2), "autocast": (2, 4)}
-
-
 def _kernel_seconds(spec: ModelSpec, rows: int, rates: MeasuredRates, mode: OpMode) -> float:
     """What the cost model prices for the kernels of :func:`_model_step` on a CPU with ``rates``
     (no host time): every block forward and backward, the embedding, head and loss."""
@@ -121,7 +117,7 @@ def _kernel_seconds(spec: ModelSpec, rows: int, rates: MeasuredRates, mode: OpMo
     from planc.cost.profile import PROFILES, on_hardware
     from planc.spec.hardware import HardwareSpec
 
-    compute_bytes, residual_bytes = _MODE_BYTES[mode]
+    compute_bytes, residual_bytes = MODE_BYTES[mode]
     kernels_only = rates.model_copy(update={"seconds_per_op": 0.0, "op_costs": ()})
     hardware = HardwareSpec.model_validate({"device": "cpu", "measured": kernels_only})
     device = device_for(hardware, "fp32" if mode == "fp32" else "bf16")

@@ -38,10 +38,10 @@ from planc.cost.profile import RuntimeProfile
 from planc.spec.hardware import HardwareSpec
 from planc.spec.hardware_profile import (
     MeasuredRates,
-    OpMode,
     interpolate_op_cost,
     nearest_attention_rates,
     nearest_gemm_rate,
+    op_mode,
 )
 from planc.spec.model import ModelSpec
 
@@ -156,7 +156,7 @@ class Device:
         measured = self.measured
         if measured is None:
             return self.seconds_per_op
-        mode: OpMode = "fp32" if compute_bytes != 2 else ("autocast" if residual_bytes == 4 else "bf16")
+        mode = op_mode(compute_bytes, residual_bytes)
         points = measured.op_costs
         if points and all(p.in_mode(mode) > 0 for p in points):
             return interpolate_op_cost(points, elements, mode)

@@ -31,6 +31,15 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 #: How planc's model runs its ops: fp32, bf16 parameters (FSDP2's and ``replicate``'s mixed
 #: precision), bf16 autocast over fp32 parameters (planc's other bf16 programs).
 OpMode = Literal["fp32", "bf16", "autocast"]
+#: (compute, residual) bytes per element of each mode, as the cost model prices it.
+MODE_BYTES: dict[OpMode, tuple[int, int]] = {"fp32": (4, 4), "bf16": (2, 2), "autocast": (2, 4)}
+
+
+def op_mode(compute_bytes: int, residual_bytes: int) -> OpMode:
+    """The mode of a plan computing in ``compute_bytes`` over a ``residual_bytes`` residual stream."""
+    if compute_bytes != 2:
+        return "fp32"
+    return "autocast" if residual_bytes == 4 else "bf16"
 
 
 class OpCost(BaseModel):

@@ -411,3 +411,12 @@ def test_selective_recomputation_redispatches_the_forward_only_on_a_cpu():
     ).model
     rerun = block_times(model, 4, 1, False, gpu, 2, 2, PLANC_RUNTIME).selective_recompute
     assert rerun == block_times(model, 4, 1, False, host_free, 2, 2, PLANC_RUNTIME).selective_recompute
+
+
+def test_the_bytes_calibrate_prices_each_mode_with_map_back_to_the_mode():
+    # calibrate takes the kernels off each mode's time at MODE_BYTES; the cost model reads a plan's
+    # mode from its bytes: fp32 4/4, bf16 parameters 2/2, autocast over fp32 parameters 2/4.
+    from planc.spec.hardware_profile import MODE_BYTES, op_mode
+
+    assert MODE_BYTES == {"fp32": (4, 4), "bf16": (2, 2), "autocast": (2, 4)}
+    assert all(op_mode(*MODE_BYTES[mode]) == mode for mode in MODE_BYTES)
