@@ -28,6 +28,7 @@ from planc.calibrate.gemm import measure_gemms
 from planc.calibrate.memory_bw import measure_memory_bandwidth
 from planc.calibrate.recompute_block import measure_recompute
 from planc.calibrate.split_backward import measure_split_backward
+from planc.calibrate.step_tensors import measure_step_tensors
 from planc.calibrate.wrappers import measure_wrappers
 from planc.runtime.job import init_process_group
 from planc.spec.hardware_profile import SCHEMA_VERSION, HardwareProfile, MeasuredRates, fit_notes
@@ -60,9 +61,10 @@ def main(argv: list[str] | None = None) -> int:
                 collectives += measure_group(inter, "inter_node", workload["message_bytes"], device, repeats)
             collectives = gather_fits(collectives)
             measured = measured.model_copy(update={"wrappers": measure_wrappers(device, args.budget)})
-        # One process suffices for checkpointing's and the split backward's own work (no collectives):
-        # every calibration has them.
+        # One process suffices for checkpointing's and the split backward's own work, and the step's
+        # per tensor (no collectives): every calibration has them.
         full, selective = measure_recompute(device, args.budget)
+        clip, optimizer = measure_step_tensors(device, args.budget)
         full_autocast, selective_autocast = measure_recompute(device, args.budget, autocast=True)
         recompute = {
             "checkpoint_per_block": full,
@@ -70,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             "checkpoint_per_block_autocast": full_autocast,
             "selective_per_block_autocast": selective_autocast,
             "split_backward_per_block": measure_split_backward(device, args.budget),
+            "clip_per_tensor": clip,
+            "optimizer_per_tensor": optimizer,
         }
         measured = measured.model_copy(update={"wrappers": measured.wrappers.model_copy(update=recompute)})
         if int(os.environ.get("RANK", "0")) == 0:

@@ -175,6 +175,10 @@ def _summarise(out: Path) -> None:
         f"  zero-bubble's split backward, beyond one backward: {format_seconds(w.split_backward_per_block)} "
         "per block per micro-batch"
     )
+    print(
+        f"  the step per parameter tensor, beyond its ops: clipping {format_seconds(w.clip_per_tensor)}, "
+        f"optimizer {format_seconds(w.optimizer_per_tensor)}"
+    )
     for c in profile.collectives:
         speed = f"{format_bandwidth(c.bandwidth)}, latency {format_seconds(c.latency)}"
         if c.problem:

@@ -459,34 +459,6 @@ def head_times(
     return combine(fwd, host / 3, cpu), combine(bwd, 2 * host / 3, cpu)
 
 
-#: Bytes per parameter the optimizer step reads and writes (fp32), by kernel
-#: (:attr:`~planc.cost.profile.RuntimeProfile.optimizer_kernel`), gradient-norm clipping included
-#: (``clip_grad_norm_``: a norm that reads the gradients, 4, and a multiply that rescales them,
-#: 8, which torch always runs, to avoid a host sync).
-#:
-#: - fused: Adam/AdamW reads param, grad, m, v and writes param, m, v (7 x 4 = 28); SGD with
-#:   momentum reads param, grad, momentum and writes param, momentum (5 x 4 = 20).
-#: - foreach: torch's multi-tensor AdamW (``_multi_tensor_adam``, lr a float) makes nine passes:
-#:   decay (r/w param, 8), ``lerp_`` of m (12), v scaled in place (8), grad scaled into a temporary
-#:   (8), ``addcmul_`` into v (16), sqrt of v into a temporary (8), divide (8), add eps (8) and
-#:   ``addcdiv_`` into param (16): 92. Measured on an H100 for 1.92 B parameters: 64.9 ms of
-#:   ``multi_tensor_apply`` kernels against 104 B/param at the measured 2.94 TB/s, 68 ms
-#:   (docs/gpu.md). SGD with momentum: ``mul_`` + ``add_`` of the buffer (20) and the update (12): 32.
-OPTIMIZER_STEP_BYTES = {
-    "fused": {"adam": 28 + 12, "adamw": 28 + 12, "sgd": 20 + 12},
-    "foreach": {"adam": 92 + 12, "adamw": 92 + 12, "sgd": 32 + 12},
-}
-
-
-def optimizer_step_seconds(
-    params: float, optimizer: str, device: Device, host_ops: float = 0.0, kernel: str = "fused"
-) -> float:
-    """Memory-bound optimizer step over ``params`` parameters held by this device, and the host
-    overhead of ``host_ops`` eager ops (:func:`planc.cost.dispatch.step_host_ops`)."""
-    traffic = OPTIMIZER_STEP_BYTES[kernel][optimizer] * params / device.memory_rate
-    return combine(traffic, host_ops * device.seconds_per_op, device.sms is None)
-
-
 #: Thread blocks (hence SMs) NCCL occupies while a collective runs: one per channel, and rings
 #: on 8-GPU NVLink/InfiniBand nodes typically run 8-32 channels (NCCL_MIN/MAX_NCHANNELS). We
 #: take 16. Overlapped communication is not free: those SMs (and their share of HBM bandwidth)

@@ -17,6 +17,7 @@ from planc.cost.compute import overlap_contention
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import DDP_BUCKET_BYTES, model_state_bytes
+from planc.cost.optimizer_step import step_seconds
 from planc.cost.params import embedding_params_per_shard, mlp_params_per_shard
 from planc.zero_bubble import ZeroBubbleMoment
 
@@ -235,4 +236,6 @@ def shard_states(
             embedding_grads=s.embedding_grads * share,
         )
 
-    return est.updated(stage_fn=shard, comm=comm, optimizer=est.optimizer / n_d)
+    # torch's ZeRO-1 deals each tensor whole to one rank; FSDP shards every tensor over all of them
+    tensor_shards = n_d if zero == 1 and ctx.profile.torch_data_parallel else 1
+    return est.updated(stage_fn=shard, comm=comm, optimizer=step_seconds(ctx, n_d, tensor_shards))

@@ -16,9 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import lru_cache
 
-from planc.cost.compute import optimizer_step_seconds
 from planc.cost.context import ContextCache, CostContext, build_context
-from planc.cost.dispatch import step_host_ops
 from planc.cost.estimate import PHASES_JOINED, CostPass, Estimate, Passes, StageMemory, Term
 from planc.cost.flops import hardware_flops_per_step, model_flops_per_step
 from planc.cost.memory import (
@@ -28,6 +26,7 @@ from planc.cost.memory import (
     head_saved_bytes,
     model_state_bytes,
 )
+from planc.cost.optimizer_step import step_seconds
 from planc.cost.params import StageParams, embedding_params_per_shard, head_params_per_shard
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.spec.layout import Layout
@@ -123,13 +122,7 @@ def base_estimate(ctx: CostContext) -> Estimate:
     return Estimate(
         stages=tuple(stages),
         compute=m * (slow.forward + slow.backward),
-        optimizer=optimizer_step_seconds(
-            max(st.params for st in ctx.stages),
-            plan.train.optimizer,
-            ctx.device,
-            step_host_ops(model, max(st.layers for st in ctx.stages)),
-            ctx.profile.optimizer_kernel,
-        ),
+        optimizer=step_seconds(ctx),
         micro_batches=m,
         capacity=ctx.capacity,
         world_size=plan.world_size,

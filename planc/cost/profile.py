@@ -60,7 +60,7 @@ class RuntimeProfile:
     since torch 2.9-2.11), or FlashAttention in Triton. Their rates differ most on Hopper
     (:data:`planc.cost.compute.FUSED_ATTENTION_EFFICIENCY`)."""
     optimizer_kernel: Literal["fused", "foreach"] = "fused"
-    """How the optimizer step runs (:data:`planc.cost.compute.OPTIMIZER_STEP_BYTES`). ``fused``: one
+    """How the optimizer step runs (:data:`planc.cost.optimizer_step.OPTIMIZER_STEP_BYTES`). ``fused``: one
     kernel reads and writes every state once (torch's ``fused=True`` AdamW, which planc's program
     uses on CUDA; apex/Transformer Engine's FusedAdam). ``foreach``: torch's default multi-tensor
     AdamW, a chain of ``_foreach_*`` passes with temporaries, and its single-tensor loop on CPU,

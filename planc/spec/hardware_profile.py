@@ -164,6 +164,13 @@ class WrapperOverheads(BaseModel):
     """Zero-bubble's split backward (input gradients, then weight gradients from one root per
     parameter group): its host work per block and micro-batch beyond one whole backward, on
     planc's GPT block (8 parameter groups); measured on one process."""
+    clip_per_tensor: float = Field(default=0.0, ge=0)
+    """Gradient clipping (planc's norm and rescale, ``foreach`` ops) per parameter tensor per step,
+    beyond the ops a step runs once: a CPU's ``foreach`` ops loop over the tensors; measured on
+    one process (:mod:`planc.calibrate.step_tensors`); 0 where not measured (profiles before
+    2026-11-29)."""
+    optimizer_per_tensor: float = Field(default=0.0, ge=0)
+    """The same for planc's (fused) AdamW step, per tensor the rank steps."""
     dtensor_optimizer_per_tensor: float = Field(default=0.0, ge=0)
     """Gradient clipping and the optimizer step of one parameter tensor that is a DTensor (FSDP2's
     ``fully_shard`` and ``replicate``, tensor parallelism), beyond the same on a plain tensor, per

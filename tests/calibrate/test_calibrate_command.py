@@ -77,6 +77,8 @@ def test_calibrate_writes_a_profile_the_plan_uses(tmp_path, capsys):
     assert profile.measured.wrappers.fsdp_per_unit > 0 and profile.measured.wrappers.tp_per_block > 0
     # The split backward walks the graph once per parameter group: dearer than one backward.
     assert profile.measured.wrappers.split_backward_per_block > 0
+    # A CPU's foreach norm and rescale and its fused AdamW loop over the tensors: 48 more cost more.
+    assert profile.measured.wrappers.clip_per_tensor > 0 and profile.measured.wrappers.optimizer_per_tensor > 0
     # AdamW on DTensor parameters sends each of its ops through DTensor's Python dispatch: dearer
     # than on plain tensors by far more than a quiet machine's noise (~130 us per tensor here).
     assert profile.measured.wrappers.dtensor_optimizer_per_tensor > 10e-6

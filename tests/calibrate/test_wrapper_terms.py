@@ -103,6 +103,26 @@ def test_the_dtensor_optimizer_step_is_charged_once_per_tensor_where_parameters_
         assert DTENSOR_OPTIMIZER not in other_terms(plan, **layout), layout
 
 
+def test_the_step_charges_clipping_per_tensor_and_the_optimizer_per_tensor_it_steps(tmp_path):
+    # gpt, 2 layers: 37 parameter tensors per rank (test_ddp_charges_every_parameter_tensor_once_per_step).
+    # Clipping runs over every tensor a rank holds; the optimizer over those it steps: all 37 under
+    # DDP and FSDP (a shard of each), under torch's ZeRO-1 the tensors are dealt whole, 37 / 2 each.
+    # Neither is divided by the sharding, as the kernels' traffic is.
+    clip, optimizer = 3e-6, 5e-6
+    (tmp_path / "bare").mkdir()
+    measured = fp32(plan_with(tmp_path, wrapper_profile(clip_per_tensor=clip, optimizer_per_tensor=optimizer)))
+    bare = fp32(plan_with(tmp_path / "bare", wrapper_profile()))
+
+    def optimizer_seconds(plan, **layout) -> float:
+        values = {"tp": 1, "pp": 1, "zero": 0, "recompute": "none", "schedule": None, "micro_batch": 2}
+        lay = Layout(**{**values, **layout})
+        return evaluate(plan, lay, load_registry().passes(plan, lay)).optimizer
+
+    for layout, stepped in (({"dp": 2}, 37), ({"dp": 2, "zero": 1}, 37 / 2), ({"dp": 2, "zero": 3}, 37)):
+        added = optimizer_seconds(measured, **layout) - optimizer_seconds(bare, **layout)
+        assert added == pytest.approx(37 * clip + stepped * optimizer), layout
+
+
 def test_fsdp_charges_every_unit_per_micro_batch(calibrated):
     # ZeRO-3 on dp 2, 2 micro-batches; units as the FSDP pass counts them: 2 blocks + embedding + head = 4.
     terms = other_terms(calibrated, dp=2, zero=3)
