@@ -19,6 +19,8 @@ from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import DDP_BUCKET_BYTES, model_state_bytes
 from planc.cost.optimizer_step import step_seconds
 from planc.cost.params import embedding_params_per_shard, mlp_params_per_shard
+from planc.cost.wrappers import tensors_per_rank
+from planc.cost.zero_partition import partitioned_by_tensor, zero1_busiest_share
 from planc.zero_bubble import ZeroBubbleMoment
 
 
@@ -236,6 +238,14 @@ def shard_states(
             embedding_grads=s.embedding_grads * share,
         )
 
-    # torch's ZeRO-1 deals each tensor whole to one rank; FSDP shards every tensor over all of them
-    tensor_shards = n_d if zero == 1 and ctx.profile.torch_data_parallel else 1
-    return est.updated(stage_fn=shard, comm=comm, optimizer=step_seconds(ctx, n_d, tensor_shards))
+    return est.updated(stage_fn=shard, comm=comm, optimizer=step_seconds(ctx, stepped_share(ctx, n_d)))
+
+
+def stepped_share(ctx: CostContext, n_d: int) -> tuple[float, float]:
+    """(parameters, tensors) the busiest rank's optimizer steps with its states sharded over ``n_d``
+    ranks: torch's ZeRO-1 deals each tensor whole to one rank, and the step lasts as long as the
+    most loaded rank's (:func:`~planc.cost.zero_partition.zero1_busiest_share`); FSDP's ranks, and
+    the flat buffers of other runtimes, each step 1 / n_d of every tensor."""
+    if partitioned_by_tensor(ctx):
+        return zero1_busiest_share(ctx)
+    return max(st.params for st in ctx.stages) / n_d, tensors_per_rank(ctx)

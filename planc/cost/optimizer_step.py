@@ -49,15 +49,15 @@ def optimizer_step_seconds(
     return combine(traffic, host_seconds, device.sms is None)
 
 
-def step_seconds(ctx: CostContext, state_shards: int = 1, tensor_shards: int = 1) -> float:
-    """Clipping and the optimizer step on the busiest rank: its states sharded over
-    ``state_shards`` ranks, its tensors dealt whole to ``tensor_shards`` ranks (torch's ZeRO-1)."""
+def step_seconds(ctx: CostContext, stepped: tuple[float, float] | None = None) -> float:
+    """Clipping and the optimizer step on the busiest rank. ``stepped``: the (parameters, tensors)
+    its optimizer steps, where sharding makes them fewer than the rank holds (default: all of them)."""
     overheads = measured_overheads(ctx)
     tensors = tensors_per_rank(ctx)
+    params, stepped_tensors = stepped if stepped is not None else (max(st.params for st in ctx.stages), tensors)
     host = (
         step_host_ops(ctx.model, max(st.layers for st in ctx.stages)) * ctx.device.seconds_per_op
         + tensors * overheads.clip_per_tensor
-        + tensors / tensor_shards * overheads.optimizer_per_tensor
+        + stepped_tensors * overheads.optimizer_per_tensor
     )
-    params = max(st.params for st in ctx.stages) / state_shards
     return optimizer_step_seconds(params, ctx.plan.train.optimizer, ctx.device, host, ctx.profile.optimizer_kernel)

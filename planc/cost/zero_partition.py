@@ -34,15 +34,22 @@ def greedy_partition(groups: tuple[tuple[int, ...], ...], ranks: int) -> tuple[i
     """Elements per rank as ``ZeroRedundancyOptimizer._partition_parameters`` assigns ``groups``
     (each a parameter group's tensor sizes): largest first, each to the least-loaded rank, the
     lowest among equals; the loads carry over from one group to the next."""
+    return tuple(elements for elements, _ in greedy_shares(groups, ranks))
+
+
+def greedy_shares(groups: tuple[tuple[int, ...], ...], ranks: int) -> tuple[tuple[int, int], ...]:
+    """(elements, tensors) per rank, assigned as :func:`greedy_partition` describes."""
     heap = [(0, rank) for rank in range(ranks)]
+    tensors = [0] * ranks
     for sizes in groups:
         for size in sorted(sizes, reverse=True):
             load, rank = heapq.heappop(heap)
             heapq.heappush(heap, (load + size, rank))
+            tensors[rank] += 1
     loads = [0] * ranks
     for load, rank in heap:
         loads[rank] = load
-    return tuple(loads)
+    return tuple(zip(loads, tensors))
 
 
 @lru_cache(maxsize=4096)
@@ -51,12 +58,21 @@ def zero1_elements_per_rank(
 ) -> tuple[int, ...]:
     """Parameters whose optimizer states each data-parallel rank holds, on pipeline rank ``pp_rank``
     (one TP shard): each of its chunks shared out by its own optimizer, summed."""
-    totals = [0] * dp
+    return tuple(elements for elements, _ in zero1_shares_per_rank(model, tp, pp, virtual_stages, pp_rank, dp, style))
+
+
+@lru_cache(maxsize=4096)
+def zero1_shares_per_rank(
+    model: ModelSpec, tp: int, pp: int, virtual_stages: int, pp_rank: int, dp: int, style: StageStyle = "looped"
+) -> tuple[tuple[int, int], ...]:
+    """(parameters, tensors) each data-parallel rank steps on pipeline rank ``pp_rank``: each of its
+    chunks shared out by its own optimizer, summed."""
+    totals = [(0, 0)] * dp
     for stage in stages_of_rank(pp_rank, pp, virtual_stages, style):
         matrices, vectors = stage_tensor_sizes(model, tp, pp, virtual_stages, stage)
         groups = tuple(tuple(g) for g in (matrices, vectors) if g)
-        for rank, load in enumerate(greedy_partition(groups, dp)):
-            totals[rank] += load
+        for rank, (elements, tensors) in enumerate(greedy_shares(groups, dp)):
+            totals[rank] = (totals[rank][0] + elements, totals[rank][1] + tensors)
     return tuple(totals)
 
 
@@ -71,6 +87,20 @@ def zero1_state_elements(ctx: CostContext, pp_rank: int) -> tuple[int, ...]:
     """:func:`zero1_elements_per_rank` for ``ctx``'s layout."""
     lay = ctx.layout
     return zero1_elements_per_rank(ctx.model, lay.tp, lay.pp, lay.virtual_stages, pp_rank, lay.dp, ctx.stage_style)
+
+
+def zero1_busiest_share(ctx: CostContext) -> tuple[int, int]:
+    """(parameters, tensors) of the rank that steps the most parameters, over every pipeline and
+    data-parallel rank: ``ZeroRedundancyOptimizer`` broadcasts each rank's parameters after its
+    step, so the step lasts as long as that rank's."""
+    lay = ctx.layout
+    return max(
+        share
+        for st in ctx.stages
+        for share in zero1_shares_per_rank(
+            ctx.model, lay.tp, lay.pp, lay.virtual_stages, st.rank, lay.dp, ctx.stage_style
+        )
+    )
 
 
 def with_zero1_share(ctx: CostContext, memory: StageMemory, elements: int) -> StageMemory:

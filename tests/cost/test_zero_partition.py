@@ -14,7 +14,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from planc.cost.driver import evaluate
 from planc.cost.params import stage_params, stage_tensor_sizes
-from planc.cost.zero_partition import greedy_partition, zero1_elements_per_rank
+from planc.cost.zero_partition import greedy_partition, zero1_elements_per_rank, zero1_shares_per_rank
 from planc.spec import Layout, build_plan
 from planc.stages import stages_of_rank
 from planc.strategies.registry import load_registry
@@ -45,6 +45,10 @@ def _spec(model: dict):
 
 
 def _torch_partition(spec, dp: int) -> list[int]:
+    return [elements for elements, _ in _torch_shares(spec, dp)]
+
+
+def _torch_shares(spec, dp: int) -> list[tuple[int, int]]:
     from planc.runtime.optim import parameter_groups
     from planc.runtime.transformer import build_model
     from planc.verify.fake_world import fake_process_group, fake_tensors
@@ -57,7 +61,8 @@ def _torch_partition(spec, dp: int) -> list[int]:
             parameter_groups(model.parameters(), 0.1), optimizer_class=torch.optim.AdamW, lr=1e-3
         )
         return [
-            sum(p.numel() for group in groups for p in group["params"]) for groups in optimizer._partition_parameters()
+            (sum(p.numel() for group in groups for p in group["params"]), sum(len(group["params"]) for group in groups))
+            for groups in optimizer._partition_parameters()
         ]
 
 
@@ -66,6 +71,14 @@ def _torch_partition(spec, dp: int) -> list[int]:
 def test_each_rank_holds_what_torchs_partition_gives_it(name, dp):
     spec = _spec(MODELS[name])
     assert list(zero1_elements_per_rank(spec, 1, 1, 1, 0, dp)) == _torch_partition(spec, dp)
+
+
+@pytest.mark.parametrize("dp", [2, 8])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_each_rank_steps_the_tensors_torchs_partition_gives_it(name, dp):
+    # The step's per-tensor cost (clipping, the optimizer's loop on a CPU) follows the tensors.
+    spec = _spec(MODELS[name])
+    assert list(zero1_shares_per_rank(spec, 1, 1, 1, 0, dp)) == _torch_shares(spec, dp)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -108,3 +121,25 @@ def test_the_rank_with_the_embedding_sets_the_stage_memory_under_zero1():
     embedding = 128_256 * 4096
     assert stage.optimizer == 8 * embedding and stage.master == 0
     assert stage.optimizer > 4 * 8 * plan.model.params / 64  # what Psi / N_d said
+
+
+def test_the_zero1_step_lasts_as_long_as_the_rank_with_the_embedding():
+    # The same Llama 3 8B over 64 ranks: ZeroRedundancyOptimizer broadcasts each rank's parameters
+    # after its local step, so the step waits for rank 0, which steps the 525 M-parameter embedding,
+    # not an even 125 M share. Fused AdamW with clipping moves 40 bytes per parameter; on an H100
+    # that traffic (21 GB, ~7 ms) is far above the host's 40 ops per step, which it hides.
+    from planc.cost.compute import device_for
+    from planc.cost.optimizer_step import OPTIMIZER_STEP_BYTES
+
+    plan = build_plan(
+        {
+            "model": {"preset": "llama3-8b", "seq_len": 2048},
+            "hardware": {"device": "H100-SXM", "nodes": 8, "per_node": 8},
+            "train": {"global_batch": 64, "precision": "bf16"},
+        }
+    )
+    layout = Layout(tp=1, pp=1, dp=64, zero=1, recompute="full", schedule=None, micro_batch=1)
+    estimate = evaluate(plan, layout, load_registry().passes(plan, layout))
+    device = device_for(plan.hardware, "bf16")
+    embedding = 128_256 * 4096
+    assert estimate.optimizer == pytest.approx(OPTIMIZER_STEP_BYTES["fused"]["adamw"] * embedding / device.memory_rate)
