@@ -103,11 +103,12 @@ def test_ties_go_to_the_lowest_rank_and_loads_carry_across_groups():
     assert greedy_partition(((3, 5, 3), (1, 2)), 3) == (5, 5, 4)
 
 
-def test_the_rank_with_the_embedding_sets_the_stage_memory_under_zero1():
-    # Llama 3 8B over 64 data-parallel ranks: an even share is 8.03 B / 64 = 125 M parameters, but
-    # the embedding (128,256 x 4,096 = 525,336,576) goes whole to rank 0 and the head to rank 1;
-    # the other tensors (at most 58.7 M each) fill ranks 2..63 to ~113 M, never past them, so
-    # rank 0 holds the embedding's states and nothing else: 8 bytes (AdamW's m and v) each.
+#: Llama 3 8B's embedding, 128,256 x 4,096 parameters.
+LLAMA3_8B_EMBEDDING = 128_256 * 4096
+
+
+def _llama3_8b_zero1_over_64():
+    """(plan, estimate) of Llama 3 8B under ZeRO-1 over 64 data-parallel H100s."""
     plan = build_plan(
         {
             "model": {"preset": "llama3-8b", "seq_len": 2048},
@@ -116,30 +117,28 @@ def test_the_rank_with_the_embedding_sets_the_stage_memory_under_zero1():
         }
     )
     layout = Layout(tp=1, pp=1, dp=64, zero=1, recompute="full", schedule=None, micro_batch=1)
-    registry = load_registry()
-    stage = evaluate(plan, layout, registry.passes(plan, layout)).stages[0]
-    embedding = 128_256 * 4096
-    assert stage.optimizer == 8 * embedding and stage.master == 0
+    return plan, evaluate(plan, layout, load_registry().passes(plan, layout))
+
+
+def test_the_rank_with_the_embedding_sets_the_stage_memory_under_zero1():
+    # Llama 3 8B over 64 data-parallel ranks: an even share is 8.03 B / 64 = 125 M parameters, but
+    # the embedding (525,336,576) goes whole to rank 0 and the head to rank 1; the other tensors
+    # (at most 58.7 M each) fill ranks 2..63 to ~113 M, never past them, so rank 0 holds the
+    # embedding's states and nothing else: 8 bytes (AdamW's m and v) each.
+    plan, estimate = _llama3_8b_zero1_over_64()
+    stage = estimate.stages[0]
+    assert stage.optimizer == 8 * LLAMA3_8B_EMBEDDING and stage.master == 0
     assert stage.optimizer > 4 * 8 * plan.model.params / 64  # what Psi / N_d said
 
 
 def test_the_zero1_step_lasts_as_long_as_the_rank_with_the_embedding():
-    # The same Llama 3 8B over 64 ranks: ZeroRedundancyOptimizer broadcasts each rank's parameters
-    # after its local step, so the step waits for rank 0, which steps the 525 M-parameter embedding,
-    # not an even 125 M share. Fused AdamW with clipping moves 40 bytes per parameter; on an H100
-    # that traffic (21 GB, ~7 ms) is far above the host's 40 ops per step, which it hides.
+    # The same: ZeroRedundancyOptimizer broadcasts each rank's parameters after its local step, so
+    # the step waits for rank 0, which steps the embedding, not an even 125 M share. Fused AdamW
+    # with clipping moves 40 bytes per parameter; on an H100 that traffic (21 GB, ~7 ms) is far
+    # above the host's 40 ops per step, which it hides.
     from planc.cost.compute import device_for
     from planc.cost.optimizer_step import OPTIMIZER_STEP_BYTES
 
-    plan = build_plan(
-        {
-            "model": {"preset": "llama3-8b", "seq_len": 2048},
-            "hardware": {"device": "H100-SXM", "nodes": 8, "per_node": 8},
-            "train": {"global_batch": 64, "precision": "bf16"},
-        }
-    )
-    layout = Layout(tp=1, pp=1, dp=64, zero=1, recompute="full", schedule=None, micro_batch=1)
-    estimate = evaluate(plan, layout, load_registry().passes(plan, layout))
-    device = device_for(plan.hardware, "bf16")
-    embedding = 128_256 * 4096
-    assert estimate.optimizer == pytest.approx(OPTIMIZER_STEP_BYTES["fused"]["adamw"] * embedding / device.memory_rate)
+    plan, estimate = _llama3_8b_zero1_over_64()
+    traffic = OPTIMIZER_STEP_BYTES["fused"]["adamw"] * LLAMA3_8B_EMBEDDING
+    assert estimate.optimizer == pytest.approx(traffic / device_for(plan.hardware, "bf16").memory_rate)
