@@ -8,7 +8,8 @@ a node); skipped when ``--profile-dir`` already holds ``cpu-W.json``; by default
 folder, so every run calibrates;
 (2) trains every case of that size for ``--steps`` optimizer steps in one torchrun launch (the
 runtime the emitted program runs: compose + train) and takes the median step time after the
-first :data:`WARMUP` steps;
+first :data:`WARMUP` steps (after the steps a strategy runs before it works as priced, too, run
+first as ``planc verify`` runs them: PowerSGD's uncompressed start);
 (3) prints planc's predicted step for the case's layout with the ``cpu`` preset's data-sheet
 numbers and with the profile, and both errors (measured step / predicted step - 1,
 docs/accuracy.md's convention: + means planc predicted the case faster than it ran), then the
@@ -126,12 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     for world in sorted({c["world"] for c in selected}):
         cases = [c for c in selected if c["world"] == world]
         profile = ensure_profile(world, args.profile_dir)
+        # Steps a strategy runs before it works as priced (PowerSGD's uncompressed start): run first
+        # and left out, as planc verify does.
+        unmeasured = {c["name"]: max(registry.steady_after(c["plan"], c["layout"]).values(), default=0) for c in cases}
         payload = [
             {
                 "name": c["name"],
-                "plan": with_steps(c["plan"], args.steps),
+                "plan": with_steps(c["plan"], unmeasured[c["name"]] + args.steps),
                 "layout": c["layout"].model_dump(),
-                "steps": args.steps,
+                "steps": unmeasured[c["name"]] + args.steps,
             }
             for c in cases
         ]
@@ -141,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         measured = result["cases"]
         print_drift(world, load_profile(profile).measured, result["drift"])
         for c in cases:
-            step = statistics.median(measured[c["name"]][WARMUP:])
+            step = statistics.median(measured[c["name"]][unmeasured[c["name"]] + WARMUP :])
             before = predicted_step(c["plan"], c["layout"], registry)
             after = predicted_step(calibrated(c["plan"], profile), c["layout"], registry)
             rows.append((c["name"], world, step, before, after, family(c["layout"])))

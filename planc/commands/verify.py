@@ -73,8 +73,15 @@ def _run_program(args) -> int:
             hint="verify measures one thing per step after a warm-up step: time, traffic and activations, peak memory",
         )
     plan_path, registry, plan = load_for_verify(args.file, "planc verify", "launches its own processes")
-    measured = _schedule_over(plan, args.steps)
-    compiled = compile_plan(measured, registry)
+    first = _schedule_over(plan, args.steps, quiet=True)
+    compiled = compile_plan(first, registry)
+    # Steps some strategy runs before it works as priced (a compressor's uncompressed start): run
+    # them first, unmeasured, and measure the steps the prediction describes.
+    steady = registry.steady_after(compiled.plan, compiled.layout)
+    unmeasured = max(steady.values(), default=0)
+    measured = _schedule_over(plan, unmeasured + args.steps)
+    if measured is not first:
+        compiled = compile_plan(measured, registry)
     try:
         chosen = stand_in(measured, compiled.layout, _cuda_devices())
     except CannotStandIn as exc:
@@ -95,9 +102,11 @@ def _run_program(args) -> int:
     plugins = plugins_taking_part(compiled.plan, compiled.layout, registry)
     if plugins:
         print(f"planc verify: plugins {plugins}", file=sys.stderr)
+    if unmeasured:
+        print(f"planc verify: {_unmeasured_text(steady)}; measuring the {args.steps} after them", file=sys.stderr)
 
-    with _measuring_program_on_stderr():
-        outcome = launch.launch_local(compiled, run_dir, steps=args.steps)
+    with _measuring_program_on_stderr(unmeasured):
+        outcome = launch.launch_local(compiled, run_dir, steps=unmeasured + args.steps)
     status = getattr(outcome, "status", outcome)  # an Outcome (planc.supervise) or an exit status
     if status != 0 or getattr(outcome, "stop_signal", None):
         raise PlanError(f"the program failed (exit {status}); its output is above", hint=f"run directory: {run_dir}")
@@ -107,12 +116,13 @@ def _run_program(args) -> int:
         plan_source=results.source_of(plan_path),
         cost_model=results.cost_model_fingerprint(results.plugin_cost_sources(plan, layout_as_planned, registry)),
         stand_in=list(chosen.changes),
+        unmeasured=_unmeasured_text(steady) if unmeasured else None,
     )
     print_result(args, result, render, run_dir, results.save(result, run_dir), "verify.json")
     return 0
 
 
-def _schedule_over(plan, steps: int):
+def _schedule_over(plan, steps: int, *, quiet: bool = False):
     """The plan with its learning-rate schedule laid over at least ``steps`` steps.
 
     verify measures time, traffic and memory, which the learning rate does not change; but the program
@@ -122,26 +132,37 @@ def _schedule_over(plan, steps: int):
     """
     if steps <= plan.train.steps:
         return plan
-    print(
-        f"planc verify: train.steps = {plan.train.steps} is below verify's {steps} measured steps (--steps); "
-        f"the learning-rate schedule is laid over {steps} steps for the measurement",
-        file=sys.stderr,
-    )
+    if not quiet:
+        print(
+            f"planc verify: train.steps = {plan.train.steps} is below the {steps} steps verify runs; "
+            f"the learning-rate schedule is laid over {steps} steps for the measurement",
+            file=sys.stderr,
+        )
     return plan.model_copy(update={"train": plan.train.model_copy(update={"steps": steps})})
 
 
+def _unmeasured_text(steady: dict[str, int]) -> str:
+    """verify's words for the steps run before the strategies work as priced."""
+    which = ", ".join(f"{name} after {steps}" for name, steps in steady.items())
+    return f"the first {max(steady.values())} steps run unmeasured (working as priced: {which})"
+
+
 @contextlib.contextmanager
-def _measuring_program_on_stderr():
+def _measuring_program_on_stderr(unmeasured: int = 0):
     """PLANC_VERIFY=1 for the launched program, whose progress lines go to stderr: stdout is
-    verify's table (or JSON) alone."""
+    verify's table (or JSON) alone; PLANC_VERIFY_UNMEASURED: steps its probe leaves alone first."""
+    from planc.verify.probe import ENVIRONMENT_VARIABLE, UNMEASURED_VARIABLE
+
     sys.stdout.flush()
     saved = os.dup(1)
     os.dup2(2, 1)
-    os.environ["PLANC_VERIFY"] = "1"
+    os.environ[ENVIRONMENT_VARIABLE] = "1"
+    os.environ[UNMEASURED_VARIABLE] = str(unmeasured)
     try:
         yield
     finally:
-        os.environ.pop("PLANC_VERIFY", None)
+        os.environ.pop(ENVIRONMENT_VARIABLE, None)
+        os.environ.pop(UNMEASURED_VARIABLE, None)
         os.dup2(saved, 1)
         os.close(saved)
 
@@ -197,6 +218,8 @@ def render(result: dict) -> str:
     head += plugins_lines([TakingPart(**s) for s in result.get("strategies", [])])  # explain's line
     for change in result.get("stand_in", []):
         head.append(f"  stand-in: {change}")
+    if result.get("unmeasured"):
+        head.append(f"  {result['unmeasured']}")
     head.append("  error = predicted / measured - 1")
     text = "\n".join(head) + "\n\n" + format_rows(rows)
     basis = result.get("step_time_basis")

@@ -44,6 +44,11 @@ Optional module attributes
 ``cost(ctx: CostContext, estimate: Estimate, options: Options) -> Estimate``
     Plan time, pure: return ``estimate`` with this strategy's memory / compute / communication
     terms added or changed (see :mod:`planc.cost`). Called in composition order.
+``steady_after(plan: Plan, options: Options) -> int``
+    Optimizer steps the strategy runs before it works as its cost pass prices it (default 0:
+    from the first step). A gradient compressor that all-reduces uncompressed for its first N
+    steps returns N. ``planc verify`` runs that many steps unmeasured before it measures, so that
+    it holds the prediction against the steps it describes. No built-in needs it.
 
 Attributes the loader does not know (``aply``, ``Option``) are reported with the nearest known
 name, so a misspelled hook is never silently ignored.
@@ -68,7 +73,7 @@ if TYPE_CHECKING:
 API_VERSION = 1
 
 REQUIRED_ATTRIBUTES = ("NAME", "API_VERSION", "DESCRIPTION", "apply")
-OPTIONAL_ATTRIBUTES = ("Options", "AFTER", "enabled", "check", "cost")
+OPTIONAL_ATTRIBUTES = ("Options", "AFTER", "enabled", "check", "cost", "steady_after")
 ENTRY_POINT_GROUP = "planc.strategies"
 #: Comma-separated strategy names; when set, only these (and nothing else) are loaded.
 RESTRICT_ENV = "PLANC_PLUGINS"
@@ -83,7 +88,8 @@ class PlanTimeFace(Protocol):
     """The plan-time face of a strategy module: importable without torch, pure functions only.
 
     A third-party module may leave out the optional members (the registry supplies the
-    defaults); a built-in has them all. Hook parameters are positional: name them as you like.
+    defaults); a built-in has them all (``steady_after``, which no built-in needs, is not one of
+    them). Hook parameters are positional: name them as you like.
     """
 
     NAME: str
@@ -116,6 +122,7 @@ EnabledHook = Callable[["Plan", "Layout"], bool]
 CheckHook = Callable[["Plan", "Layout", Any], "str | None"]
 CostHook = Callable[["CostContext", "Estimate", Any], "Estimate"]
 ApplyHook = Callable[["Job", Any], None]
+SteadyAfterHook = Callable[["Plan", Any], int]
 
 
 # -- a base for Options -------------------------------------------------------------------------

@@ -161,6 +161,22 @@ class LoadedStrategy:
         result: Estimate = self._call("cost", ctx.plan, rule, ctx, estimate, options)
         return result
 
+    def steady_after(self, plan: Plan, options: BaseModel) -> int:
+        """Optimizer steps before the strategy runs as its cost pass prices it (0 when it declares
+        no ``steady_after``); anything but a whole number of 0 or more is the plugin's error."""
+        rule = getattr(self.module, "steady_after", None)
+        if rule is None:
+            return 0
+        steps = self._call("steady_after", plan, rule, plan, options)
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise PluginError(
+                self.name,
+                f"steady_after() returned {steps!r}, not a whole number of steps (0 or more)",
+                origin=f"from {self.distribution} {self.version}",
+                hint=f"fix the plugin (or report it to its authors, {self.distribution})",
+            )
+        return steps
+
     def _call(self, hook: str, plan: Plan, function: Callable[..., _T], *args: Any) -> _T:
         """Run a plan-time hook; a third-party plugin's exception becomes a :class:`PluginError`
         that names it and the line of its own code that failed (a built-in's is a bug in planc
@@ -321,7 +337,7 @@ def contract_problems(name: str, module: types.ModuleType) -> list[str]:
     declared = getattr(module, "NAME", None)
     if declared is not None and declared != name:
         messages.append(f"NAME = {declared!r} differs from its entry-point name '{name}'; make them equal")
-    for attr in ("apply", "enabled", "check", "cost"):
+    for attr in ("apply", "enabled", "check", "cost", "steady_after"):
         if hasattr(module, attr) and not callable(getattr(module, attr)):
             messages.append(f"'{attr}' must be a function")
     options = getattr(module, "Options", None)

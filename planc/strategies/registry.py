@@ -154,6 +154,11 @@ class Registry:
         """
         return [s for s in self.order() if self._takes_part(s, plan, layout)]
 
+    def steady_after(self, plan: Plan, layout: Layout) -> dict[str, int]:
+        """Active strategies that run steps before working as priced (``steady_after``), with those steps."""
+        found = {s.name: s.steady_after(plan, s.options_for(plan, layout)) for s in self.active(plan, layout)}
+        return {name: steps for name, steps in found.items() if steps > 0}
+
     def _takes_part(self, strategy: LoadedStrategy, plan: Plan, layout: Layout) -> bool:
         """``strategy.enabled``; a third-party ``enabled`` that raises is the plugin's problem, not
         the plan's: for a plan that does not name it the plugin is skipped (from now on, as a

@@ -9,6 +9,13 @@ use). When an op's arguments include a DTensor the mode returns ``NotImplemented
 first lowers it to the collectives on local tensors, which then come back through the mode
 (the same arrangement as torch's own ``CommDebugMode``).
 
+A dispatch mode is the thread's own, and some collectives are issued from another thread: a
+future's callback runs where the future completes (gloo's or NCCL's completion thread), and DDP
+communication hooks chain collectives that way -- PowerSGD's P and Q all-reduces, which a first
+version missed (it counted only the uncompressed part, a quarter of the bytes). While counting,
+``torch.Future.then`` therefore wraps each callback in a counter of its own that adds to the same
+totals.
+
 Bytes are counted the way the cost model states volumes (:mod:`planc.cost.comm`): what one
 device sends, for a buffer of ``n`` bytes (the full, unsharded size) over a group of ``p``:
 all-reduce ``2 (p-1)/p n``, all-gather and reduce-scatter ``(p-1)/p n``, broadcast ``(p-1)/p n``
@@ -18,7 +25,9 @@ cost model counts both directions of a stage's link).
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -84,6 +93,37 @@ class CommCounter(TorchDispatchMode):
         self.names, self.sizes = names, sizes
         self.bytes: dict[tuple[str, str], float] = defaultdict(float)
         self.calls: dict[tuple[str, str], int] = defaultdict(int)
+        self._lock = threading.Lock()
+        self._then: Any = None  # torch.Future.then while this counter follows callbacks
+        self._follows_callbacks = True
+
+    def __enter__(self):
+        """Count in this thread, and in every callback a future gets meanwhile (see the module)."""
+        if self._follows_callbacks:
+            original = self._then = torch._C.Future.then
+
+            def then(future, callback):
+                def counted(completed):
+                    with self._sibling():
+                        return callback(completed)
+
+                return original(future, counted)
+
+            setattr(torch._C.Future, "then", then)  # noqa: B010 (a method of a C++ class, for this block only)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        if self._follows_callbacks:
+            setattr(torch._C.Future, "then", self._then)  # noqa: B010
+        return super().__exit__(*exc)
+
+    def _sibling(self) -> CommCounter:
+        """A counter for another thread that adds to this one's totals (a mode instance is entered
+        on one thread at a time); the patch of ``then`` stays this one's."""
+        sibling = CommCounter(self.names, self.sizes)
+        sibling.bytes, sibling.calls, sibling._lock = self.bytes, self.calls, self._lock
+        sibling._follows_callbacks = False
+        return sibling
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -103,8 +143,9 @@ class CommCounter(TorchDispatchMode):
         size = size if size is not None else self.sizes.get(group, 1)
         if kind in _FACTOR:
             nbytes = _FACTOR[kind] * (size - 1) / size * nbytes if size > 1 else 0.0
-        self.bytes[(kind, group)] += nbytes
-        self.calls[(kind, group)] += 1
+        with self._lock:  # a sibling may count at the same time
+            self.bytes[(kind, group)] += nbytes
+            self.calls[(kind, group)] += 1
 
     def _group_of(self, value) -> str:
         return self.names.get(value, "other") if isinstance(value, str) else "other"

@@ -19,6 +19,9 @@ step  measures    how
 6...  time        more timed steps (the median is reported)
 ====  ==========  =======================================================================
 
+The steps are counted after those ``PLANC_VERIFY_UNMEASURED`` names, which run as the program
+runs them, unwatched (a strategy that works as priced only after some steps).
+
 After every step the rank writes ``verify/rank<R>.json`` in the run directory (model-state
 bytes measured after the step, when gradients and optimizer states exist).
 """
@@ -40,6 +43,9 @@ from planc.verify.saved_activations import SavedActivations, measurable
 
 #: The environment variable that turns the probe on.
 ENVIRONMENT_VARIABLE = "PLANC_VERIFY"
+#: Steps to run unmeasured before the first one above (``planc verify`` sets it where a strategy
+#: works as its cost pass prices it only after some steps: :func:`planc.strategies.api` ``steady_after``).
+UNMEASURED_VARIABLE = "PLANC_VERIFY_UNMEASURED"
 
 
 def enabled() -> bool:
@@ -54,11 +60,18 @@ class StepProbe:
         self.path = Path(out_dir or ".") / "verify" / f"rank{dist.get_rank()}.json"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.index = 0
+        self.unmeasured = int(os.environ.get(UNMEASURED_VARIABLE, "0"))
         self.record: dict = {"rank": dist.get_rank(), "coordinates": job.coordinates, "step_s": []}
 
     def __call__(self, job, batch, stop_requested: object = False, before_sync=None) -> dict:
         """One step, measured by phase; ``before_sync`` (the loop's next rows) runs after the step
         and its timing, so that verify's step times stay the step's own."""
+        if self.unmeasured > 0:  # before the strategies run as priced
+            self.unmeasured -= 1
+            result = train_step(job, batch, stop_requested)
+            if before_sync is not None:
+                before_sync()
+            return result
         phase = ("warmup", "time", "comm", "peak")[self.index] if self.index < 4 else "time"
         if self.index == 4 and job.device.type == "cuda":
             phase = "timeline"

@@ -286,6 +286,28 @@ def test_a_plugin_hook_that_raises_is_named_in_a_plan_error(install_plugin):
     assert "remove the `use crashy` block" in info.value.hint
 
 
+def test_steps_before_a_plugin_works_as_priced_come_from_its_steady_after_hook(install_plugin):
+    # A plugin without the hook, and every built-in, works as priced from the first step; one that
+    # declares steps (a compressor's uncompressed start) is listed with them; anything but a whole
+    # number of 0 or more is the plugin's error, named as a hook's exception is.
+    warm = good_plugin("warm") + "\ndef steady_after(plan, options):\n    return 3 * options.rank\n"
+    bad = good_plugin("bad") + "\ndef steady_after(plan, options):\n    return 2.5\n"
+    install_plugin("planc-warm", "0.1", {"warm": warm, "good": good_plugin("good"), "bad": bad})
+    reg = load_registry(refresh=True)
+    assert reg.steady_after(plan(uses=[("good", {})]), layout(dp=8)) == {}
+    assert reg.steady_after(plan(uses=[("warm", {"rank": 2}), ("good", {})]), layout(dp=8)) == {"warm": 6}
+    with pytest.raises(PlanError) as info:
+        reg.steady_after(plan(uses=[("bad", {})]), layout(dp=8))
+    assert "steady_after() returned 2.5, not a whole number of steps" in info.value.message
+
+
+def test_a_steady_after_that_is_not_a_function_breaks_the_contract(install_plugin):
+    install_plugin("planc-odd", "0.1", {"odd": good_plugin("odd") + "\nsteady_after = 4\n"})
+    reg = load_registry(refresh=True)
+    assert "odd" not in reg.strategies
+    assert any("'steady_after' must be a function" in p.message for p in problems_of(reg, "odd"))
+
+
 def test_a_use_block_naming_a_plugin_that_failed_to_load_says_why(install_plugin):
     install_plugin("planc-broken", "0.1", {"broken": "import not_a_module_anywhere\n"})
     reg = load_registry(refresh=True)

@@ -2,9 +2,11 @@
 
     run_ranks("tests/verify/ranks_verify.py:measure", 2, cases)
 
-``cases``: ``[{"plan": Plan JSON, "layout": Layout fields, "out_dir": str}]``. Each case builds its
-job through :func:`planc.runtime.compose.compose` (as the emitted program's strategy calls do)
-and trains with ``PLANC_VERIFY=1``, so every rank writes ``out_dir/verify/rank<R>.json``.
+``cases``: ``[{"plan": Plan JSON, "layout": Layout fields, "out_dir": str, "unmeasured": int}]``.
+Each case builds its job through :func:`planc.runtime.compose.compose` (as the emitted program's
+strategy calls do) and trains with ``PLANC_VERIFY=1``, so every rank writes
+``out_dir/verify/rank<R>.json``: ``unmeasured`` steps first (``PLANC_VERIFY_UNMEASURED``, as
+``planc verify`` sets it for a strategy that works as priced only after some steps), then 4.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ def measure(cases: list[dict]) -> dict:
     registry = load_registry()
     os.environ["PLANC_VERIFY"] = "1"
     for case in cases:
+        unmeasured = case.get("unmeasured", 0)
+        os.environ["PLANC_VERIFY_UNMEASURED"] = str(unmeasured)
         job = compose(Plan.model_validate(case["plan"]), Layout(**case["layout"]), registry)
-        train(job, steps=4, out_dir=case["out_dir"], quiet=True)
+        train(job, steps=unmeasured + 4, out_dir=case["out_dir"], quiet=True)
         dist.barrier()
     return {"cases": len(cases)}

@@ -230,7 +230,38 @@ def test_a_plan_shorter_than_the_measured_steps_gets_its_schedule_stretched(tmp_
     assert main(["verify", str(path), "--out", str(tmp_path / "v")]) == 1  # the stub "fails" after the launch
     ((compiled, steps),) = launched
     assert steps == 5 and compiled.plan.train.steps == 5
-    assert "train.steps = 3 is below verify's 5 measured steps (--steps)" in capsys.readouterr().err
+    assert "train.steps = 3 is below the 5 steps verify runs" in capsys.readouterr().err
+
+
+def test_steps_before_a_strategy_works_as_priced_run_unmeasured_first(tmp_path, capsys, monkeypatch):
+    """PowerSGD all-reduces uncompressed for its first start_iter steps (its ``steady_after``): verify
+    measured those at first, and held an uncompressed step's traffic against the compressed
+    prediction (-94 %). Now it runs them first, unmeasured, then its own steps, and says so."""
+    import os
+
+    from planc import launch
+
+    pytest.importorskip("planc_powersgd")
+    source = (PLANS.parent / "tests" / "codegen" / "data" / "powersgd.plan").read_text()
+    path = tmp_path / "powersgd.plan"
+    path.write_text(source.replace("rank = 2", "rank = 2\n  start_iter = 7"))
+    launched = []
+
+    def fake_launch(compiled, run_dir, steps):
+        launched.append((compiled, steps, os.environ.get("PLANC_VERIFY_UNMEASURED")))
+        return 1
+
+    monkeypatch.setattr(launch, "launch_local", fake_launch)
+    assert main(["verify", str(path), "--out", str(tmp_path / "v")]) == 1  # the stub "fails" after the launch
+    ((compiled, steps, unmeasured),) = launched
+    assert (steps, unmeasured) == (7 + 5, "7") and compiled.plan.train.steps >= 12
+    err = capsys.readouterr().err
+    assert "the first 7 steps run unmeasured (working as priced: powersgd after 7)" in err
+    assert "PLANC_VERIFY_UNMEASURED" not in os.environ  # set for the launch only
+    # A plan without such a strategy measures from the start.
+    launched.clear()
+    assert main(["verify", str(PLANS / "tiny-cpu.plan"), "--out", str(tmp_path / "w")]) == 1
+    assert [(steps, unmeasured) for _, steps, unmeasured in launched] == [(5, "0")]
 
 
 def test_the_predicted_peak_says_it_is_net_of_the_margin_and_context_wherever_it_is_shown(

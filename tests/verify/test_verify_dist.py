@@ -30,20 +30,26 @@ CASES = {
     # tied embeddings across the pipeline: the first and the last stage sum the embedding's gradient
     # over a group of their own, which verify counted as "other", 0 bytes, and the model left out
     "pp-tied": {"tp": 1, "pp": 2, "dp": 1, "schedule": "1f1b"},
+    # a third-party DDP communication hook (plugins/planc-powersgd): its P and Q all-reduces are
+    # issued from gloo's thread, in the futures' callbacks, which the counter missed at first; and it
+    # compresses only after start_iter steps, which verify runs unmeasured first (steady_after)
+    "ddp-powersgd": {"tp": 1, "pp": 1, "dp": 2, "zero": 0},
 }
+USES = {"ddp-powersgd": [{"name": "powersgd", "options": {"rank": 2, "start_iter": 3}}]}
 PRECISION = {"tp-sp-bf16": "bf16"}
 LLAMA_BLOCK = {"norm": "rmsnorm", "mlp": "swiglu", "position": "rope", "kv_heads": 2}  # where the crash was
 MODEL = {"tp-sp-bf16": {**TINY, **LLAMA_BLOCK}, "pp-tied": {**TINY, "tie_embeddings": True}}
 BOUNDS = {"model states": 0.02, "saved activations": 0.15, "communication": 0.05}
 
 
-def _plan(layout: dict, precision: str = "fp32", model: dict | None = None):
+def _plan(layout: dict, precision: str = "fp32", model: dict | None = None, uses: list | None = None):
     return build_plan(
         {
             "model": model or TINY,
             "hardware": {"device": "cpu", "nodes": 1, "per_node": 2},
             "train": {"global_batch": 8, "micro_batch": 2, "precision": precision, "steps": 10},
             "layout": {**layout, "recompute": "none"},
+            "uses": uses or [],
         },
         source="verify-test",
     )
@@ -54,13 +60,19 @@ def test_measured_model_states_activations_and_traffic_match_the_prediction(tmp_
     from planc.planner import choose
 
     registry = load_registry()
-    plans = {name: _plan(layout, PRECISION.get(name, "fp32"), MODEL.get(name)) for name, layout in CASES.items()}
-    chosen = {name: choose(plans[name], registry) for name in CASES}
+    names = [name for name in CASES if name not in USES or all(use["name"] in registry for use in USES[name])]
+    plans = {name: _plan(CASES[name], PRECISION.get(name, "fp32"), MODEL.get(name), USES.get(name)) for name in names}
+    chosen = {name: choose(plans[name], registry) for name in names}
+    unmeasured = {
+        name: max(registry.steady_after(plans[name], chosen[name].layout).values(), default=0) for name in names
+    }
+    assert unmeasured.get("ddp-powersgd", 3) == 3  # start_iter
     cases = [
         {
             "plan": plans[name].model_dump(mode="json", exclude_computed_fields=True),
             "layout": choice.layout.model_dump(mode="json"),
             "out_dir": str(tmp_path / name),
+            "unmeasured": unmeasured[name],
         }
         for name, choice in chosen.items()
     ]

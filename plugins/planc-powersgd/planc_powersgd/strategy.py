@@ -60,6 +60,14 @@ def check(plan, layout, options: Options) -> str | None:
     return None
 
 
+def steady_after(plan, options: Options) -> int:
+    """The hook all-reduces uncompressed for the first ``start_iter`` optimizer steps (torch's
+    ``PowerSGDState.iter`` counts them from 0 and compression starts when it reaches
+    ``start_powerSGD_iter``); the cost pass prices the compressing steps after them, so
+    ``planc verify`` runs these unmeasured first."""
+    return options.start_iter
+
+
 #: DistributedDataParallel's gradient bucket (``bucket_cap_mb``'s default, and planc's ddp's).
 BUCKET_BYTES = 25 * 2**20
 
