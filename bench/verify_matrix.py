@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from importlib.util import find_spec
 from pathlib import Path
 
 MODEL = """model "tiny" {
@@ -50,6 +51,11 @@ CASES = {
 }
 #: case -> a line added to the model block
 MODEL_EXTRA = {"pp-tied": "  tie_embeddings = true\n"}
+#: case -> a block added to the plan: a third-party strategy (plugins/planc-powersgd), where installed;
+#: verify runs its uncompressed first start_iter steps unmeasured (its steady_after)
+PLAN_EXTRA = {"ddp-powersgd": "use powersgd {\n  rank = 4\n}\n"}
+if find_spec("planc_powersgd") is not None:
+    CASES["ddp-powersgd"] = CASES["ddp"]
 SECTIONS = ("model states", "saved activations", "communication", "peak memory", "step time")
 GOALS = {"model states": 0.01, "saved activations": 0.10, "communication": 0.02}
 
@@ -61,6 +67,7 @@ def plan_text(case: str) -> str:
         model
         + f"train {{\n  global_batch = 8\n  micro_batch = 2\n  {train}\n  steps = 20\n}}\n"
         + f"layout {{\n  {layout}  recompute = none\n}}\n"
+        + PLAN_EXTRA.get(case, "")
     )
 
 

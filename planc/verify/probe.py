@@ -38,7 +38,12 @@ import torch.distributed as dist
 
 from planc.runtime.step import train_step
 from planc.verify.comm_counter import CommCounter, group_names
-from planc.verify.model_states import model_state_bytes, pipeline_receive_buffers, state_holders
+from planc.verify.model_states import (
+    comm_hook_state_tensors,
+    model_state_bytes,
+    pipeline_receive_buffers,
+    state_holders,
+)
 from planc.verify.saved_activations import SavedActivations, measurable
 
 #: The environment variable that turns the probe on.
@@ -152,7 +157,12 @@ class StepProbe:
         from torch.distributed._tools.mem_tracker import MemTracker
 
         tracker = MemTracker()
-        tracker.track_external(*job.model_parts, *state_holders(job.optimizers), *pipeline_receive_buffers(job))
+        tracker.track_external(
+            *job.model_parts,
+            *state_holders(job.optimizers),
+            *pipeline_receive_buffers(job),
+            *comm_hook_state_tensors(job),
+        )
         roots = {id(part) for part in job.model_parts}  # outermost (a DDP wrapper, not what it wraps)
 
         def new_iteration(module, args):  # the tracker refuses a second root forward (micro-batches)

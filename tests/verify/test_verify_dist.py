@@ -94,6 +94,12 @@ def test_measured_model_states_activations_and_traffic_match_the_prediction(tmp_
         assert groups == {name.split("-")[0] if name.startswith(("tp", "pp")) else "dp"}, (name, groups)
         # no collective of the step went to a group verify cannot name (and so could not size)
         assert not [row for row in rows if row["section"] == "communication" and row["name"] == "other"], name
+    # PowerSGD's error-feedback residuals (the plugin prices one per gradient) exist from its first
+    # compressing step, before the tracker starts: verify tells it of the hook's state (18% low before)
+    if "ddp-powersgd" in chosen:
+        result = collect(plans["ddp-powersgd"], chosen["ddp-powersgd"].layout, registry, tmp_path / "ddp-powersgd")
+        peaks = [row for row in result["rows"] if row["section"] == "peak memory"]
+        assert peaks and all(abs(row["error"]) <= 0.05 for row in peaks), peaks
     # ZeRO-1: each of the 2 ranks broadcasts its parameters' buffer once per step; torch's default
     # broadcast the model's 37 parameter tensors one at a time
     for record in collect(plans["zero1"], chosen["zero1"].layout, registry, tmp_path / "zero1")["ranks"]:
