@@ -73,15 +73,8 @@ def _run_program(args) -> int:
             hint="verify measures one thing per step after a warm-up step: time, traffic and activations, peak memory",
         )
     plan_path, registry, plan = load_for_verify(args.file, "planc verify", "launches its own processes")
-    first = _schedule_over(plan, args.steps, quiet=True)
-    compiled = compile_plan(first, registry)
-    # Steps some strategy runs before it works as priced (a compressor's uncompressed start): run
-    # them first, unmeasured, and measure the steps the prediction describes.
-    steady = registry.steady_after(compiled.plan, compiled.layout)
+    compiled, measured, steady = _compiled_with_unmeasured_steps(plan, registry, args.steps)
     unmeasured = max(steady.values(), default=0)
-    measured = _schedule_over(plan, unmeasured + args.steps)
-    if measured is not first:
-        compiled = compile_plan(measured, registry)
     try:
         chosen = stand_in(measured, compiled.layout, _cuda_devices())
     except CannotStandIn as exc:
@@ -120,6 +113,21 @@ def _run_program(args) -> int:
     )
     print_result(args, result, render, run_dir, results.save(result, run_dir), "verify.json")
     return 0
+
+
+def _compiled_with_unmeasured_steps(plan, registry, steps: int):
+    """(the program to launch, its plan, {strategy: steps}): the steps some strategy runs before it works as
+    priced (a compressor's uncompressed start, its ``steady_after``) run first, unmeasured, so that
+    verify measures ``steps`` the prediction describes; the schedule is laid over all of them."""
+    from planc.codegen import compile_plan
+
+    first = _schedule_over(plan, steps, quiet=True)
+    compiled = compile_plan(first, registry)
+    steady = registry.steady_after(compiled.plan, compiled.layout)
+    measured = _schedule_over(plan, max(steady.values(), default=0) + steps)
+    if measured is not first:
+        compiled = compile_plan(measured, registry)
+    return compiled, measured, steady
 
 
 def _schedule_over(plan, steps: int, *, quiet: bool = False):
