@@ -108,7 +108,8 @@ def cost(ctx, estimate, options: Options):
         # comes after the step, exposed): compressing it shrinks the compute it slows as much.
         other = tuple(Term(t.name, t.value * ratio) if t.name == CONTENTION else t for t in estimate.other)
         estimate = estimate.updated(comm=compressed(ctx, dp, ratio, options.rank), other=other).with_note(
-            f"PowerSGD rank {options.rank}: data-parallel gradient traffic x {ratio:.3f}"
+            f"PowerSGD rank {options.rank}: data-parallel gradient traffic x {ratio:.3f} from step "
+            f"{options.start_iter + 1} (the first {options.start_iter} all-reduce uncompressed)"
         )
     chained = chained_rounds(ctx, ratio)
     estimate = estimate.with_time("PowerSGD: the last bucket's P and Q all-reduces, chained", chained)
