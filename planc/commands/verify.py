@@ -73,8 +73,7 @@ def _run_program(args) -> int:
             hint="verify measures one thing per step after a warm-up step: time, traffic and activations, peak memory",
         )
     plan_path, registry, plan = load_for_verify(args.file, "planc verify", "launches its own processes")
-    compiled, measured, steady = _compiled_with_unmeasured_steps(plan, registry, args.steps)
-    unmeasured = max(steady.values(), default=0)
+    compiled, measured, steady, unmeasured = _compiled_with_unmeasured_steps(plan, registry, args.steps)
     try:
         chosen = stand_in(measured, compiled.layout, _cuda_devices())
     except CannotStandIn as exc:
@@ -95,8 +94,8 @@ def _run_program(args) -> int:
     plugins = plugins_taking_part(compiled.plan, compiled.layout, registry)
     if plugins:
         print(f"planc verify: plugins {plugins}", file=sys.stderr)
-    if unmeasured:
-        print(f"planc verify: {_unmeasured_text(steady)}; measuring the {args.steps} after them", file=sys.stderr)
+    if steady:
+        print(f"planc verify: {_unmeasured_text(steady, unmeasured)}", file=sys.stderr)
 
     with _measuring_program_on_stderr(unmeasured):
         outcome = launch.launch_local(compiled, run_dir, steps=unmeasured + args.steps)
@@ -109,25 +108,35 @@ def _run_program(args) -> int:
         plan_source=results.source_of(plan_path),
         cost_model=results.cost_model_fingerprint(results.plugin_cost_sources(plan, layout_as_planned, registry)),
         stand_in=list(chosen.changes),
-        unmeasured=_unmeasured_text(steady) if unmeasured else None,
+        unmeasured=_unmeasured_text(steady, unmeasured) if steady else None,
     )
     print_result(args, result, render, run_dir, results.save(result, run_dir), "verify.json")
     return 0
 
 
+#: The most steps verify runs unmeasured before a strategy works as priced; past it, it measures
+#: the steps before (and says so): a compressor that starts after 100,000 steps is not worth an
+#: hour of waiting to check its first minutes.
+MAX_UNMEASURED_STEPS = 200
+
+
 def _compiled_with_unmeasured_steps(plan, registry, steps: int):
-    """(the program to launch, its plan, {strategy: steps}): the steps some strategy runs before it works as
-    priced (a compressor's uncompressed start, its ``steady_after``) run first, unmeasured, so that
-    verify measures ``steps`` the prediction describes; the schedule is laid over all of them."""
+    """(the program to launch, its plan, {strategy: steps}, steps to run unmeasured): the steps some
+    strategy runs before it works as priced (a compressor's uncompressed start, its
+    ``steady_after``) run first, unmeasured -- up to :data:`MAX_UNMEASURED_STEPS` -- so that verify
+    measures ``steps`` the prediction describes; the schedule is laid over all of them."""
     from planc.codegen import compile_plan
 
     first = _schedule_over(plan, steps, quiet=True)
     compiled = compile_plan(first, registry)
     steady = registry.steady_after(compiled.plan, compiled.layout)
-    measured = _schedule_over(plan, max(steady.values(), default=0) + steps)
+    unmeasured = max(steady.values(), default=0)
+    if unmeasured > MAX_UNMEASURED_STEPS:
+        unmeasured = 0
+    measured = _schedule_over(plan, unmeasured + steps)
     if measured is not first:
         compiled = compile_plan(measured, registry)
-    return compiled, measured, steady
+    return compiled, measured, steady, unmeasured
 
 
 def _schedule_over(plan, steps: int, *, quiet: bool = False):
@@ -149,10 +158,16 @@ def _schedule_over(plan, steps: int, *, quiet: bool = False):
     return plan.model_copy(update={"train": plan.train.model_copy(update={"steps": steps})})
 
 
-def _unmeasured_text(steady: dict[str, int]) -> str:
+def _unmeasured_text(steady: dict[str, int], unmeasured: int) -> str:
     """verify's words for the steps run before the strategies work as priced."""
     which = ", ".join(f"{name} after {steps}" for name, steps in steady.items())
-    return f"the first {max(steady.values())} steps run unmeasured (working as priced: {which})"
+    if unmeasured:
+        return f"the first {unmeasured} steps run unmeasured (working as priced: {which})"
+    return (
+        f"working as priced only after more steps than verify runs first ({MAX_UNMEASURED_STEPS}): {which}; "
+        "the steps measured come before, and their traffic and time are not what is predicted "
+        "(lower the plugin's start option to check the priced steps)"
+    )
 
 
 @contextlib.contextmanager

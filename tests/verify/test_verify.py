@@ -262,6 +262,14 @@ def test_steps_before_a_strategy_works_as_priced_run_unmeasured_first(tmp_path, 
     launched.clear()
     assert main(["verify", str(PLANS / "tiny-cpu.plan"), "--out", str(tmp_path / "w")]) == 1
     assert [(steps, unmeasured) for _, steps, unmeasured in launched] == [(5, "0")]
+    # Past verify's limit it measures the steps before, and says the traffic and time are not the priced ones.
+    launched.clear()
+    path.write_text(source.replace("rank = 2", "rank = 2\n  start_iter = 5000"))
+    assert main(["verify", str(path), "--out", str(tmp_path / "x")]) == 1
+    assert [(steps, unmeasured) for _, steps, unmeasured in launched] == [(5, "0")]
+    assert "working as priced only after more steps than verify runs first (200): powersgd after 5000" in (
+        capsys.readouterr().err
+    )
 
 
 def test_the_predicted_peak_says_it_is_net_of_the_margin_and_context_wherever_it_is_shown(
