@@ -146,3 +146,45 @@ def test_the_use_it_line_names_the_profile_as_the_plan_would_find_it(tmp_path, m
     line = use_it_line(out, "plans/run.plan")
     assert line == 'use it: hardware { profile = "../profiles/h100.json" } in plans/run.plan'
     assert use_it_line(out, None).startswith(f'use it: hardware {{ profile = "{out}" }}')
+
+
+@pytest.mark.dist
+def test_calibrate_as_a_two_node_torchrun_measures_across_the_nodes(tmp_path):
+    """docs/calibrate.md, "Across nodes": `planc calibrate` as the program of a multi-node torchrun
+    measures in place, over the ranks with the same local rank on every node. Two torchrun agents
+    on this machine stand for two nodes of one process each (c10d rendezvous, as on a cluster):
+    every collective is measured as inter-node, and a 2-node plan prices its network with it."""
+    import socket
+
+    from planc.spec import build_plan
+
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
+    command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{port}"]
+    command += ["-m", "planc", "calibrate", "--cpu", "--quick", "--out", "cluster.json"]
+    nodes = [subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
+    nodes.append(subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [node.communicate(timeout=300)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], "\n".join(out[-2000:] for out in outputs)
+    profile = load_profile(tmp_path / "cluster.json")
+    assert (profile.world_size, profile.nodes, profile.per_node) == (2, 2, 1)
+    assert {(c.medium, c.group_size) for c in profile.collectives} == {("inter_node", 2)}
+    assert {c.kind for c in profile.collectives} == {
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "send_recv",
+        "broadcast",
+    }
+    raw = {
+        "model": {"layers": 2, "hidden": 32, "heads": 4, "vocab": 96, "seq_len": 16},
+        "hardware": {"device": "cpu", "nodes": 2, "per_node": 1, "profile": "cluster.json"},
+        "train": {"global_batch": 8},
+    }
+    hardware = build_plan(raw, base_dir=tmp_path).hardware
+    (fit,) = [c for c in profile.collectives if c.kind == "all_reduce"]
+    if fit.problem is None:  # a fit the timings identify prices the network, taken whole
+        assert (hardware.inter_node_bw, hardware.inter_node_latency) == (fit.bandwidth, fit.latency)
+        assert hardware.inter_node_link_efficiency == 1.0
