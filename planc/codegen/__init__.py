@@ -60,6 +60,7 @@ def compile_plan(
         step_s=estimate.step_s,
         tokens_per_s=estimate.tokens_per_s,
         **_explain_words(plan, choice),
+        steady_after=max(registry.steady_after(plan, choice.layout).values(), default=0),
     )
     if not choice.fits and not force:
         from planc.explain.words import suggestion_text

@@ -54,6 +54,9 @@ class Prediction:
     memory_warning: str = ""
     """Explain's warning when memory is close to the limit (:func:`planc.planner.advice.close_to_limit`
     in :func:`planc.explain.advice_words.advice_text`'s words); empty when there is none."""
+    steady_after: int = 0
+    """Steps a strategy runs before it works as priced (its ``steady_after``: PowerSGD's
+    uncompressed start); the prediction describes the steps after them."""
 
     def numbers(self) -> dict[str, Any]:
         """The program's ``PREDICTED``, which training logs beside each measured step; `planc run` under
@@ -67,6 +70,8 @@ class Prediction:
         }
         if self.step_band:  # the band's number, which the progress line reads (not the words)
             numbers["step_uncertainty"] = self.step_uncertainty
+        if self.steady_after:  # only where a strategy has such steps: other programs stay as they were
+            numbers["steady_after"] = self.steady_after
         return numbers
 
 

@@ -173,7 +173,7 @@ def _fields_after_step(job, run_data, utilisation, done: int, total: int, step_s
     """The record's extra fields: MFU beside the prediction, and the validation loss on evaluation steps."""
     from planc.runtime.evaluate import validation_loss
 
-    extra = utilisation.fields(step_s)
+    extra = utilisation.fields(step_s, done)
     train = job.plan.train
     if run_data.validation is not None and (done % train.eval_every == 0 or done == total):
         began = time.perf_counter()

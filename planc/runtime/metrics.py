@@ -181,7 +181,11 @@ def format_progress(
         parts.append(f"{record['tokens_per_s'] / 1000:.1f} k tok/s")
     predicted_s = record.get("predicted_step_s")
     step_s = f"{record['step_s']:.3f} s/step"
-    parts.append(f"{step_s} ({_predicted_step(predicted_s, predicted)})" if predicted_s else step_s)
+    if predicted_s:
+        step_s += f" ({_predicted_step(predicted_s, predicted)})"
+    elif record.get("predicted_from_step"):  # a strategy's first steps, before it works as priced
+        step_s += f" (pred from step {record['predicted_from_step']})"
+    parts.append(step_s)
     if record.get("mfu") is not None:
         pred_mfu = record.get("predicted_mfu")
         parts.append(f"mfu {record['mfu']:.1%}" + (f" (pred {pred_mfu:.1%})" if pred_mfu is not None else ""))

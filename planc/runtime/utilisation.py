@@ -22,14 +22,19 @@ class Utilisation:
         self.flops_per_step = model_flops_per_step(plan.model, plan.tokens_per_step)
         self.peak_total = device_for(plan.hardware, plan.train.precision).peak * plan.world_size
         self.predicted_step_s = float(predicted["step_s"]) if predicted and predicted.get("step_s") else None
+        #: steps a strategy runs before it works as priced (the program's ``PREDICTED``): no prediction for them
+        self.steady_after = int(predicted.get("steady_after", 0)) if predicted else 0
 
     def mfu(self, step_s: float) -> float | None:
         return self.flops_per_step / (step_s * self.peak_total) if step_s > 0 else None
 
-    def fields(self, step_s: float) -> dict[str, float]:
-        """The extra fields of one step's record."""
-        out = {"mfu": self.mfu(step_s)}
-        if self.predicted_step_s is not None:
+    def fields(self, step_s: float, step: int | None = None) -> dict[str, float]:
+        """The extra fields of one step's record (``step``, 1-based: before a strategy works as
+        priced, the record says from which step the prediction holds instead of giving it)."""
+        out: dict[str, float | None] = {"mfu": self.mfu(step_s)}
+        if step is not None and step <= self.steady_after:
+            out["predicted_from_step"] = self.steady_after + 1
+        elif self.predicted_step_s is not None:
             out["predicted_step_s"] = self.predicted_step_s
             out["predicted_mfu"] = self.mfu(self.predicted_step_s)
         return {key: value for key, value in out.items() if value is not None}

@@ -103,6 +103,29 @@ def test_the_progress_lines_band_is_the_predictions_number_not_its_words():
     assert "| 0.412 s/step (pred 0.380) |" in format_progress(record, predicted={"step_band": "±9%"})
 
 
+def test_steps_before_a_strategy_works_as_priced_say_from_when_the_prediction_holds():
+    """PowerSGD all-reduces uncompressed for its first start_iter steps; the program's PREDICTED is
+    the compressing step (its ``steady_after``: 10). Those first steps are not held against it: their
+    record and progress line say from which step the prediction holds; from step 11 they carry it."""
+    from planc.runtime.utilisation import Utilisation
+
+    plan = build_plan(
+        {
+            "model": {"layers": 1, "hidden": 32, "heads": 4, "vocab": 256, "seq_len": 16},
+            "hardware": {"device": "cpu", "per_node": 2},
+            "train": {"global_batch": 4},
+        }
+    )
+    utilisation = Utilisation(plan, {"step_s": 0.38, "step_uncertainty": 0.09, "steady_after": 10})
+    early, late = utilisation.fields(0.2, 10), utilisation.fields(0.4, 11)
+    assert early["predicted_from_step"] == 11 and "predicted_step_s" not in early
+    assert late["predicted_step_s"] == 0.38 and "predicted_from_step" not in late
+    record = {"step": 10, "loss": 1.0, "lr": 0.1, "step_s": 0.2, "memory_bytes": 0, **early}
+    assert "| 0.200 s/step (pred from step 11) |" in format_progress(record, predicted={"step_uncertainty": 0.09})
+    # A program without such a strategy (no "steady_after") carries the prediction from the first step.
+    assert Utilisation(plan, {"step_s": 0.38}).fields(0.2, 1)["predicted_step_s"] == 0.38
+
+
 TRAIN_ONE_STEP = """
 import json, sys
 from planc.runtime.compose import compose

@@ -113,7 +113,8 @@ PREDICTED = {'memory_bytes': 3181517,
  'step_s': 0.002855,
  'tokens_per_s': 89668,
  'step_band': '(uncalibrated)',
- 'step_uncertainty': None}
+ 'step_uncertainty': None,
+ 'steady_after': 10}
 
 
 def main() -> None:
