@@ -101,9 +101,12 @@ class CommCounter(TorchDispatchMode):
         """Count in this thread, and in every callback a future gets meanwhile (see the module)."""
         if self._follows_callbacks:
             original = self._then = torch._C.Future.then
+            here = threading.get_ident()
 
             def then(future, callback):
                 def counted(completed):
+                    if threading.get_ident() == here:  # run inline (the future had completed): counted here
+                        return callback(completed)
                     with self._sibling():
                         return callback(completed)
 

@@ -31,3 +31,32 @@ def measure(cases: list[dict]) -> dict:
         train(job, steps=unmeasured + 4, out_dir=case["out_dir"], quiet=True)
         dist.barrier()
     return {"cases": len(cases)}
+
+
+def count_callbacks(_payload=None) -> dict:
+    """Bytes the traffic counter sees where collectives are issued in futures' callbacks: one that
+    runs in gloo's thread (the future completes later) and one that runs inline (it had completed)."""
+    import torch
+
+    from planc.verify.comm_counter import CommCounter
+
+    names, sizes = {str(dist.group.WORLD.group_name): "world"}, {"world": dist.get_world_size()}
+    x, y, z = torch.ones(10), torch.ones(20), torch.ones(30)
+
+    def reduce_y(future):
+        dist.all_reduce(y)
+        return future.value()
+
+    def reduce_z_chained(future):
+        return dist.all_reduce(z, async_op=True).get_future().then(lambda g: g.value()).wait()
+
+    counted = {}
+    with CommCounter(names, sizes) as later:
+        dist.all_reduce(x, async_op=True).get_future().then(reduce_z_chained).wait()
+    counted["in gloo's thread"] = dict(later.bytes)
+    with CommCounter(names, sizes) as inline:
+        done = dist.all_reduce(x, async_op=True).get_future()
+        done.wait()
+        done.then(reduce_y).wait()
+    counted["inline"] = dict(inline.bytes)
+    return {name: {str(key): value for key, value in found.items()} for name, found in counted.items()}

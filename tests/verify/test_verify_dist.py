@@ -105,3 +105,15 @@ def test_measured_model_states_activations_and_traffic_match_the_prediction(tmp_
     for record in collect(plans["zero1"], chosen["zero1"].layout, registry, tmp_path / "zero1")["ranks"]:
         broadcasts = [entry for entry in record["comm"] if entry["kind"] == "broadcast"]
         assert [(entry["group"], entry["calls"]) for entry in broadcasts] == [("dp", 2)]
+
+
+@pytest.mark.dist
+def test_collectives_issued_in_future_callbacks_are_counted_once():
+    """A DDP communication hook chains collectives with ``Future.then`` (PowerSGD's P and Q), whose
+    callbacks run in gloo's thread, where a dispatch mode does not reach: they are counted there,
+    and a callback that runs inline (its future had completed) is not counted twice. Bytes as the
+    cost model states an all-reduce's over 2 ranks: 2 (p - 1) / p x 4 bytes per element."""
+    counted = run_ranks("tests/verify/ranks_verify.py:count_callbacks", 2)
+    key = str(("all_reduce", "world"))
+    assert counted["in gloo's thread"] == {key: 4.0 * (10 + 30)}
+    assert counted["inline"] == {key: 4.0 * (10 + 20)}
