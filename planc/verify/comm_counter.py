@@ -203,4 +203,8 @@ def group_names(job) -> tuple[dict[str, str], dict[str, int]]:
     for tied in job.tied_weights:  # the first and the last pipeline rank: the pipeline's traffic
         if tied.group is not None:
             names[str(tied.group.group_name)] = "pp"
+    hybrid = getattr(job, "shard_mesh", None)  # HSDP: the "dp" ranks unflattened into replicate x shard
+    if hybrid is not None:
+        for axis in range(hybrid.ndim):  # groups of their own (a c10d op carries its group's size)
+            names[str(hybrid.get_group(axis).group_name)] = "dp"
     return names, sizes

@@ -39,10 +39,7 @@ import torch.distributed as dist
 from planc.runtime.step import train_step
 from planc.verify.comm_counter import CommCounter, group_names
 from planc.verify.model_states import (
-    comm_hook_state_tensors,
     model_state_bytes,
-    pipeline_receive_buffers,
-    state_holders,
 )
 from planc.verify.saved_activations import SavedActivations, measurable
 
@@ -154,31 +151,11 @@ class StepProbe:
                 "source": "cuda",
             }
             return result
-        from torch.distributed._tools.mem_tracker import MemTracker
+        from planc.verify.peak_tracker import peak_by_category, tracking_the_step
 
-        tracker = MemTracker()
-        tracker.track_external(
-            *job.model_parts,
-            *state_holders(job.optimizers),
-            *pipeline_receive_buffers(job),
-            *comm_hook_state_tensors(job),
-        )
-        roots = {id(part) for part in job.model_parts}  # outermost (a DDP wrapper, not what it wraps)
-
-        def new_iteration(module, args):  # the tracker refuses a second root forward (micro-batches)
-            if id(module) in roots:
-                tracker.reset_mod_stats()
-
-        handle = torch.nn.modules.module.register_module_forward_pre_hook(new_iteration)
-        try:
-            with tracker:
-                result = train_step(job, batch, stop_requested)
-        finally:
-            handle.remove()
-        peak = tracker.get_tracker_snapshot("peak").get(job.device, {})
-        self.record["peak"] = {
-            "bytes": peak.get("Total", 0),
-            "parts": {getattr(k, "value", str(k)): v for k, v in peak.items() if k != "Total"},
-            "source": "torch.distributed._tools.mem_tracker.MemTracker",
+        with tracking_the_step(job) as tracker:  # told of what the job made before it
+            result = train_step(job, batch, stop_requested)
+        self.record["peak"] = peak_by_category(tracker, job.device) | {
+            "source": "torch.distributed._tools.mem_tracker.MemTracker"
         }
         return result

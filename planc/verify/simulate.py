@@ -24,13 +24,10 @@ compared net of those terms (:func:`planc.verify.predicted.peak_net_bytes`).
 
 from __future__ import annotations
 
-import contextlib
 import resource
 import time
-from collections.abc import Iterator
 
 import torch
-from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker
 
 from planc.spec import Layout, Plan
 
@@ -193,94 +190,15 @@ def _first_pipeline_step(job, batch: torch.Tensor) -> None:
 
 
 def _tracked_step(job, batch: torch.Tensor) -> dict:
-    """One optimizer step under ``MemTracker``; its peak on the job's device, by category. RMSNorm
-    keeps what its CUDA kernel keeps (:mod:`planc.verify.cuda_kernels`), not its CPU decomposition."""
+    """One optimizer step under the step's peak tracker (:mod:`planc.verify.peak_tracker`); its peak
+    on the job's device, by category. RMSNorm keeps what its CUDA kernel keeps
+    (:mod:`planc.verify.cuda_kernels`), not its CPU decomposition."""
     from planc.runtime.step import optimizer_step
     from planc.verify.cuda_kernels import cuda_rms_norm
-    from planc.verify.model_states import pipeline_receive_buffers, state_holders
+    from planc.verify.peak_tracker import peak_by_category, tracking_the_step
 
-    tracker = _StepPeakTracker()
-    tracker.track_external(*job.model_parts, *state_holders(job.optimizers), *pipeline_receive_buffers(job))
-    roots = {id(part) for part in job.model_parts}
-
-    def new_micro_batch(module, args):  # the tracker refuses a second root forward per iteration
-        if id(module) in roots:
-            tracker.reset_mod_stats()
-
-    handle = torch.nn.modules.module.register_module_forward_pre_hook(new_micro_batch)
-    split_backward = job.layout.schedule == "zero-bubble"
-    try:
-        with _no_module_backward_hooks(split_backward), tracker, cuda_rms_norm(job.model_parts):
-            optimizer_step(job, batch)
-    finally:
-        handle.remove()
-    peak = tracker.get_tracker_snapshot("peak").get(job.device, {})
-    return {
-        "bytes": peak.get("Total", 0),
-        "parts": {getattr(k, "value", str(k)): v for k, v in peak.items() if k != "Total"},
-        "source": "torch.distributed._tools.mem_tracker.MemTracker under FakeTensorMode",
+    with tracking_the_step(job) as tracker, cuda_rms_norm(job.model_parts):
+        optimizer_step(job, batch)
+    return peak_by_category(tracker, job.device) | {
+        "source": "torch.distributed._tools.mem_tracker.MemTracker under FakeTensorMode"
     }
-
-
-@contextlib.contextmanager
-def _no_module_backward_hooks(active: bool) -> Iterator[None]:
-    """Under a split backward, keep the tracker's module tracker from hooking module outputs.
-
-    ``ModTracker`` hooks every module's inputs and outputs (``register_multi_grad_hook``) to know
-    when backward reaches it. The zero-bubble schedules take gradients with ``autograd.grad`` --
-    inputs first, weights later -- and hooks that never fire hold their graphs, saved tensors
-    included: simulated peaks grew linearly with the micro-batch count (tiny model, 4 -> 16: 26 ->
-    31 MiB without recomputation, 30 -> 55 MiB with full; a 70B plan read 610 GB) while a real
-    2-process CPU run held what interleaved holds (peak RSS 0.84 vs 0.86 GiB, 32 micro-batches).
-    Without the hooks the peaks are the cost model's within 1% at 4 micro-batches. The step's
-    total is unchanged by them; only the split of the backward's tensors into "Activation" and
-    "Temp" is lost (the tracker cannot tell backward from forward)."""
-    if not active:
-        yield
-        return
-    from torch.distributed._tools import mod_tracker
-
-    original = mod_tracker.register_multi_grad_hook
-    mod_tracker.register_multi_grad_hook = _no_hook  # type: ignore[assignment]  # a stand-in with the same use
-    try:
-        yield
-    finally:
-        mod_tracker.register_multi_grad_hook = original
-
-
-class _NoHandle:
-    def remove(self) -> None:
-        pass
-
-
-def _no_hook(tensors, fn, **kwargs) -> _NoHandle:
-    return _NoHandle()
-
-
-class _StepPeakTracker(MemTracker):
-    """torch's ``MemTracker`` keeping the step's peak only, not every active module's own.
-
-    After each op ``MemTracker._update_peak_stats`` walks every module seen in the iteration
-    (hundreds in a 32-block model) to update per-module peaks this comparison does not use: three
-    quarters of the simulation's time at llama3-8b. The step's peak and its snapshot by category
-    are kept exactly as ``MemTracker`` keeps them.
-
-    Per-module statistics are reset at each micro-batch's first forward (:func:`_tracked_step`); a
-    pipeline schedule runs an earlier micro-batch's backward after that (1F1B, and a V schedule's
-    later stage on the same rank), whose module hooks then find no statistics: they are skipped
-    (they only record per-module snapshots; the step's peak does not depend on them).
-    """
-
-    def _pre_bw_hook(self, module, args) -> None:
-        if module is None or module in self.memory_tracking:
-            super()._pre_bw_hook(module, args)
-
-    def _post_bw_hook(self, module, args) -> None:
-        if module is None or module in self.memory_tracking:
-            super()._post_bw_hook(module, args)
-
-    def _update_peak_stats(self, peak_state) -> None:
-        for device, snapshot in self._curr_mem_snap.items():
-            if self._peak_mem.get(device, 0) < snapshot[_TOTAL_KEY]:
-                self._peak_mem[device] = snapshot[_TOTAL_KEY]
-                self._peak_mem_snap[device] = dict(snapshot)

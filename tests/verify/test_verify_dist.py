@@ -34,20 +34,44 @@ CASES = {
     # issued from gloo's thread, in the futures' callbacks, which the counter missed at first; and it
     # compresses only after start_iter steps, which verify runs unmeasured first (steady_after)
     "ddp-powersgd": {"tp": 1, "pp": 1, "dp": 2, "zero": 0},
+    # two chunks per rank: the peak's tracker cleared every module's statistics at each chunk's
+    # forward, and a chunk's later backward crashed verify (KeyError); zero-bubble's split backward
+    # cannot be followed by the tracker's module hooks at all (autograd.grad on a leaf)
+    "pp-interleaved": {"tp": 1, "pp": 2, "dp": 1, "schedule": "interleaved", "virtual_stages": 2},
+    "pp-zero-bubble": {"tp": 1, "pp": 2, "dp": 1, "schedule": "zero-bubble", "virtual_stages": 2},
+    # FSDP with one micro-batch per step: its sharded gradients (None since the last step) do not
+    # exist yet at the forward's end, where the step peaks; priced as held, the peak read +15 %
+    "fsdp-one-micro-batch": {"tp": 1, "pp": 1, "dp": 2, "zero": 3},
 }
+GLOBAL_BATCH = {"fsdp-one-micro-batch": 4}
+#: peak memory, where it is held here (predicted net of the allocator margin, MemTracker's peak)
+PEAK_BOUNDS = {"ddp-powersgd": 0.05, "pp-interleaved": 0.06, "pp-zero-bubble": 0.06, "fsdp-one-micro-batch": 0.06}
 USES = {"ddp-powersgd": [{"name": "powersgd", "options": {"rank": 2, "start_iter": 3}}]}
 PRECISION = {"tp-sp-bf16": "bf16"}
 LLAMA_BLOCK = {"norm": "rmsnorm", "mlp": "swiglu", "position": "rope", "kv_heads": 2}  # where the crash was
-MODEL = {"tp-sp-bf16": {**TINY, **LLAMA_BLOCK}, "pp-tied": {**TINY, "tie_embeddings": True}}
+FOUR_BLOCKS = {**TINY, "layers": 4}  # two chunks of one block on each of 2 pipeline ranks
+MODEL = {
+    "tp-sp-bf16": {**TINY, **LLAMA_BLOCK},
+    "pp-tied": {**TINY, "tie_embeddings": True},
+    "pp-interleaved": FOUR_BLOCKS,
+    "pp-zero-bubble": FOUR_BLOCKS,
+}
 BOUNDS = {"model states": 0.02, "saved activations": 0.15, "communication": 0.05}
 
 
-def _plan(layout: dict, precision: str = "fp32", model: dict | None = None, uses: list | None = None):
+def _plan(
+    layout: dict,
+    precision: str = "fp32",
+    model: dict | None = None,
+    uses: list | None = None,
+    global_batch: int = 8,
+    per_node: int = 2,
+):
     return build_plan(
         {
             "model": model or TINY,
-            "hardware": {"device": "cpu", "nodes": 1, "per_node": 2},
-            "train": {"global_batch": 8, "micro_batch": 2, "precision": precision, "steps": 10},
+            "hardware": {"device": "cpu", "nodes": 1, "per_node": per_node},
+            "train": {"global_batch": global_batch, "micro_batch": 2, "precision": precision, "steps": 10},
             "layout": {**layout, "recompute": "none"},
             "uses": uses or [],
         },
@@ -61,7 +85,12 @@ def test_measured_model_states_activations_and_traffic_match_the_prediction(tmp_
 
     registry = load_registry()
     names = [name for name in CASES if name not in USES or all(use["name"] in registry for use in USES[name])]
-    plans = {name: _plan(CASES[name], PRECISION.get(name, "fp32"), MODEL.get(name), USES.get(name)) for name in names}
+    plans = {
+        name: _plan(
+            CASES[name], PRECISION.get(name, "fp32"), MODEL.get(name), USES.get(name), GLOBAL_BATCH.get(name, 8)
+        )
+        for name in names
+    }
     chosen = {name: choose(plans[name], registry) for name in names}
     unmeasured = {
         name: max(registry.steady_after(plans[name], chosen[name].layout).values(), default=0) for name in names
@@ -96,10 +125,11 @@ def test_measured_model_states_activations_and_traffic_match_the_prediction(tmp_
         assert not [row for row in rows if row["section"] == "communication" and row["name"] == "other"], name
     # PowerSGD's error-feedback residuals (the plugin prices one per gradient) exist from its first
     # compressing step, before the tracker starts: verify tells it of the hook's state (18% low before)
-    if "ddp-powersgd" in chosen:
-        result = collect(plans["ddp-powersgd"], chosen["ddp-powersgd"].layout, registry, tmp_path / "ddp-powersgd")
-        peaks = [row for row in result["rows"] if row["section"] == "peak memory"]
-        assert peaks and all(abs(row["error"]) <= 0.05 for row in peaks), peaks
+    for name, bound in PEAK_BOUNDS.items():
+        if name in chosen:
+            result = collect(plans[name], chosen[name].layout, registry, tmp_path / name)
+            peaks = [row for row in result["rows"] if row["section"] == "peak memory"]
+            assert peaks and all(abs(row["error"]) <= bound for row in peaks), (name, peaks)
     # ZeRO-1: each of the 2 ranks broadcasts its parameters' buffer once per step; torch's default
     # broadcast the model's 37 parameter tensors one at a time
     for record in collect(plans["zero1"], chosen["zero1"].layout, registry, tmp_path / "zero1")["ranks"]:
@@ -117,3 +147,21 @@ def test_collectives_issued_in_future_callbacks_are_counted_once():
     key = str(("all_reduce", "world"))
     assert counted["in gloo's thread"] == {key: 4.0 * (10 + 30)}
     assert counted["inline"] == {key: 4.0 * (10 + 20)}
+
+
+@pytest.mark.dist
+def test_hsdp_traffic_is_counted_on_the_data_parallel_dimension(tmp_path):
+    """HSDP unflattens the "dp" ranks into replicate x shard groups of their own, which verify named
+    "other" (no prediction beside them, "dp" reading 0): they are data parallelism's. 4 processes:
+    shard groups of 2, replicated twice; gradients reduce-scattered in the pairs, all-reduced across."""
+    from planc.planner import choose
+
+    registry = load_registry()
+    plan = _plan({"tp": 1, "pp": 1, "dp": 4, "zero": 3, "shard_group": 2}, per_node=4)
+    layout = choose(plan, registry).layout
+    case = {"plan": plan.model_dump(mode="json", exclude_computed_fields=True), "out_dir": str(tmp_path / "hsdp")}
+    run_ranks("tests/verify/ranks_verify.py:measure", 4, [case | {"layout": layout.model_dump(mode="json")}])
+    rows = collect(plan, layout, registry, tmp_path / "hsdp")["rows"]
+    traffic = [row for row in rows if row["section"] == "communication"]
+    assert {row["name"] for row in traffic if row["measured"]} == {"dp"}
+    assert all(abs(row["error"]) <= BOUNDS["communication"] for row in traffic if row["error"] is not None)

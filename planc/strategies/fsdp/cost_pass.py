@@ -473,7 +473,9 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     # A pipeline's FSDP gradients are its accumulated ones, which exist from the first backward
     # on (_pipelined_buffers): where every forward comes first, none exists at the forwards' peak.
     pipelined = lay.pp > 1 and deferred
-    est = shard_states(ctx, est, zero, buffers, comm, keeps_first_backward=pipelined)
+    # One micro-batch per step: its forward runs before any backward, so the sharded gradients
+    # (set to None by the last step) do not exist yet at the forward's end either.
+    est = shard_states(ctx, est, zero, buffers, comm, keeps_first_backward=pipelined or m == 1)
     if pipelined:  # the accumulation, in place of the sharded gradients (accumulated_gradients)
         est = est.map_stages(lambda s: s.updated(accumulated_grads=accumulated_gradients(ctx, s)))
     est = with_wrapper_time(est, _WRAPPER, fsdp_seconds(ctx, units, n_gathers + scatters))
