@@ -33,6 +33,10 @@ layout {
 """
 
 
+#: The collectives a calibration measures over each medium.
+COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "send_recv", "broadcast"}
+
+
 @pytest.mark.dist
 def test_calibrate_writes_a_profile_the_plan_uses(tmp_path, capsys):
     (tmp_path / "tiny.plan").write_text(PLAN.replace("PROFILE", ""))
@@ -55,13 +59,7 @@ def test_calibrate_writes_a_profile_the_plan_uses(tmp_path, capsys):
     ).model
     expected = set(block_gemms(model, 64, 1)) | {(64, 32, model.padded_vocab)}
     assert {(g.m, g.k, g.n) for g in profile.measured.gemm} == expected
-    assert {c.kind for c in profile.collectives} == {
-        "all_reduce",
-        "all_gather",
-        "reduce_scatter",
-        "send_recv",
-        "broadcast",
-    }
+    assert {c.kind for c in profile.collectives} == COLLECTIVES
     assert all(c.group_size == 2 and c.medium == "intra_node" and c.bandwidth > 0 for c in profile.collectives)
     assert profile.measured.seconds_per_op > 0 and profile.measured.memory_bandwidth > 0
     # planc's models' ops beyond their priced kernels, at 1 and 8 rows of 16 tokens x hidden 32;
@@ -171,13 +169,7 @@ def test_calibrate_as_a_two_node_torchrun_measures_across_the_nodes(tmp_path):
     profile = load_profile(tmp_path / "cluster.json")
     assert (profile.world_size, profile.nodes, profile.per_node) == (2, 2, 1)
     assert {(c.medium, c.group_size) for c in profile.collectives} == {("inter_node", 2)}
-    assert {c.kind for c in profile.collectives} == {
-        "all_reduce",
-        "all_gather",
-        "reduce_scatter",
-        "send_recv",
-        "broadcast",
-    }
+    assert {c.kind for c in profile.collectives} == COLLECTIVES
     raw = {
         "model": {"layers": 2, "hidden": 32, "heads": 4, "vocab": 96, "seq_len": 16},
         "hardware": {"device": "cpu", "nodes": 2, "per_node": 1, "profile": "cluster.json"},
