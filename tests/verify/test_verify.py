@@ -32,6 +32,18 @@ def test_a_cpu_plan_runs_as_written():
     assert stand_in(plan, layout, cuda_devices=0).changes == ()
 
 
+def test_a_stand_in_with_one_data_parallel_rank_drops_zero():
+    """TP 8 x ZeRO-3 over 4 data-parallel ranks (the course's 16-overlap plan) stands in on 8
+    processes with one data-parallel rank: ZeRO over one rank shards nothing, no plan may ask for
+    it, and run anyway (FSDP over one rank) it held what the cost model prices for no sharding."""
+    plan, layout = _chosen("course/16-overlap.plan")
+    assert (layout.tp, layout.dp, layout.zero) == (8, 4, 3)
+    chosen = stand_in(plan, layout, cuda_devices=0)
+    assert (chosen.plan.layout.dp, chosen.plan.layout.zero) == (1, 0)
+    assert "ZeRO-3 -> none (one data-parallel rank has nothing to shard over)" in chosen.changes
+    assert choose(chosen.plan, REGISTRY).layout.zero == 0  # a layout the planner accepts as written
+
+
 def test_a_gpu_plan_gets_a_cpu_stand_in_with_the_same_layout_and_says_what_changed():
     plan, layout = _chosen("llama3-8b-8xh100.plan")
     chosen = stand_in(plan, layout, cuda_devices=0)
