@@ -28,9 +28,11 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     comm = None
     if mode == "selective":
         per_layer, extra = ctx.layer_act.selective, m * layers * ctx.layer.selective_recompute
+        # What the block's backward reruns is alive beside what it kept, while it runs
+        rerun = (Term("selective recompute working set (one block)", ctx.layer_act.none - per_layer, "backward"),)
 
         def stage_fn(s: StageMemory) -> StageMemory:
-            return replace(s, act_per_layer=per_layer)
+            return s.updated(act_per_layer=per_layer, extra=rerun)
 
         comm = _with_regather(ctx, est)
     else:
