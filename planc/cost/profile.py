@@ -136,6 +136,13 @@ class RuntimeProfile:
     module that uses it -- 2 Psi of traffic, as ZeRO Sec. 7.2 counts it, mostly hidden. torch's
     ``ZeroRedundancyOptimizer`` (planc's program) all-reduces the gradients and broadcasts the
     parameters after the step instead (:mod:`planc.strategies.zero1.cost_pass`)."""
+    recompute_early_stop: bool = False
+    """Full recomputation stops once the tensors backward needs are back: torch's non-reentrant
+    ``checkpoint`` (planc's program, torchtitan, llm-foundry) does by default
+    (``set_checkpoint_early_stop``), so a block's last forward collective under TP, whose output
+    backward never reads, is not rerun (``planc verify``: 2 all-gathers and 1 reduce-scatter per
+    recomputed block under SP, not 2 and 2). Megatron-LM's reentrant checkpoint reruns the whole
+    forward of the layer."""
     ddp_bucket_copy: bool = False
     """Whether DDP holds a second, flat copy of every gradient in its buckets (torch's default
     ``gradient_as_bucket_view=False``). planc's ``ddp`` sets ``gradient_as_bucket_view=True``, so the
@@ -163,7 +170,9 @@ class RuntimeProfile:
 #: cuDNN is new enough (pytorch/pytorch#162073; torch 2.11 on an H100 ran
 #: ``cudnn_generated_fort_native_sdpa_sm90_flash_*`` kernels, docs/gpu.md); elsewhere the
 #: "cudnn" rates are FlashAttention-2's.
-PLANC_RUNTIME = RuntimeProfile(name="planc runtime (PyTorch eager, SDPA)", flash_kernel="cudnn")
+PLANC_RUNTIME = RuntimeProfile(
+    name="planc runtime (PyTorch eager, SDPA)", flash_kernel="cudnn", recompute_early_stop=True
+)
 
 #: The same program on CPU processes: torch has no fused RMSNorm kernel there. Its AdamW is fused
 #: there too (planc.runtime.optim.runs_fused; torch's default on CPU, which other programs run, is

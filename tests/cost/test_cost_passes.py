@@ -192,3 +192,37 @@ def test_detail_lines_print_bytes_in_a_unit_that_shows_them():
     # DP over 2: a ring all-reduce moves 2 (2 - 1) / 2 = 1 x the gradients it reduces
     dp = est.comm_of("dp")
     assert dp.detail.startswith(f"all-reduce of {format_bytes(dp.volume)} fp32 gradients")
+
+
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_full_recomputation_reruns_the_forward_collectives_but_the_last(sequence_parallel):
+    """torch's non-reentrant checkpoint stops its rerun once backward's tensors are back, so a
+    block's last forward collective -- the MLP's output all-reduce, or its reduce-scatter under SP
+    -- is not rerun (planc verify on 8 CPU ranks, TP 8 + SP: 2 all-gathers and 1 reduce-scatter
+    more per recomputed block). Megatron-LM's reentrant checkpoint reruns all of the layer's.
+    By hand, per block and micro-batch, T tokens x h, e = r = 4 bytes (fp32 over TP 2, no DP):
+    forward collectives 2 all-reduces (2 (t-1)/t x 4 T h each), or 2 all-gathers and 2
+    reduce-scatters ((t-1)/t x 4 T h each)."""
+    from planc.cost.profile import MEGATRON_LM_2021
+
+    fp32 = build_plan(
+        {
+            "model": {"layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 32},
+            "hardware": {"device": "A100-80GB", "per_node": 2},
+            "train": {"global_batch": 8, "precision": "fp32"},
+        }
+    )
+    registry = load_registry()
+
+    def tp_volume(recompute: str, **profile) -> float:
+        lay = Layout(tp=2, pp=1, dp=1, zero=0, recompute=recompute, schedule=None, micro_batch=2)
+        lay = lay.model_copy(update={"sequence_parallel": sequence_parallel})
+        return evaluate(fp32, lay, registry.passes(fp32, lay), **profile).comm_of("tp").volume
+
+    collective = 4 * 2 * 32 * 64 * (2 - 1) / 2  # (t - 1) / t of one [2 x 32, 64] fp32 buffer
+    forward = 4 * collective  # 2 all-reduces (2x each), or 2 all-gathers + 2 reduce-scatters
+    last = 2 * collective if not sequence_parallel else collective
+    blocks = 4 * 4  # 4 micro-batches of 2 rows, 4 blocks
+    assert tp_volume("full") - tp_volume("none") == pytest.approx(blocks * (forward - last))
+    megatron = tp_volume("full", profile=MEGATRON_LM_2021) - tp_volume("none", profile=MEGATRON_LM_2021)
+    assert megatron == pytest.approx(blocks * forward)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term, replace
 from planc.cost.wrappers import recompute_seconds, with_wrapper_time
-from planc.strategies.tensor_parallel.cost_pass import sp_regather, tp_block_collectives
+from planc.strategies.tensor_parallel.cost_pass import last_forward_collective, sp_regather, tp_block_collectives
 
 
 def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
@@ -45,13 +45,18 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         tp = est.comm_of("tp")
         if tp is not None:
             fwd, _, sent = tp_block_collectives(ctx)
+            rerun_s, rerun_sent, words = fwd, sent / 2, "+2 in the recomputed forward"
+            if ctx.profile.recompute_early_stop:  # the block's last collective is not rerun
+                skipped, skipped_sent = last_forward_collective(ctx)
+                rerun_s, rerun_sent = fwd - skipped, rerun_sent - skipped_sent
+                words = "the recomputed forward's, but its last (checkpoint's early stop)"
             blocks = m * max(st.layers for st in ctx.stages)
             comm = replace(
                 tp,
-                total=tp.total + blocks * fwd,
-                exposed=tp.exposed + blocks * fwd,
-                volume=tp.volume + blocks * sent / 2,
-                detail=tp.detail + ", +2 in the recomputed forward",
+                total=tp.total + blocks * rerun_s,
+                exposed=tp.exposed + blocks * rerun_s,
+                volume=tp.volume + blocks * rerun_sent,
+                detail=f"{tp.detail}, {words}",
             )
     est = est.updated(stage_fn=stage_fn, comm=comm, compute=est.compute + extra, recompute=est.recompute + extra)
     return with_wrapper_time(est, _WRAPPER, recompute_seconds(ctx), per_micro_batch=True)

@@ -35,6 +35,16 @@ def tp_block_collectives(ctx: CostContext) -> tuple[float, float, float]:
     return fwd, bwd, sent
 
 
+def last_forward_collective(ctx: CostContext) -> tuple[float, float]:
+    """(seconds, bytes sent) of a block's last forward TP collective, one micro-batch: the MLP's
+    output reduce-scatter under SP, its all-reduce without (:func:`tp_block_collectives`)."""
+    link, t = ctx.links["tp"], ctx.layout.tp
+    e = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
+    if ctx.layout.sequence_parallel:
+        return reduce_scatter_seconds(e, link), e * (t - 1) / t
+    return all_reduce_seconds(e, link), 2 * e * (t - 1) / t
+
+
 def sp_norm_gradient_bytes(ctx: CostContext) -> float:
     """Bytes of the norms' gradients a rank sums over tp once per step under sequence parallelism
     (0 without): each norm's replicated gain (and bias) sees only its rank's sequence shard, so its
