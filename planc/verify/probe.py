@@ -38,9 +38,7 @@ import torch.distributed as dist
 
 from planc.runtime.step import train_step
 from planc.verify.comm_counter import CommCounter, group_names
-from planc.verify.model_states import (
-    model_state_bytes,
-)
+from planc.verify.model_states import model_state_bytes
 from planc.verify.saved_activations import SavedActivations, measurable
 
 #: The environment variable that turns the probe on.
@@ -68,12 +66,9 @@ class StepProbe:
     def __call__(self, job, batch, stop_requested: object = False, before_sync=None) -> dict:
         """One step, measured by phase; ``before_sync`` (the loop's next rows) runs after the step
         and its timing, so that verify's step times stay the step's own."""
-        if self.unmeasured > 0:  # before the strategies run as priced
+        if self.unmeasured > 0:  # before the strategies run as priced: the program's own step
             self.unmeasured -= 1
-            result = train_step(job, batch, stop_requested)
-            if before_sync is not None:
-                before_sync()
-            return result
+            return train_step(job, batch, stop_requested, before_sync)
         phase = ("warmup", "time", "comm", "peak")[self.index] if self.index < 4 else "time"
         if self.index == 4 and job.device.type == "cuda":
             phase = "timeline"
