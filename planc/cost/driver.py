@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import lru_cache
 
+from planc.cost.block_backward import block_backward_terms
 from planc.cost.context import ContextCache, CostContext, build_context
 from planc.cost.estimate import PHASES_JOINED, CostPass, Estimate, Passes, StageMemory, Term
 from planc.cost.flops import hardware_flops_per_step, model_flops_per_step
 from planc.cost.memory import (
     ALLOCATOR_MARGIN,
     DEVICE_RUNTIME_OVERHEAD,
-    block_backward_bytes,
     head_saved_bytes,
     model_state_bytes,
 )
@@ -71,20 +71,6 @@ def _head_terms(ctx: CostContext) -> tuple[Term, ...]:
     )
 
 
-def _block_backward(ctx: CostContext, st: StageParams) -> tuple[Term, ...]:
-    """The temporaries of a block's backward (:func:`~planc.cost.memory.block_backward_bytes`)."""
-    if not st.layers:
-        return ()
-    lay = ctx.layout
-    if lay.zero >= 2 and lay.dp > 1:
-        # FSDP's own backward term is the block's end, every gradient of it gathered for the
-        # reduce-scatter beside two blocks' parameters: more than this start of it, and not at once
-        # (the Llama 3 FSDP simulations were within 1% without this term, +0.8% with it at 8B).
-        return ()
-    working = block_backward_bytes(ctx.model, ctx.tokens_per_microbatch, lay.tp, ctx.compute_bytes)
-    return (Term("block backward: the MLP output projection's gradients", working, "backward"),)
-
-
 #: The step's loss, stop votes and peak memory gathered over every rank (planc.runtime.step_summary).
 SUMMARY_NAME = "step summary over every rank"
 
@@ -109,7 +95,7 @@ def base_estimate(ctx: CostContext) -> Estimate:
                 # One micro-batch per step: its forward runs before any backward, with no gradients
                 # yet (the pipeline pass decides this for its schedules; DDP's buckets undo it).
                 first_backward_frees=float(st.layers) if ctx.micro_batches == 1 else 0.0,
-                transient=_block_backward(ctx, st),
+                transient=block_backward_terms(ctx, st),
                 head_grads=grad_per_param * head_params(ctx, st),
                 embedding_grads=grad_per_param * embedding_params(ctx, st),
             )

@@ -438,18 +438,6 @@ def head_saved_bytes(model: ModelSpec, tokens: int, tp: int, sequence_parallel: 
     return tokens * model.hidden * (residual / shards + e)
 
 
-def block_backward_bytes(model: ModelSpec, tokens: int, tp: int, e: int) -> float:
-    """Bytes a block's backward holds beside the activations it saved, as it starts: its last
-    linear (the MLP's output projection) writes the gradient of its input, ``[tokens, ffn / tp]``,
-    and of its weight, ``[hidden, ffn / tp]``, both in compute precision, before either is passed
-    on -- the weight's to be added to ``.grad`` (in fp32 under autocast, whose cast autograd runs
-    later), the input's into the activation function's backward, which frees what the forward
-    saved. ``planc verify --simulate`` found a pipeline's first stage (Llama 3 8B, 1F1B) peak
-    there, at the MLP's output projection, with these two and the incoming gradient (in bf16
-    under autocast: :mod:`planc.strategies.bf16.cost_pass`) as its only temporaries."""
-    return e * model.ffn / tp * (tokens + model.hidden)
-
-
 # -- fixed overheads ---------------------------------------------------------------------------
 
 #: CUDA context, cuBLAS/cuDNN workspaces and NCCL's internal buffers, per GPU: a fixed term.

@@ -131,16 +131,17 @@ def test_gpipe_keeps_a_copy_per_micro_batch_in_flight():
 
 def test_under_recompute_copies_live_in_the_forward_the_recomputed_block_and_the_head():
     # The cache holds the stage's two blocks' copies until its forward ends, one block's exist again
-    # while it is recomputed, the head keeps its copy to its backward; the embedding casts nothing.
+    # from its rerun's end through its backward, the head keeps its copy to its backward; the embedding casts nothing.
     # The last stage's forward ends with the logits (512 tokens x 8192, bf16) beside them all and
     # the head's copy, and its head's backward holds the logits' gradient (the base estimate's
     # term), the copy and the weight's bf16 gradient.
     layout = Layout(tp=1, pp=2, dp=1, zero=0, recompute="full", schedule="1f1b", micro_batch=1)
     terms = _copy_terms("tp = 1  pp = 2  dp = 1  recompute = full  schedule = 1f1b", layout, batch=8)
-    assert sorted(terms[0].values()) == [(BLOCK_COPY, "backward"), (2 * BLOCK_COPY, "forward")]
+    rerun = "recompute, backward"
+    assert sorted(terms[0].values()) == [(BLOCK_COPY, rerun), (2 * BLOCK_COPY, "forward")]
     assert sorted(terms[1].values()) == sorted(
         [
-            (BLOCK_COPY, "backward"),
+            (BLOCK_COPY, rerun),
             (HEAD_COPY, "loss"),
             (2 * BLOCK_COPY + HEAD_COPY, "forward"),  # beside the logits, the base estimate's term
             (2 * HEAD_COPY, "head backward"),

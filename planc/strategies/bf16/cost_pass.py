@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from planc.cost.block_backward import through_backward
 from planc.cost.context import CostContext
 from planc.cost.estimate import Estimate, StageMemory, Term
 from planc.cost.params import linear_params_per_shard, vocab_matrix_per_shard
@@ -69,10 +70,9 @@ def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
     - under full or selective recomputation the checkpointed blocks save none (the cast is not among
       the ops selective recomputation saves), but the cache holds every copy of the chunk's blocks
       until its forward ends -- on the last stage while the head's GEMM writes the logits beside its
-      own copy ("forward" phase); one block's copies exist again while it is recomputed and runs
-      backward ("backward" phase);
-    - a block's backward starts by casting the fp32 residual stream's gradient to bf16 for the
-      MLP's output projection ("backward" phase, beside :func:`~planc.cost.memory.block_backward_bytes`);
+      own copy ("forward" phase); one block's copies exist again from its rerun's end through its
+      backward ("recompute" and "backward" phases, :mod:`planc.cost.block_backward`, which also
+      holds the block's incoming gradient and its cast to bf16);
     - the final norm's output stays in fp32 while the head's GEMM runs on its bf16 cast ("forward");
     - the output head keeps its copy until its backward, once per micro-batch whose loss waits
       (every micro-batch on the last stage of GPipe and zero-bubble) ("loss" phase); its GEMM's
@@ -95,15 +95,11 @@ def autocast_copy_terms(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:
     recomputed = lay.recompute != "none"
     terms: tuple[Term, ...]
     if recomputed:
-        terms = (Term("autocast's bf16 copies of the recomputed block's weights", block, "backward"),)
+        name = "autocast's bf16 copies of the recomputed block's weights"
+        terms = (Term(name, block, through_backward(lay.recompute)),)
     else:
         held = s.act_layers
         terms = (Term(f"autocast's bf16 weight copies ({held:g} block-micro-batches)", block * held),)
-    if st.layers:
-        # The fp32 residual stream's gradient reaches the MLP's output projection and is cast to
-        # bf16 for its GEMMs, beside the block's backward temporaries (the base estimate's).
-        cast = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
-        terms += (Term("block backward: its output gradient in bf16", cast, "backward"),)
     cached = block * st.layers / lay.virtual_stages if recomputed else 0.0
     if not st.head:
         if cached:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from planc.cost.block_backward import BACKWARD, RECOMPUTE
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, norm_reductions, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import (
@@ -77,7 +78,10 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
         pipelined += _blocks_gathered_at_a_later_loss(ctx, st, s)
         return pipelined + _waiting_weight_gradients(ctx, s) + embedding_terms
     held, per_block = fsdp_gather_bytes(st.layer_params, root, head, zero, e, g)
-    terms = [Term(f"FSDP block backward: 2 gathered + gradients (ZeRO-{zero})", per_block, "backward")]
+    terms = [Term(f"FSDP block backward: 2 gathered + gradients (ZeRO-{zero})", per_block, BACKWARD)]
+    if zero == 3 and lay.recompute != "none":  # the rerun's end: both blocks gathered, no gradient yet
+        name = "FSDP recompute: the rerun block and the prefetched one, gathered"
+        terms.append(Term(name, 2 * e * st.layer_params, RECOMPUTE))
     if held:
         terms.append(Term("FSDP root unit and head gradient (from the head's backward)", held, _AFTER_HEAD))
     terms += _root_gathers(ctx, st, root, head)
@@ -88,7 +92,7 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
 
 #: The phases from the head's backward to the embedding's: FSDP's root unit under ZeRO-3 and the
 #: head's unsharded gradient exist only there (:func:`~planc.cost.memory.fsdp_gather_bytes`).
-_AFTER_HEAD = PHASES_JOINED.join(("head backward", "backward", "embedding"))
+_AFTER_HEAD = PHASES_JOINED.join(("head backward", RECOMPUTE, BACKWARD, "embedding"))
 
 
 def fsdp_forward_start_bytes(block: int, root: int, layers: int, zero: int, compute_bytes: int) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from planc.cost.block_backward import through_backward
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term, replace
 from planc.cost.wrappers import recompute_seconds, with_wrapper_time
@@ -18,7 +19,9 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     - full: blocks keep only their input; the backward of each block first reruns its forward
       (one more forward of every block: Narayanan's 4 passes instead of 3), which under TP also
       reruns the forward's two all-reduces; one block's full activations are alive while it is
-      recomputed (the working set, held in the "backward" phase, not beside the loss's buffers).
+      recomputed (the working set, held from the rerun's end through the block's backward, the
+      "recompute" and "backward" phases of :mod:`planc.cost.block_backward`, not beside the
+      loss's buffers); the kept input is among those activations, saved again as itself.
     """
     mode = ctx.layout.recompute
     if mode == "none":
@@ -26,10 +29,11 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     m = ctx.micro_batches
     layers = ctx.stage(ctx.slowest.rank).layers
     comm = None
+    phase = through_backward(mode)  # from the rerun's end through the block's backward
     if mode == "selective":
         per_layer, extra = ctx.layer_act.selective, m * layers * ctx.layer.selective_recompute
         # What the block's backward reruns is alive beside what it kept, while it runs
-        rerun = (Term("selective recompute working set (one block)", ctx.layer_act.none - per_layer, "backward"),)
+        rerun = (Term("selective recompute working set (one block)", ctx.layer_act.none - per_layer, phase),)
 
         def stage_fn(s: StageMemory) -> StageMemory:
             return s.updated(act_per_layer=per_layer, extra=rerun)
@@ -37,7 +41,8 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
         comm = _with_regather(ctx, est)
     else:
         per_layer, extra = ctx.layer_act.full, m * layers * ctx.layer.forward
-        working = (Term("recompute working set (one block)", ctx.layer_act.none, "backward"),)
+        # The rerun saves the kept input again as itself, not a copy: the rest is the working set
+        working = (Term("recompute working set (one block)", ctx.layer_act.none - per_layer, phase),)
 
         def stage_fn(s: StageMemory) -> StageMemory:
             return s.updated(act_per_layer=per_layer, extra=working)
