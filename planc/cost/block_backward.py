@@ -53,8 +53,8 @@ def block_backward_bytes(model: ModelSpec, tokens: int, tp: int, e: int) -> floa
     return e * model.ffn / tp * (tokens + model.hidden)
 
 
-def incoming_gradient_terms(ctx: CostContext) -> tuple[Term, ...]:
-    """The gradient of the block's output, through the block's backward (and its rerun's end).
+def incoming_gradient_terms(ctx: CostContext, phase: str) -> tuple[Term, ...]:
+    """The gradient of the block's output, held in ``phase``.
 
     The residual stream's, ``r T h`` (over ``tp`` under SP); the MLP branch's, ``e T h`` over the
     whole sequence, is a tensor of its own where SP all-gathers it or autocast casts it to bf16
@@ -62,7 +62,6 @@ def incoming_gradient_terms(ctx: CostContext) -> tuple[Term, ...]:
     lay, model, tokens = ctx.layout, ctx.model, ctx.tokens_per_microbatch
     e, r = ctx.compute_bytes, ctx.residual_bytes
     sp = lay.sequence_parallel and lay.tp > 1
-    phase = through_backward(lay.recompute)
     residual = r * tokens * model.hidden / (lay.tp if sp else 1)
     terms: tuple[Term, ...] = (Term("block backward: the residual stream's gradient", residual, phase),)
     if sp or e != r:
@@ -85,14 +84,19 @@ def block_backward_terms(ctx: CostContext, st: StageParams) -> tuple[Term, ...]:
     if not st.layers:
         return ()
     lay = ctx.layout
-    terms = incoming_gradient_terms(ctx)
+    fsdp = lay.zero >= 2 and lay.dp > 1
+    terms: tuple[Term, ...] = ()
+    if not (fsdp and lay.recompute == "none"):
+        # FSDP's own "backward" term is the block's end, every gradient of it gathered for the
+        # reduce-scatter beside two blocks' parameters: more than this start of it, and not at once
+        # (the Llama 3 FSDP simulations were within 1% without the output projection's gradients,
+        # +0.8% with them at 8B; the CPU matrix's FSDP rows +2.4 -> +3.1 % with the incoming
+        # gradients); a recomputed block's rerun end comes before it.
+        terms = incoming_gradient_terms(ctx, RECOMPUTE if fsdp else through_backward(lay.recompute))
     mlp_input = rerun_mlp_input_bytes(ctx)
     if mlp_input:
         terms += (Term("recompute: the MLP's fp32 input, alive at the rerun's end", mlp_input, RECOMPUTE),)
-    if lay.zero >= 2 and lay.dp > 1:
-        # FSDP's own backward term is the block's end, every gradient of it gathered for the
-        # reduce-scatter beside two blocks' parameters: more than this start of it, and not at once
-        # (the Llama 3 FSDP simulations were within 1% without this term, +0.8% with it at 8B).
+    if fsdp:
         return terms
     working = block_backward_bytes(ctx.model, ctx.tokens_per_microbatch, lay.tp, ctx.compute_bytes)
     return (*terms, Term("block backward: the MLP output projection's gradients", working, BACKWARD))
