@@ -152,6 +152,39 @@ def busiest_rank_pair_boundaries(pp: int, v: int, style: StageStyle = "looped") 
     return max(shared.values(), default=0)
 
 
+def rank_boundaries(rank: int, pp: int, v: int, style: StageStyle = "looped") -> int:
+    """Stage boundaries that cross from pipeline rank ``rank`` to another rank: each carries every
+    micro-batch's activation one way and its gradient back, sent or received by ``rank``. A middle
+    rank of a plain pipeline crosses two (one to each neighbour), the first and the last rank one:
+    a middle rank moves twice what the busiest pair of ranks shares
+    (:func:`busiest_rank_pair_boundaries`), over two links.
+
+    >>> [rank_boundaries(r, 4, 1) for r in range(4)], [rank_boundaries(r, 2, 2) for r in range(2)]
+    ([1, 2, 2, 1], [3, 3])
+    >>> [rank_boundaries(r, 2, 2, "v") for r in range(2)]
+    [2, 2]
+    """
+    crossing = 0
+    for stage in stages_of_rank(rank, pp, v, style):
+        for neighbour in (stage - 1, stage + 1):
+            if 0 <= neighbour < pp * v and rank_of_stage(neighbour, pp, v, style) != rank:
+                crossing += 1
+    return crossing
+
+
+@lru_cache(maxsize=256)
+def rank_boundary_counts(pp: int, v: int, style: StageStyle = "looped") -> tuple[int, ...]:
+    """:func:`rank_boundaries` of every pipeline rank (cached: the planner prices thousands of
+    pipelines)."""
+    return tuple(rank_boundaries(r, pp, v, style) for r in range(pp))
+
+
+@lru_cache(maxsize=256)
+def ranks_holding_an_end(pp: int, v: int, style: StageStyle = "looped") -> tuple[bool, ...]:
+    """Whether each pipeline rank holds the embedding or the head (cached)."""
+    return tuple(holds_embedding(r, pp, v, style) or holds_head(r, pp, v, style) for r in range(pp))
+
+
 def representative_ranks(pp: int, style: StageStyle = "looped") -> tuple[int, ...]:
     """Pipeline ranks whose memory and time bound all others.
 

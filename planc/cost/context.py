@@ -172,8 +172,11 @@ def dtypes(plan: Plan, zero: int, dp: int, profile: RuntimeProfile) -> tuple[int
 class ContextCache:
     """Memoised pieces of contexts for one plan and profile."""
 
-    def __init__(self, plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME) -> None:
+    def __init__(self, plan: Plan, profile: RuntimeProfile = PLANC_RUNTIME, every_rank: bool = False) -> None:
         self.plan = plan
+        self.every_rank = every_rank
+        """Whether contexts hold every pipeline rank's stage, not only the representative ones that
+        bound the others (``planc verify``, which holds each rank against its own prediction)."""
         self.profile = on_hardware(profile, plan.hardware.is_cpu)
         self.topology: Topology = topology_for(plan.hardware)
         self.device = device_for(plan.hardware, plan.train.precision)
@@ -191,7 +194,8 @@ class ContextCache:
         found = self._stages.get(key)
         if found is None:
             model = self.plan.model
-            found = tuple(stage_params(model, tp, pp, v, r, style) for r in representative_ranks(pp, style))
+            ranks = range(pp) if self.every_rank else representative_ranks(pp, style)
+            found = tuple(stage_params(model, tp, pp, v, r, style) for r in ranks)
             self._stages[key] = found
         return found
 

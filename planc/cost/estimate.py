@@ -14,32 +14,12 @@ device's requirement. Time is per optimizer step on the slowest rank.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from dataclasses import dataclass
+from typing import NamedTuple
 
+from planc.cost.frozen import replace
 from planc.stages import StageStyle
 from planc.zero_bubble import ZeroBubbleMoment
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-_T = TypeVar("_T", bound="DataclassInstance")
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def replace(obj: _T, **changes: object) -> _T:
-    """``dataclasses.replace`` for these frozen, slotted values, without re-running __init__
-    (five times faster; the planner replaces a few hundred thousand of them per search)."""
-    cls = type(obj)
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in fields(obj))
-    new = object.__new__(cls)
-    setter = object.__setattr__
-    for name in names:
-        setter(new, name, changes[name] if name in changes else getattr(obj, name))
-    return new
-
 
 #: :attr:`Term.phase` of seconds of host work in every micro-batch's forward and backward on the
 #: slowest stage, which a pipeline's bubble waits for too (:meth:`Estimate.slot_seconds`).
@@ -321,9 +301,23 @@ class CommCost:
     """Links crossed: "nvlink", "network" or "local"."""
     detail: str = ""
     """What the traffic is, for explain (e.g. "all-reduce fp32 gradients")."""
+    volume_by_pp_rank: tuple[float, ...] = ()
+    """Bytes each pipeline rank's devices move, where the ranks differ (empty: ``volume`` on every
+    rank); ``volume`` is what explain shows beside the seconds (the pipeline's: its busiest link's)."""
 
     def scaled(self, factor: float) -> CommCost:
-        return replace(self, volume=self.volume * factor, total=self.total * factor, exposed=self.exposed * factor)
+        by_rank = tuple(v * factor for v in self.volume_by_pp_rank)
+        return replace(
+            self,
+            volume=self.volume * factor,
+            total=self.total * factor,
+            exposed=self.exposed * factor,
+            volume_by_pp_rank=by_rank,
+        )
+
+    def volume_of_pp_rank(self, pp_rank: int) -> float:
+        """Bytes the devices of pipeline rank ``pp_rank`` move (``planc verify``'s per-rank rows)."""
+        return self.volume_by_pp_rank[pp_rank] if self.volume_by_pp_rank else self.volume
 
 
 @dataclass(frozen=True, slots=True)

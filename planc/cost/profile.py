@@ -186,7 +186,10 @@ def on_hardware(profile: RuntimeProfile, is_cpu: bool) -> RuntimeProfile:
         return profile
     if profile == PLANC_RUNTIME:
         return PLANC_RUNTIME_CPU
-    return replace(profile, rms_norm="composite", optimizer_kernel="foreach")
+    adapted = replace(profile, rms_norm="composite", optimizer_kernel="foreach")
+    # An adapted profile comes back as the same object, so that build_context reuses the
+    # ContextCache that holds it (an equal copy made it build a new cache for every layout).
+    return profile if adapted == profile or profile == PLANC_RUNTIME_CPU else adapted
 
 
 #: Megatron-LM as run for Narayanan et al. 2021 (arXiv 2104.04473): fp16 mixed precision with

@@ -4,7 +4,7 @@ change a term (what a strategy plugin's ``cost(ctx, estimate, options)`` does)."
 import pytest
 
 from planc.cost import CostPass, evaluate
-from planc.cost.estimate import replace
+from planc.cost.frozen import replace
 from planc.spec import Layout, build_plan
 from planc.strategies.registry import load_registry
 from planc.units import format_bytes

@@ -302,8 +302,11 @@ def _p2p(ctx: CostContext) -> CommCost:
         # In the steady state the slowest boundary paces every micro-batch that crosses it.
         chunk_slot = min(slow.forward, slow.backward) / v
         exposed = min(total, 2 * path + transfers * max(0.0, transfer - chunk_slot))
+    per_boundary = 2 * m * boundary  # each micro-batch's activation one way, its gradient back
+    by_rank = tuple(per_boundary * n for n in stages.rank_boundary_counts(lay.pp, v, ctx.stage_style))
     return CommCost(
         "pp",
+        volume_by_pp_rank=by_rank,
         volume=transfers * boundary,
         total=total,
         exposed=exposed,
@@ -326,14 +329,24 @@ def _with_step_reductions(ctx: CostContext, p2p: CommCost) -> CommCost:
     gradients are sharded by then."""
     seconds, volume = norm_reductions(1, ctx.links["pp"])
     detail = p2p.detail + ", an all-reduce of the gradient norm"
+    by_rank = tuple(v + volume for v in p2p.volume_by_pp_rank)
     tied = tied_gradient_bytes(ctx)
     if tied:
         ends = ctx.links["pp_ends"]
         seconds += all_reduce_seconds(tied, ends)
-        volume += 2 * (ends.size - 1) / ends.size * tied
+        tied_volume = 2 * (ends.size - 1) / ends.size * tied
+        volume += tied_volume
+        lay = ctx.layout
+        ends_mask = stages.ranks_holding_an_end(lay.pp, lay.virtual_stages, ctx.stage_style)
+        by_rank = tuple(v + tied_volume * end for v, end in zip(by_rank, ends_mask, strict=True))
         detail += f" and of the tied embedding's {format_bytes(tied)} gradient (first and last stage)"
     return replace(
-        p2p, volume=p2p.volume + volume, total=p2p.total + seconds, exposed=p2p.exposed + seconds, detail=detail
+        p2p,
+        volume=p2p.volume + volume,
+        total=p2p.total + seconds,
+        exposed=p2p.exposed + seconds,
+        detail=detail,
+        volume_by_pp_rank=by_rank,
     )
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from planc.cost.block_backward import through_backward
 from planc.cost.context import CostContext
-from planc.cost.estimate import CommCost, Estimate, StageMemory, Term, replace
+from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
+from planc.cost.frozen import replace
 from planc.cost.wrappers import recompute_seconds, with_wrapper_time
 from planc.strategies.tensor_parallel.cost_pass import last_forward_collective, sp_regather, tp_block_collectives
 

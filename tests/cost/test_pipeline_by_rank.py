@@ -1,0 +1,76 @@
+"""Each pipeline rank's own numbers for ``planc verify``: the p2p traffic a rank moves (a middle
+rank talks to two neighbours: verify read PP 4's middle ranks -50 % against the busiest pair's
+volume) and the memory of the rank itself, not the representative stage that bounds it (a PP 4
+1F1B third rank holds a micro-batch fewer in flight than the second: +18 %). Derived by hand."""
+
+from __future__ import annotations
+
+from planc.cost.context import ContextCache, build_context
+from planc.cost.profile import PLANC_RUNTIME, PLANC_RUNTIME_CPU, on_hardware
+from planc.dsl.load import load_plan_text
+from planc.spec import Layout
+from planc.stages import rank_boundaries
+from planc.strategies.registry import load_registry
+from planc.verify.predicted import estimate_for, stage_for
+
+REGISTRY = load_registry()
+
+PLAN = """
+model "tiny" {
+  layers = 4
+  hidden = 128
+  heads = 4
+  vocab = 256
+  seq_len = 64
+  mlp = gelu
+  norm = layernorm
+  position = learned
+}
+hardware { device = "cpu"  nodes = 1  per_node = 4 }
+train { global_batch = 8  micro_batch = 2  precision = fp32  data = synthetic }
+layout { tp = 1  pp = 4  dp = 1  zero = 0  recompute = none  schedule = 1f1b }
+"""
+LAYOUT = Layout(tp=1, pp=4, dp=1, zero=0, recompute="none", schedule="1f1b", micro_batch=2)
+
+
+def test_boundaries_each_rank_crosses():
+    # Looped, v = 1: stage i on rank i; the ends have one neighbour, the middle two.
+    assert [rank_boundaries(r, 4, 1) for r in range(4)] == [1, 2, 2, 1]
+    # v = 2 over 4 ranks: rank 0 holds stages 0 and 4 (0-1, 3-4, 4-5), rank 1 stages 1 and 5 (four).
+    assert [rank_boundaries(r, 4, 2) for r in range(4)] == [3, 4, 4, 3]
+    # pp = 2, v = 2: stages 0, 2 on rank 0 and 1, 3 on rank 1: every boundary crosses, three each.
+    assert [rank_boundaries(r, 2, 2) for r in range(2)] == [3, 3]
+    # V: stages 0, 3 on rank 0 and 1, 2 on rank 1; the turn 1-2 stays on rank 1.
+    assert [rank_boundaries(r, 2, 2, "v") for r in range(2)] == [2, 2]
+
+
+def test_a_middle_rank_moves_twice_the_p2p_bytes_of_an_end():
+    plan = load_plan_text(PLAN, "pp4.plan", strategies=REGISTRY)
+    _, est = estimate_for(plan, LAYOUT, REGISTRY)
+    pp = est.comm_of("pp")
+    # The boundary: the fp32 residual stream of a micro-batch, 2 x 64 tokens x 128 x 4 B = 65,536;
+    # 4 micro-batches, each an activation one way and a gradient back: 524,288 per boundary.
+    per_boundary = 2 * 4 * 65_536
+    ends, middle = pp.volume_of_pp_rank(0), pp.volume_of_pp_rank(1)
+    assert middle - ends == per_boundary
+    assert pp.volume_of_pp_rank(2) == middle and pp.volume_of_pp_rank(3) == ends
+    assert pp.volume == ends  # the busiest pair's link, which prices the step
+
+
+def test_verify_holds_each_rank_against_its_own_stage():
+    plan = load_plan_text(PLAN, "pp4.plan", strategies=REGISTRY)
+    ctx, est = estimate_for(plan, LAYOUT, REGISTRY)
+    assert [s.rank for s in est.stages] == [0, 1, 2, 3]
+    # 1F1B: rank i holds pp - i micro-batches in flight, one block each.
+    assert [stage_for(ctx, est, r)[0].act_layers for r in range(4)] == [4, 3, 2, 1]
+
+
+def test_a_cpu_plan_keeps_its_context_cache_and_is_priced_with_the_fused_optimizer():
+    # on_hardware of an adapted profile is that profile, so build_context keeps the cache it is
+    # handed (an equal copy made it build a new one for every layout, pricing torch's foreach
+    # AdamW, which planc's CPU program does not run).
+    assert on_hardware(on_hardware(PLANC_RUNTIME, True), True) is PLANC_RUNTIME_CPU
+    plan = load_plan_text(PLAN, "pp4.plan", strategies=REGISTRY)
+    cache = ContextCache(plan, PLANC_RUNTIME)
+    ctx = build_context(plan, LAYOUT, cache.profile, cache)
+    assert ctx.profile is cache.profile and ctx.profile.optimizer_kernel == "fused"
