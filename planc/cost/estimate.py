@@ -303,7 +303,8 @@ class CommCost:
     """What the traffic is, for explain (e.g. "all-reduce fp32 gradients")."""
     volume_by_pp_rank: tuple[float, ...] = ()
     """Bytes each pipeline rank's devices move, where the ranks differ (empty: ``volume`` on every
-    rank); ``volume`` is what explain shows beside the seconds (the pipeline's: its busiest link's)."""
+    rank); ``volume`` is what explain shows beside the seconds (the pipeline's: its busiest link's).
+    A pass that adds to ``volume`` adds each rank's share here too (:meth:`scaled` does)."""
 
     def scaled(self, factor: float) -> CommCost:
         by_rank = tuple(v * factor for v in self.volume_by_pp_rank)

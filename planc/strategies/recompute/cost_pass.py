@@ -56,14 +56,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
                 skipped, skipped_sent = last_forward_collective(ctx)
                 rerun_s, rerun_sent = fwd - skipped, rerun_sent - skipped_sent
                 words = "the recomputed forward's, but its last (checkpoint's early stop)"
-            blocks = m * max(st.layers for st in ctx.stages)
-            comm = replace(
-                tp,
-                total=tp.total + blocks * rerun_s,
-                exposed=tp.exposed + blocks * rerun_s,
-                volume=tp.volume + blocks * rerun_sent,
-                detail=f"{tp.detail}, {words}",
-            )
+            comm = _with_rerun_traffic(ctx, tp, rerun_s, rerun_sent, words)
     est = est.updated(stage_fn=stage_fn, comm=comm, compute=est.compute + extra, recompute=est.recompute + extra)
     return with_wrapper_time(est, _WRAPPER, recompute_seconds(ctx), per_micro_batch=True)
 
@@ -77,11 +70,23 @@ def _with_regather(ctx: CostContext, est: Estimate) -> CommCost | None:
     seconds, sent = sp_regather(ctx)
     if tp is None or seconds == 0.0:
         return None
-    blocks = ctx.micro_batches * max(st.layers for st in ctx.stages)
+    return _with_rerun_traffic(ctx, tp, seconds, sent, "+2 all-gathers rerun in backward")
+
+
+def _with_rerun_traffic(ctx: CostContext, tp: CommCost, seconds: float, sent: float, words: str) -> CommCost:
+    """``tp`` with ``seconds`` and ``sent`` bytes more per block and micro-batch, on the rank with
+    the most blocks (and each rank's own blocks, where the estimate states each rank's bytes)."""
+    m = ctx.micro_batches
+    blocks = m * max(st.layers for st in ctx.stages)
+    by_rank = tp.volume_by_pp_rank
+    if by_rank:
+        layers = {st.rank: st.layers for st in ctx.stages}
+        by_rank = tuple(v + m * layers[r] * sent for r, v in enumerate(by_rank))
     return replace(
         tp,
         total=tp.total + blocks * seconds,
         exposed=tp.exposed + blocks * seconds,
         volume=tp.volume + blocks * sent,
-        detail=tp.detail + ", +2 all-gathers rerun in backward",
+        detail=f"{tp.detail}, {words}",
+        volume_by_pp_rank=by_rank,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, norm_reductions, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
-from planc.cost.params import whole_embedding_gradient_rows
+from planc.cost.params import StageParams, whole_embedding_gradient_rows
 from planc.cost.wrappers import tp_seconds, with_dtensor_optimizer, with_wrapper_time
 from planc.strategies.bf16.cost_pass import block_copy_bytes
 from planc.units import format_bytes
@@ -104,13 +104,19 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     gains = sp_norm_gradient_bytes(ctx)
     gains_seconds = all_reduce_seconds(gains, link)
     total = m * (layers * (fwd + bwd) + edges) + norm_seconds + gains_seconds
-    volume = m * (layers * sent + edge_volume) + norm_volume + 2 * (t - 1) / t * gains
+    each_step = norm_volume + 2 * (t - 1) / t * gains
+    volume = m * (layers * sent + edge_volume) + each_step
+    by_rank: tuple[float, ...] = ()
+    if lay.pp > 1 and len(ctx.stages) == lay.pp:  # every rank's stage (planc verify's estimate)
+        own = {st.rank: m * (st.layers * sent + _edge_of_stage(ctx, st)[1]) + each_step for st in ctx.stages}
+        by_rank = tuple(own[r] for r in range(lay.pp))
     kind = "all-gather/reduce-scatter pairs" if lay.sequence_parallel else "all-reduces"
     one = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden  # bytes of one collective's activation
     dtype = "bf16" if ctx.compute_bytes == 2 else "fp32"  # the activations' dtype, as the size counts them
     comm = CommCost(
         "tp",
         volume=volume,
+        volume_by_pp_rank=by_rank,
         total=total,
         exposed=total,
         medium=link.medium,
@@ -134,22 +140,23 @@ def _edge_collectives(ctx: CostContext) -> tuple[float, float]:
     position table (s x h, replicated) is all-gathered once more for the sequence shards. Under
     pipelining a rank holds the embedding, the head or (ZBV's rank 0, or pp = 1) both.
     """
+    return max((_edge_of_stage(ctx, st) for st in ctx.stages), default=(0.0, 0.0))
+
+
+def _edge_of_stage(ctx: CostContext, st: StageParams) -> tuple[float, float]:
+    """(seconds, bytes sent) per micro-batch of stage ``st``'s collectives outside its blocks."""
     link, t = ctx.links["tp"], ctx.layout.tp
     edge = ctx.residual_bytes * ctx.tokens_per_microbatch * ctx.model.hidden
-    best = (0.0, 0.0)
-    for st in ctx.stages:
-        if ctx.layout.sequence_parallel:
-            seconds = (st.embedding + st.head) * (reduce_scatter_seconds(edge, link) + all_gather_seconds(edge, link))
-            sent = (st.embedding + st.head) * 2 * edge * (t - 1) / t
-            if st.embedding and ctx.model.position == "learned":
-                table = ctx.residual_bytes * ctx.model.seq_len * ctx.model.hidden
-                seconds += all_gather_seconds(table, link)
-                sent += table * (t - 1) / t
-        else:
-            seconds = (st.embedding + st.head) * all_reduce_seconds(edge, link)
-            sent = (st.embedding + st.head) * 2 * edge * (t - 1) / t
-        best = max(best, (seconds, sent))
-    return best
+    if ctx.layout.sequence_parallel:
+        seconds = (st.embedding + st.head) * (reduce_scatter_seconds(edge, link) + all_gather_seconds(edge, link))
+        sent = (st.embedding + st.head) * 2 * edge * (t - 1) / t
+        if st.embedding and ctx.model.position == "learned":
+            table = ctx.residual_bytes * ctx.model.seq_len * ctx.model.hidden
+            seconds += all_gather_seconds(table, link)
+            sent += table * (t - 1) / t
+        return seconds, sent
+    seconds = (st.embedding + st.head) * all_reduce_seconds(edge, link)
+    return seconds, (st.embedding + st.head) * 2 * edge * (t - 1) / t
 
 
 def _replicated_embedding_grad(ctx: CostContext, s: StageMemory) -> StageMemory:
