@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from planc.cost.context import CostContext
-from planc.cost.data_parallel import bucket_bytes, bucket_terms, grad_all_reduce, with_contention
+from planc.cost.data_parallel import bucket_bytes, bucket_terms, by_pp_rank, grad_all_reduce, with_contention
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import bf16_weights, fsdp_gather_bytes
 from planc.cost.wrappers import ddp_seconds, replicate_seconds, with_dtensor_optimizer, with_wrapper_time
@@ -66,9 +66,11 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
 
         casts = 0.0
         wrapper = ("DDP hooks and buckets (measured)", ddp_seconds(ctx))
+    volume = 2 * (lay.dp - 1) / lay.dp * nbytes
     comm = CommCost(
         "dp",
-        volume=2 * (lay.dp - 1) / lay.dp * nbytes,
+        volume=volume,
+        volume_by_pp_rank=by_pp_rank(ctx, volume),
         total=seconds,
         exposed=exposed,
         medium=link.medium,

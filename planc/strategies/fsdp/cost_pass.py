@@ -8,6 +8,7 @@ from planc.cost.block_backward import BACKWARD, RECOMPUTE
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, norm_reductions, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import (
+    by_pp_rank,
     moment_gradients,
     shard_states,
     weight_pass_gradient_bytes,
@@ -462,9 +463,11 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     frac = (shards - 1) / shards
     # Ring all-reduce of the 1/s shard over r replicas: 2 (r - 1) / r of its g * psi / s bytes.
     replica_volume = scatters * 2 * (copies_of_states - 1) / copies_of_states * g * psi / shards
+    moved = frac * psi * (n_gathers * e + scatters * g) + replica_volume
     comm = CommCost(
         "dp",
-        volume=frac * psi * (n_gathers * e + scatters * g) + replica_volume + norm_volume,
+        volume=moved + norm_volume,
+        volume_by_pp_rank=by_pp_rank(ctx, moved, norm_volume),
         total=total,
         exposed=exposed,
         medium=link.medium,

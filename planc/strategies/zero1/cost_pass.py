@@ -6,7 +6,14 @@ import math
 
 from planc.cost.comm import all_gather_seconds, broadcasts_seconds, reduce_scatter_seconds
 from planc.cost.context import CostContext
-from planc.cost.data_parallel import bucket_bytes, bucket_terms, grad_all_reduce, shard_states, with_contention
+from planc.cost.data_parallel import (
+    bucket_bytes,
+    bucket_terms,
+    by_pp_rank,
+    grad_all_reduce,
+    shard_states,
+    with_contention,
+)
 from planc.cost.estimate import CommCost, Estimate, StageMemory
 from planc.cost.wrappers import ddp_seconds, with_wrapper_time
 from planc.cost.zero_partition import partitioned_by_tensor, with_zero1_share, zero1_state_elements
@@ -49,6 +56,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     comm = CommCost(
         "dp",
         volume=frac * (2 * nbytes + params),
+        volume_by_pp_rank=by_pp_rank(ctx, frac * (2 * nbytes + params)),
         total=seconds + gather,
         exposed=exposed + gather,
         medium=link.medium,
@@ -99,9 +107,11 @@ def _distributed_optimizer(ctx: CostContext) -> tuple[CommCost, float]:
         exposed = max(scatter - ctx.slowest.backward, scatter_one) + max(gather - ctx.slowest.forward, gather_one)
     else:
         exposed = scatter + gather
+    volume = (ctx.layout.dp - 1) / ctx.layout.dp * (grads + weights)
     comm = CommCost(
         "dp",
-        volume=(ctx.layout.dp - 1) / ctx.layout.dp * (grads + weights),
+        volume=volume,
+        volume_by_pp_rank=by_pp_rank(ctx, volume),
         total=scatter + gather,
         exposed=exposed,
         medium=link.medium,
