@@ -172,19 +172,6 @@ def rank_boundaries(rank: int, pp: int, v: int, style: StageStyle = "looped") ->
     return crossing
 
 
-@lru_cache(maxsize=256)
-def rank_boundary_counts(pp: int, v: int, style: StageStyle = "looped") -> tuple[int, ...]:
-    """:func:`rank_boundaries` of every pipeline rank (cached: the planner prices thousands of
-    pipelines)."""
-    return tuple(rank_boundaries(r, pp, v, style) for r in range(pp))
-
-
-@lru_cache(maxsize=256)
-def ranks_holding_an_end(pp: int, v: int, style: StageStyle = "looped") -> tuple[bool, ...]:
-    """Whether each pipeline rank holds the embedding or the head (cached)."""
-    return tuple(holds_embedding(r, pp, v, style) or holds_head(r, pp, v, style) for r in range(pp))
-
-
 def representative_ranks(pp: int, style: StageStyle = "looped") -> tuple[int, ...]:
     """Pipeline ranks whose memory and time bound all others.
 

@@ -137,6 +137,16 @@ class CostContext:
         return full
 
     @property
+    def stages_by_pp_rank(self) -> tuple[StageParams, ...]:
+        """Every pipeline rank's stage in rank order where the context holds them all and there
+        are several (``planc verify``'s, :class:`ContextCache` ``every_rank``); else ``()``: the
+        passes then state no bytes per rank (:attr:`~planc.cost.estimate.CommCost.volume_by_pp_rank`)."""
+        pp = self.layout.pp
+        if pp == 1 or len(self.stages) != pp:
+            return ()
+        return tuple(sorted(self.stages, key=lambda st: st.rank))
+
+    @property
     def slowest(self) -> StageTimes:
         """The rank whose micro-batch takes longest: it sets the pipeline's pace."""
         return max(self.times, key=lambda t: t.forward + t.backward)

@@ -257,9 +257,5 @@ def by_pp_rank(ctx: CostContext, proportional: float, fixed: float = 0.0) -> tup
     scaled to each stage's own (gradients reduced and parameters gathered are the stage's), plus
     ``fixed`` bytes every rank moves (the gradient norm's all-reduce). A lighter stage read +1.8 %
     against the busiest's volume (PP 2 x ZeRO-2 x DP 2, interleaved)."""
-    lay = ctx.layout
-    if lay.pp == 1 or len(ctx.stages) != lay.pp:
-        return ()
     busiest = max(st.params for st in ctx.stages)
-    own = {st.rank: proportional * st.params / busiest + fixed for st in ctx.stages}
-    return tuple(own[r] for r in range(lay.pp))
+    return tuple(proportional * st.params / busiest + fixed for st in ctx.stages_by_pp_rank)

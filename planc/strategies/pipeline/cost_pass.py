@@ -303,7 +303,9 @@ def _p2p(ctx: CostContext) -> CommCost:
         chunk_slot = min(slow.forward, slow.backward) / v
         exposed = min(total, 2 * path + transfers * max(0.0, transfer - chunk_slot))
     per_boundary = 2 * m * boundary  # each micro-batch's activation one way, its gradient back
-    by_rank = tuple(per_boundary * n for n in stages.rank_boundary_counts(lay.pp, v, ctx.stage_style))
+    by_rank = tuple(
+        per_boundary * stages.rank_boundaries(st.rank, lay.pp, v, ctx.stage_style) for st in ctx.stages_by_pp_rank
+    )
     return CommCost(
         "pp",
         volume_by_pp_rank=by_rank,
@@ -336,9 +338,11 @@ def _with_step_reductions(ctx: CostContext, p2p: CommCost) -> CommCost:
         seconds += all_reduce_seconds(tied, ends)
         tied_volume = 2 * (ends.size - 1) / ends.size * tied
         volume += tied_volume
-        lay = ctx.layout
-        ends_mask = stages.ranks_holding_an_end(lay.pp, lay.virtual_stages, ctx.stage_style)
-        by_rank = tuple(v + tied_volume * end for v, end in zip(by_rank, ends_mask, strict=True))
+        # on the ranks that hold the embedding or the head
+        stages_in_order = ctx.stages_by_pp_rank
+        by_rank = tuple(
+            v + tied_volume * (st.embedding or st.head) for v, st in zip(by_rank, stages_in_order, strict=True)
+        )
         detail += f" and of the tied embedding's {format_bytes(tied)} gradient (first and last stage)"
     return replace(
         p2p,

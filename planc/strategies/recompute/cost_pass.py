@@ -78,10 +78,7 @@ def _with_rerun_traffic(ctx: CostContext, tp: CommCost, seconds: float, sent: fl
     the most blocks (and each rank's own blocks, where the estimate states each rank's bytes)."""
     m = ctx.micro_batches
     blocks = m * max(st.layers for st in ctx.stages)
-    by_rank = tp.volume_by_pp_rank
-    if by_rank:
-        layers = {st.rank: st.layers for st in ctx.stages}
-        by_rank = tuple(v + m * layers[r] * sent for r, v in enumerate(by_rank))
+    by_rank = tuple(v + m * st.layers * sent for v, st in zip(tp.volume_by_pp_rank, ctx.stages_by_pp_rank, strict=True))
     return replace(
         tp,
         total=tp.total + blocks * seconds,

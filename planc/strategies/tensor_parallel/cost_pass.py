@@ -106,10 +106,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
     total = m * (layers * (fwd + bwd) + edges) + norm_seconds + gains_seconds
     each_step = norm_volume + 2 * (t - 1) / t * gains
     volume = m * (layers * sent + edge_volume) + each_step
-    by_rank: tuple[float, ...] = ()
-    if lay.pp > 1 and len(ctx.stages) == lay.pp:  # every rank's stage (planc verify's estimate)
-        own = {st.rank: m * (st.layers * sent + _edge_of_stage(ctx, st)[1]) + each_step for st in ctx.stages}
-        by_rank = tuple(own[r] for r in range(lay.pp))
+    by_rank = tuple(m * (st.layers * sent + _edge_of_stage(ctx, st)[1]) + each_step for st in ctx.stages_by_pp_rank)
     kind = "all-gather/reduce-scatter pairs" if lay.sequence_parallel else "all-reduces"
     one = ctx.compute_bytes * ctx.tokens_per_microbatch * ctx.model.hidden  # bytes of one collective's activation
     dtype = "bf16" if ctx.compute_bytes == 2 else "fp32"  # the activations' dtype, as the size counts them
