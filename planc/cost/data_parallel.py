@@ -18,9 +18,10 @@ from planc.cost.context import CostContext
 from planc.cost.estimate import CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import DDP_BUCKET_BYTES, model_state_bytes
 from planc.cost.optimizer_step import step_seconds
-from planc.cost.params import embedding_params_per_shard, mlp_params_per_shard
+from planc.cost.params import embedding_params_per_shard, first_chunks_params, mlp_params_per_shard
 from planc.cost.wrappers import tensors_per_rank
 from planc.cost.zero_partition import partitioned_by_tensor, zero1_busiest_share
+from planc.stages import interleaved_rounds
 from planc.zero_bubble import ZeroBubbleMoment
 
 
@@ -71,6 +72,39 @@ def weight_pass_moment_bytes(ctx: CostContext, rank: int) -> tuple[float, float,
     blocks = st.layers / v * st.layer_params
     root = st.params - st.layers * st.layer_params
     return ctx.grad_reduce_bytes * blocks, e * (blocks + root), e * mlp_params_per_shard(ctx.model, ctx.layout.tp)
+
+
+def interleaved_gradient_params(ctx: CostContext, rank: int, without: int) -> tuple[int, int]:
+    """(parameters of ``rank`` that hold no gradient, parameters whose gradients torch has reduced)
+    at an interleaved rank's moment where its first ``without`` stages have not begun their
+    backward (:func:`planc.stages.interleaved_peaks`, ``StageMemory.stages_without_grads``). With
+    one round of micro-batches the rank runs its stages' backwards one stage after another, so
+    every stage after the running one has run all of its, and ``REDUCE_GRAD`` right after a
+    stage's last backward has reduced it (``perform_reduce_grad``): what a wrapper that reduces
+    once per stage and step (FSDP under a pipeline) then holds is the sharded gradients in place
+    of the unsharded accumulation -- of the rank's last stages, the head's among them. With two
+    rounds and more the peak finds every stage accumulating: (0, 0)."""
+    lay, st = ctx.layout, ctx.stage(rank)
+    if lay.schedule != "interleaved" or interleaved_rounds(ctx.micro_batches, lay.pp) > 1:
+        return 0, 0
+    absent = first_chunks_params(ctx.model, lay.tp, st, without)
+    return absent, st.params - first_chunks_params(ctx.model, lay.tp, st, without + 1)
+
+
+def interleaved_gradient_bytes(ctx: CostContext, rank: int, without: int) -> float:
+    """Gradient bytes ``rank`` holds at an interleaved moment where its first ``without`` stages
+    have not begun their backward (:func:`interleaved_gradient_params`), by data parallelism:
+    FSDP (ZeRO-2/3) its running stage's fp32 accumulation and the done stages' sharded gradients
+    (its whole-vocabulary embedding gradient aside); DDP's buckets every gradient, made or not;
+    else (no data parallelism) every begun stage's ``.grad``, which stays to the step's end. The
+    pipeline pass weighs the moments with it: priced as ``.grad``, a Llama 3 405B plan (TP 8 x
+    PP 4 x DP 512, v = 4, 4 micro-batches) put the peak at the last stage's backwards, with every
+    stage's gradients, where FSDP holds one stage's accumulation and three stages' shards."""
+    lay, st = ctx.layout, ctx.stage(rank)
+    absent, reduced = interleaved_gradient_params(ctx, rank, without)
+    if lay.dp > 1 and lay.zero >= 2:
+        return ctx.grad_reduce_bytes * (st.params - absent - reduced + reduced / lay.shard_degree)
+    return ctx.state_bytes.grads * (st.params - (absent if lay.dp == 1 else 0))
 
 
 class MomentGradients(NamedTuple):
@@ -234,6 +268,8 @@ def shard_states(
             optimizer=states.optimizer,
             transient=buffers(s),
             first_backward_frees=s.first_backward_frees if keeps_first_backward else 0.0,
+            stages_without_grads=s.stages_without_grads if keeps_first_backward else 0,
+            absent_grads=s.absent_grads * share if keeps_first_backward else 0.0,
             head_grads=s.head_grads * share,
             embedding_grads=s.embedding_grads * share,
         )

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from planc.cost.comm_cost import CommCost as CommCost  # re-exported: plugins import it from here
 from planc.cost.frozen import replace
 from planc.stages import StageStyle
 from planc.zero_bubble import ZeroBubbleMoment
@@ -120,6 +121,12 @@ class StageMemory:
     embedding_grads: float = 0.0
     """Gradient bytes of the token embedding on this rank: its backward comes last, after every
     block's, so they do not exist while a block runs backward in the first micro-batch."""
+    stages_without_grads: int = 0
+    """Of the rank's stages, those (its first ones, looped) whose first backward of the step comes
+    after its peak, so hold no gradient there: an interleaved rank with one round of micro-batches
+    (:func:`planc.stages.interleaved_peaks`). Set by the pipeline pass; ``absent_grads`` are their
+    bytes of ``grads``; a wrapper that keeps ``accumulated_grads`` takes them off its own."""
+    absent_grads: float = 0.0
     weight_grads_waiting: int = 0
     """Zero-bubble: the rank's stages (other than the one running) whose weight-pass gradients
     wait in compute precision for the stage's next input pass at the peak
@@ -209,16 +216,17 @@ class StageMemory:
 
     def _after_backward(self, grads: float) -> float:
         """Gradient bytes held after a backward where the model states' ``grads`` would hold
-        ``grads`` of them: the same, or under a wrapper that keeps ``accumulated_grads`` in their
-        place, those less what ``grads`` lacks (the embedding's before its first backward).
+        ``grads`` of them: the same less the ``absent_grads`` of stages not backwarded yet, or under
+        a wrapper that keeps ``accumulated_grads`` in their place, those less what ``grads`` lacks
+        (the embedding's before its first backward).
 
         At the last block's backward of the first micro-batch (``first_backward_frees``) that may
         come to less than nothing -- an accumulation smaller than the embedding's sharded share,
         where a zero-bubble rank holds none yet: none is held. The moment then holds less than the
         same phase's start (every activation, the head's gradients), which comes first and is
         kept by ``max``: the peak does not move."""
-        if self.accumulated_grads is None:
-            return grads
+        if self.accumulated_grads is None:  # ``grads`` may lack the embedding's, among the absent ones
+            return grads - max(0.0, self.absent_grads - (self.grads - grads))
         return max(0.0, grads - self.grads + self.accumulated_grads)
 
     @property
@@ -283,42 +291,6 @@ class StageMemory:
 
     def with_transient(self, name: str, value: float) -> StageMemory:
         return self.updated(transient=(Term(name, value),))
-
-
-@dataclass(frozen=True, slots=True)
-class CommCost:
-    """Communication of one process group per step."""
-
-    group: str
-    """"tp", "dp", "pp", or a name a plugin chooses."""
-    volume: float
-    """Bytes each device sends per step."""
-    total: float
-    """Seconds the transfers take if nothing overlaps them."""
-    exposed: float
-    """Seconds they add to the step (not hidden behind compute)."""
-    medium: str = ""
-    """Links crossed: "nvlink", "network" or "local"."""
-    detail: str = ""
-    """What the traffic is, for explain (e.g. "all-reduce fp32 gradients")."""
-    volume_by_pp_rank: tuple[float, ...] = ()
-    """Bytes each pipeline rank's devices move, where the ranks differ (empty: ``volume`` on every
-    rank); ``volume`` is what explain shows beside the seconds (the pipeline's: its busiest link's).
-    A pass that adds to ``volume`` adds each rank's share here too (:meth:`scaled` does)."""
-
-    def scaled(self, factor: float) -> CommCost:
-        by_rank = tuple(v * factor for v in self.volume_by_pp_rank)
-        return replace(
-            self,
-            volume=self.volume * factor,
-            total=self.total * factor,
-            exposed=self.exposed * factor,
-            volume_by_pp_rank=by_rank,
-        )
-
-    def volume_of_pp_rank(self, pp_rank: int) -> float:
-        """Bytes the devices of pipeline rank ``pp_rank`` move (``planc verify``'s per-rank rows)."""
-        return self.volume_by_pp_rank[pp_rank] if self.volume_by_pp_rank else self.volume
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,3 +182,13 @@ def stage_params(
         layer_params=per_layer,
         largest_unit=max(units),
     )
+
+
+def first_chunks_params(model: ModelSpec, tp: int, st: StageParams, k: int) -> int:
+    """Parameters on one device of the first ``k`` of the chunks (stages) pipeline rank ``st``
+    holds, in the looped order: their blocks, and the token embedding where the rank holds it
+    (the model's first stage is its first chunk). The head is in the rank's last chunk."""
+    if k <= 0:
+        return 0
+    embedding = embedding_params_per_shard(model, tp) if st.embedding else 0
+    return sum(st.chunk_layers[:k]) * st.layer_params + embedding

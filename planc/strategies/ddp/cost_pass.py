@@ -79,7 +79,7 @@ def cost(ctx: CostContext, est: Estimate, options: object = None) -> Estimate:
 
     def stage_fn(s: StageMemory) -> StageMemory:
         s = s.updated(transient=transient(s))
-        return s.updated(first_backward_frees=0.0) if held_throughout else s
+        return s.updated(first_backward_frees=0.0, stages_without_grads=0, absent_grads=0.0) if held_throughout else s
 
     est = est.updated(stage_fn=stage_fn, comm=comm, compute=est.compute + casts)
     if replicated and "bucket" in getattr(options, "model_fields_set", ()):

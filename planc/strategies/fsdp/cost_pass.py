@@ -9,6 +9,7 @@ from planc.cost.comm import all_gather_seconds, all_reduce_seconds, norm_reducti
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import (
     by_pp_rank,
+    interleaved_gradient_params,
     moment_gradients,
     shard_states,
     weight_pass_gradient_bytes,
@@ -58,7 +59,7 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
     head = root - embedding
     # Every forward the stage holds at once runs before its first backward (GPipe): no gradient is
     # accumulated yet at that peak (the pipeline pass said so; FSDP's own terms take it from here).
-    held_at_peak = deferred and not s.first_backward_frees
+    held_at_peak = deferred and _embedding_accumulated_at_peak(s, st)
     # Under a pipeline's deferred reduction the embedding's own gradient in compute precision lives
     # only in its backward, the backward's last (_pipelined_buffers): in fp32 too, where autograd
     # makes the new gradient before adding it to the accumulated one (AccumulateGrad), beside the
@@ -292,15 +293,22 @@ def accumulated_gradients(ctx: CostContext, s: StageMemory) -> float:
     micro-batch. Priced as a buffer "less the sharded ones", the last zero-bubble rank with one
     round of micro-batches (PP 4 x DP 2, v = 2, 4 micro-batches), which holds no accumulation at
     its peak, printed -12.5 MiB "held" beside 12.5 MiB of gradients that do not exist."""
-    lay, st = ctx.layout, ctx.stage(s.rank)
-    held_at_peak = not s.first_backward_frees
-    whole = whole_embedding_gradient(ctx, st, held_at_peak)[0]
-    accumulated = ctx.grad_reduce_bytes * st.params + whole
+    lay, st, g = ctx.layout, ctx.stage(s.rank), ctx.grad_reduce_bytes
+    whole = whole_embedding_gradient(ctx, st, _embedding_accumulated_at_peak(s, st))[0]
+    # interleaved, one round: the stages not begun, those done
+    absent, reduced = interleaved_gradient_params(ctx, s.rank, s.stages_without_grads)
+    accumulated = g * (st.params - absent - reduced + reduced / lay.shard_degree) + whole
     moment = _priced_moment(s)
     if lay.pp > 1 and moment is not None:
         kept = moment_gradients(ctx, s.rank, moment)
         accumulated -= kept.absent - kept.resharded
     return accumulated
+
+
+def _embedding_accumulated_at_peak(s: StageMemory, st: StageParams) -> bool:
+    """Whether the whole-vocabulary embedding gradient FSDP accumulates is held at ``s``'s peak: a
+    backward comes before it (not ``first_backward_frees``), and the embedding's stage's among them."""
+    return not s.first_backward_frees and not (st.embedding and s.stages_without_grads)
 
 
 def _resharded_at_the_moment(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:

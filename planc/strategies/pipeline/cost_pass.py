@@ -11,7 +11,7 @@ from dataclasses import replace
 from planc import stages, zero_bubble
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, norm_reductions, p2p_seconds
 from planc.cost.context import CostContext
-from planc.cost.data_parallel import moment_gradients, weight_pass_gradient_bytes
+from planc.cost.data_parallel import interleaved_gradient_bytes, moment_gradients, weight_pass_gradient_bytes
 from planc.cost.estimate import UNTIL_LATER_LOSS, CommCost, Estimate, StageMemory, Term
 from planc.cost.memory import (
     SCHEDULES_HOLDING_LOGITS,
@@ -22,6 +22,7 @@ from planc.cost.memory import (
     micro_batches_holding_logits,
     split_backward_output_grads,
 )
+from planc.cost.params import first_chunks_params
 from planc.cost.wrappers import pp_seconds, split_backward_seconds, with_wrapper_time
 from planc.hardware.topology import GroupLink
 from planc.units import format_bytes
@@ -90,8 +91,10 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         buffers = (not st.embedding or v > 1) + (not st.head or v > 1)
         label = "pipeline send/receive buffers"
     terms: tuple[Term, ...] = (Term(label, buffers * ctx.boundary_bytes),) if buffers else ()
-    weights_waiting = 0
+    weights_waiting = without_grads = 0
     moment = None
+    if lay.schedule == "interleaved":
+        chunks, without_grads = _interleaved_peak(ctx, s.rank)
     if lay.schedule == "zero-bubble":
         moment, split = _zero_bubble_terms(ctx, s)
         chunks, weights_waiting = moment.held, moment.weights
@@ -126,7 +129,26 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
         first_backward_frees=st.layers / v if before_any_backward else 0.0,
         weight_grads_waiting=weights_waiting,
         zero_bubble_moment=moment,
+        stages_without_grads=without_grads,
+        absent_grads=ctx.state_bytes.grads * first_chunks_params(ctx.model, lay.tp, st, without_grads),
     )
+
+
+def _interleaved_peak(ctx: CostContext, rank: int) -> tuple[int, int]:
+    """(stage-micro-batches held, of the rank's stages those with no gradient yet) at an
+    interleaved rank's peak: the largest of :func:`~planc.stages.interleaved_peaks`' moments, a
+    stage-micro-batch's blocks' activations (as the plan recomputes them) against the gradients
+    data parallelism holds there (:func:`~planc.cost.data_parallel.interleaved_gradient_bytes`)."""
+    lay = ctx.layout
+    v = lay.virtual_stages
+    chunk = ctx.chunk_activations(ctx.stage(rank))
+
+    def held(moment: tuple[int, int]) -> float:
+        chunks, begun = moment
+        return chunks * chunk + interleaved_gradient_bytes(ctx, rank, v - begun)
+
+    chunks, begun = max(stages.interleaved_peaks(lay.pp, v, ctx.micro_batches, rank), key=held)
+    return chunks, v - begun
 
 
 def _receive_buffers_text(activations: int, gradients: int) -> str:

@@ -170,7 +170,10 @@ def _replicated_embedding_grad(ctx: CostContext, s: StageMemory) -> StageMemory:
         return s
     rows = whole_embedding_gradient_rows(ctx.model, lay.tp)
     if lay.dp == 1:
-        return s.updated(grads=s.grads + ctx.state_bytes.grads * rows * ctx.model.hidden)
+        whole = ctx.state_bytes.grads * rows * ctx.model.hidden
+        # absent at the peak where the embedding's stage has not run a backward yet (interleaved)
+        absent = s.absent_grads + (whole if s.stages_without_grads else 0.0)
+        return s.updated(grads=s.grads + whole, absent_grads=absent)
     if lay.zero >= 2 or ctx.state_bytes.master or not ctx.profile.torch_data_parallel:
         return s  # FSDP's pass prices it; bf16 DDP is FSDP2's replicate: simulated, its peak is elsewhere
     # DistributedDataParallel (fp32 DDP, ZeRO-1) over local shards: at the end of backward the
