@@ -271,6 +271,17 @@ def interleaved_peaks(pp: int, v: int, m: int, rank: int) -> tuple[tuple[int, in
     return ((held, 1), *(((v - j) * m, j + 1) for j in range(1, v)))
 
 
+def freed_before_the_first_stage_backward(schedule: str | None, pp: int, m: int, held: float) -> float:
+    """Stage-micro-batches whose backward has run between rank 0's peak, ``held`` of them, and its
+    first backward of the model's first stage (the embedding's): with one round of interleaved
+    micro-batches the rank's later stages run all theirs first, leaving the first stage's m
+    (:func:`interleaved_peaks`): held - m; elsewhere none (that backward starts in the steady
+    phase, or the first stage is the rank's only one, its peak's own backward)."""
+    if schedule != "interleaved" or interleaved_rounds(m, pp) > 1:
+        return 0.0
+    return max(0.0, held - m)
+
+
 def flush_bubble_slots(pp: int, v: int, m: int) -> float:
     """Idle micro-batch slots of a pipeline flush: (p - 1)/v once m >= p (Narayanan et al. 2021,
     Sec. 2.2: bubble fraction (p - 1)/(v m)).

@@ -69,3 +69,72 @@ def test_interleaved_peaks_by_hand():
     assert interleaved_peaks(2, 2, 2, 1) == ((3, 1), (2, 2))
     # With two rounds (m 4) stage 1's first backward (the third) comes in the steady phase.
     assert interleaved_peaks(2, 2, 4, 1) == ((3, 2),)
+
+
+PLAN = """model "tiny" {{
+  layers  = 4
+  hidden  = 128
+  heads   = 4
+  vocab   = 256
+  seq_len = 64
+}}
+hardware {{
+  device   = "cpu"
+  nodes    = 1
+  per_node = {devices}
+}}
+train {{
+  global_batch = {batch}
+  micro_batch  = 2
+  precision    = fp32
+}}
+layout {{
+  tp = 1  pp = 2  dp = {dp}  zero = {zero}  schedule = interleaved  virtual_stages = 2
+}}
+"""
+# By hand (hidden 128, ffn 4 x 128, biases on the linears, LayerNorm with a bias): a block holds
+# two norms (2 x 256), wq wk wv wo 4 x (128 x 128 + 128), w1 128 x 512 + 512, w2 512 x 128 + 128;
+# the embedding 256 x 128 token rows and 64 x 128 learned positions; the head 256 x 128 and the
+# final norm 256. Each of the 4 stages holds one block; rank 0 stages 0 and 2, rank 1 stages 1 and 3.
+BLOCK = 2 * 256 + 4 * (128 * 128 + 128) + (128 * 512 + 512) + (512 * 128 + 128)
+EMBEDDING = 256 * 128 + 64 * 128
+HEAD = 256 * 128 + 256
+
+
+def _stages(dp: int, zero: int, m: int) -> dict:
+    from planc.dsl.load import load_plan_text
+    from planc.spec import Layout
+    from planc.strategies.registry import load_registry
+    from planc.verify.predicted import estimate_for
+
+    registry = load_registry()
+    text = PLAN.format(devices=2 * dp, batch=2 * dp * m, dp=dp, zero=zero)
+    plan = load_plan_text(text, "interleaved.plan", strategies=registry)
+    layout = Layout(
+        tp=1, pp=2, dp=dp, zero=zero, recompute="none", schedule="interleaved", virtual_stages=2, micro_batch=2
+    )
+    return {s.rank: s for s in estimate_for(plan, layout, registry)[1].stages}
+
+
+def test_one_round_holds_the_last_stages_fp32_accumulation_alone_under_fsdp():
+    """PP 2 x ZeRO-2 x DP 2, 2 micro-batches (one round): at each rank's peak FSDP holds its last
+    stage's unsharded fp32 gradients only (simulated: the second rank's 0.88 of the 1.64 MiB)."""
+    stages = _stages(dp=2, zero=2, m=2)
+    assert stages[0].stages_without_grads == stages[1].stages_without_grads == 1
+    assert stages[0].accumulated_grads == 4 * BLOCK  # stage 2: no embedding
+    assert stages[1].accumulated_grads == 4 * (BLOCK + HEAD)  # stage 3, the head's
+    assert stages[1].grads_at_peak == 4 * (BLOCK + HEAD)
+
+
+def test_one_round_without_data_parallelism_holds_the_begun_stages_grads():
+    stages = _stages(dp=1, zero=0, m=2)
+    assert stages[0].absent_grads == 4 * (BLOCK + EMBEDDING)  # stage 0, the embedding's
+    assert stages[1].absent_grads == 4 * BLOCK
+    assert stages[1].grads == 4 * (2 * BLOCK + HEAD)  # the model states: every gradient after the step's backward
+    assert stages[1].grads_at_peak == 4 * (BLOCK + HEAD)
+
+
+def test_two_rounds_hold_every_stages_gradients():
+    stages = _stages(dp=2, zero=2, m=4)
+    assert stages[1].stages_without_grads == 0
+    assert stages[1].accumulated_grads == 4 * (2 * BLOCK + HEAD)

@@ -53,17 +53,22 @@ def block_backward_bytes(model: ModelSpec, tokens: int, tp: int, e: int) -> floa
     return e * model.ffn / tp * (tokens + model.hidden)
 
 
-def incoming_gradient_terms(ctx: CostContext, phase: str) -> tuple[Term, ...]:
+def incoming_gradient_terms(ctx: CostContext, phase: str, received: bool = False) -> tuple[Term, ...]:
     """The gradient of the block's output, held in ``phase``.
 
-    The residual stream's, ``r T h`` (over ``tp`` under SP); the MLP branch's, ``e T h`` over the
-    whole sequence, is a tensor of its own where SP all-gathers it or autocast casts it to bf16
-    (else the branch uses the residual stream's own)."""
+    The residual stream's, ``r T h`` (over ``tp`` under SP) -- unless ``received``: the block
+    whose backward starts with every activation is its stage's last, whose output gradient a
+    pipeline stage before the last receives into a buffer the pipeline pass prices (simulated,
+    PP 2, ZeRO-2, fp32: +2.0 % on the first rank with it counted twice, +1.3 % without); the MLP
+    branch's, ``e T h`` over the whole sequence, is a tensor of its own where SP all-gathers it or
+    autocast casts it to bf16 (else the branch uses the residual stream's own)."""
     lay, model, tokens = ctx.layout, ctx.model, ctx.tokens_per_microbatch
     e, r = ctx.compute_bytes, ctx.residual_bytes
     sp = lay.sequence_parallel and lay.tp > 1
     residual = r * tokens * model.hidden / (lay.tp if sp else 1)
-    terms: tuple[Term, ...] = (Term("block backward: the residual stream's gradient", residual, phase),)
+    terms: tuple[Term, ...] = ()
+    if not received:
+        terms = (Term("block backward: the residual stream's gradient", residual, phase),)
     if sp or e != r:
         how = " and ".join(w for w, on in (("gathered", sp), ("cast to compute precision", e != r)) if on)
         terms += (Term(f"block backward: its output gradient, {how}", e * tokens * model.hidden, phase),)
@@ -84,7 +89,7 @@ def block_backward_terms(ctx: CostContext, st: StageParams) -> tuple[Term, ...]:
     if not st.layers:
         return ()
     lay = ctx.layout
-    fsdp = lay.zero >= 2 and lay.dp > 1
+    fsdp = _fsdp_prices_the_block_end(ctx)
     terms: tuple[Term, ...] = ()
     if not (fsdp and lay.recompute == "none"):
         # FSDP's own "backward" term is the block's end, every gradient of it gathered for the
@@ -92,7 +97,8 @@ def block_backward_terms(ctx: CostContext, st: StageParams) -> tuple[Term, ...]:
         # (the Llama 3 FSDP simulations were within 1% without the output projection's gradients,
         # +0.8% with them at 8B; the CPU matrix's FSDP rows +2.4 -> +3.1 % with the incoming
         # gradients); a recomputed block's rerun end comes before it.
-        terms = incoming_gradient_terms(ctx, RECOMPUTE if fsdp else through_backward(lay.recompute))
+        phase = RECOMPUTE if fsdp else through_backward(lay.recompute)
+        terms = incoming_gradient_terms(ctx, phase, received=lay.pp > 1 and not st.head)
     mlp_input = rerun_mlp_input_bytes(ctx)
     if mlp_input:
         terms += (Term("recompute: the MLP's fp32 input, alive at the rerun's end", mlp_input, RECOMPUTE),)
@@ -100,3 +106,14 @@ def block_backward_terms(ctx: CostContext, st: StageParams) -> tuple[Term, ...]:
         return terms
     working = block_backward_bytes(ctx.model, ctx.tokens_per_microbatch, lay.tp, ctx.compute_bytes)
     return (*terms, Term("block backward: the MLP output projection's gradients", working, BACKWARD))
+
+
+def _fsdp_prices_the_block_end(ctx: CostContext) -> bool:
+    """Whether FSDP's own "backward" term is a block's end, larger than its start: every gradient
+    of the block in compute precision beside its gathered parameters -- except under a pipeline's
+    deferred reduction in fp32, where autograd adds each new gradient into the accumulation as it
+    comes and the block's end holds one parameter's (the start's own)."""
+    lay = ctx.layout
+    if lay.zero < 2 or lay.dp == 1:
+        return False
+    return not (lay.pp > 1 and ctx.micro_batches > 1 and ctx.compute_bytes == ctx.grad_reduce_bytes)

@@ -40,7 +40,7 @@ from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile, StateBytes, on_har
 from planc.hardware.topology import GroupLink, Topology, group_ranks, topology_for
 from planc.spec.layout import Layout
 from planc.spec.plan import Plan
-from planc.stages import StageStyle, micro_batches, representative_ranks
+from planc.stages import StageStyle, freed_before_the_first_stage_backward, micro_batches, representative_ranks
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +155,20 @@ class CostContext:
         """Bytes one micro-batch's blocks save on one of ``stage``'s chunks (the whole stage
         without virtual stages): what a micro-batch's backward of that chunk has freed by its end."""
         return self.layer_act.under(self.layout.recompute) * stage.layers / self.layout.virtual_stages
+
+    def freed_before_the_embedding_backward(self, stage: StageParams, act_layers: float) -> float:
+        """Bytes of activations freed between the peak of ``stage`` (first rank, holding
+        ``act_layers`` block-micro-batches) and its first embedding backward beyond that backward's
+        own finished micro-batch (:func:`~planc.stages.freed_before_the_first_stage_backward`):
+        what the embedding's gradient, made there, counts against. An FSDP plan of Llama 3 70B cut
+        to 16 layers (TP 8 x PP 4 x DP 2, v = 2, 4 micro-batches) priced its 5 GiB whole-vocabulary
+        gradient beside all 8 stage-micro-batches its first rank holds, where 4 are left."""
+        if not stage.embedding or not stage.layers:
+            return 0.0
+        lay = self.layout
+        held = act_layers * lay.virtual_stages / stage.layers
+        freed = freed_before_the_first_stage_backward(lay.schedule, lay.pp, self.micro_batches, held)
+        return freed * self.chunk_activations(stage)
 
     def stage(self, rank: int) -> StageParams:
         for s in self.stages:

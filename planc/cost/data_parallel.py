@@ -107,6 +107,13 @@ def interleaved_gradient_bytes(ctx: CostContext, rank: int, without: int) -> flo
     return ctx.state_bytes.grads * (st.params - (absent if lay.dp == 1 else 0))
 
 
+def embedding_accumulated_at_peak(ctx: CostContext, s: StageMemory) -> bool:
+    """Whether the whole-vocabulary embedding gradient a wrapper that reduces once per step
+    accumulates is held at ``s``'s peak: a backward comes before it (not ``first_backward_frees``),
+    and the embedding's stage's among them (not one of ``stages_without_grads``)."""
+    return not s.first_backward_frees and not (ctx.stage(s.rank).embedding and s.stages_without_grads)
+
+
 class MomentGradients(NamedTuple):
     """What FSDP keeps of a rank's gradients at a zero-bubble moment (:func:`moment_gradients`)."""
 

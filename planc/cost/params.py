@@ -190,5 +190,7 @@ def first_chunks_params(model: ModelSpec, tp: int, st: StageParams, k: int) -> i
     (the model's first stage is its first chunk). The head is in the rank's last chunk."""
     if k <= 0:
         return 0
+    if k >= len(st.chunk_layers):  # every chunk, the head's (in the last) included
+        return st.params
     embedding = embedding_params_per_shard(model, tp) if st.embedding else 0
     return sum(st.chunk_layers[:k]) * st.layer_params + embedding

@@ -9,6 +9,7 @@ from planc.cost.comm import all_gather_seconds, all_reduce_seconds, norm_reducti
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import (
     by_pp_rank,
+    embedding_accumulated_at_peak,
     interleaved_gradient_params,
     moment_gradients,
     shard_states,
@@ -59,7 +60,7 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
     head = root - embedding
     # Every forward the stage holds at once runs before its first backward (GPipe): no gradient is
     # accumulated yet at that peak (the pipeline pass said so; FSDP's own terms take it from here).
-    held_at_peak = deferred and _embedding_accumulated_at_peak(s, st)
+    held_at_peak = deferred and embedding_accumulated_at_peak(ctx, s)
     # Under a pipeline's deferred reduction the embedding's own gradient in compute precision lives
     # only in its backward, the backward's last (_pipelined_buffers): in fp32 too, where autograd
     # makes the new gradient before adding it to the accumulated one (AccumulateGrad), beside the
@@ -67,16 +68,16 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
     # without its own rows).
     own = e * embedding if lay.pp > 1 and deferred else 0.0
     if deferred:
-        accumulated, embedding_terms = whole_embedding_gradient(ctx, st, held_at_peak, own)
+        freed = ctx.freed_before_the_embedding_backward(st, s.act_layers)
+        accumulated, embedding_terms = whole_embedding_gradient(ctx, st, held_at_peak, own, freed)
     else:
         accumulated, embedding_terms = 0.0, reduced_embedding_gradient(ctx, st)
     if lay.pp > 1 and deferred:
-        largest = root if root else ctx.model.ffn * ctx.model.hidden / lay.tp
         if _priced_moment(s):
-            pipelined = _pipelined_buffers(st, head, largest, zero, e, g, False)
+            pipelined = _pipelined_buffers(st, head, zero, e, g, False)
             pipelined += _weight_pass_moment(ctx, s) + _resharded_at_the_moment(ctx, s)
         else:
-            pipelined = _pipelined_buffers(st, head, largest, zero, e, g)
+            pipelined = _pipelined_buffers(st, head, zero, e, g)
         pipelined += _blocks_gathered_at_a_later_loss(ctx, st, s)
         return pipelined + _waiting_weight_gradients(ctx, s) + embedding_terms
     held, per_block = fsdp_gather_bytes(st.layer_params, root, head, zero, e, g)
@@ -185,7 +186,7 @@ def reduced_embedding_gradient(ctx: CostContext, st: StageParams) -> tuple[Term,
 
 
 def whole_embedding_gradient(
-    ctx: CostContext, st: StageParams, held_at_peak: bool, own: float = 0.0
+    ctx: CostContext, st: StageParams, held_at_peak: bool, own: float = 0.0, freed: float = 0.0
 ) -> tuple[float, tuple[Term, ...]]:
     """(bytes the accumulated gradients hold beyond ``st``'s own parameters, terms) for a
     vocabulary-parallel embedding's gradient, which comes out of backward over the whole
@@ -206,14 +207,15 @@ def whole_embedding_gradient(
     the embedding's backward, and there less the finished activations, the peak read -4.7%.
 
     ``own``: bytes of the embedding's gradient over its own rows that exist only in its backward
-    (:func:`_pipelined_buffers`), priced at the same moment.
+    (:func:`_pipelined_buffers`), priced at the same moment; ``freed``: activation bytes gone by
+    then beyond the finished ones (:meth:`~planc.cost.context.CostContext.freed_before_the_embedding_backward`).
     """
     rows = whole_embedding_gradient_rows(ctx.model, ctx.layout.tp) if st.embedding else 0
     if not rows and not own:
         return 0.0, ()
     e, g, h = ctx.compute_bytes, ctx.grad_reduce_bytes, ctx.model.hidden
     accumulated = g * rows * h if held_at_peak else 0.0
-    arriving = own + (e + (0 if held_at_peak else g)) * rows * h - ctx.chunk_activations(st)
+    arriving = own + (e + (0 if held_at_peak else g)) * rows * h - ctx.chunk_activations(st) - freed
     if arriving <= 0:
         return accumulated, ()
     whole = " over the whole vocabulary" if rows else ""
@@ -222,7 +224,7 @@ def whole_embedding_gradient(
 
 
 def _pipelined_buffers(
-    st: StageParams, root: int, largest: float, zero: int, e: int, g: int, compute_precision: bool = True
+    st: StageParams, root: int, zero: int, e: int, g: int, compute_precision: bool = True
 ) -> tuple[Term, ...]:
     """FSDP's buffers on a pipeline stage with several micro-batches. torch's ``PipelineStage``
     keeps the parameters unsharded after each backward and defers the gradient reduction to the
@@ -245,7 +247,12 @@ def _pipelined_buffers(
       backward's last (:func:`whole_embedding_gradient`; simulated: Llama 3 70B's first
       zero-bubble stage peaked in a block's backward without them);
     - in fp32 autograd adds each new gradient into the accumulated one: the transient is one
-      parameter's gradient, at most the ``largest`` (the embedding or head, else a block's FFN matrix);
+      parameter's gradient -- a block's largest is the MLP output projection's, which the block
+      backward's own terms hold (:func:`~planc.cost.block_backward.block_backward_terms`); the
+      head's, made once the logits' gradient is spent, takes no more than it; the embedding's
+      comes in its own backward (:func:`whole_embedding_gradient`). (Priced as the embedding's in
+      every block's backward, PP 2 x ZeRO-2 x DP 2's first rank, fp32, read -2.5 %: it peaked at
+      the MLP output projection's two gradients, a block's backward's first op.)
     - ``compute_precision``: whether the gradients in compute precision are the usual ones above
       (a zero-bubble weight pass prices its own, :func:`_weight_pass_moment`).
 
@@ -261,8 +268,6 @@ def _pipelined_buffers(
                     "FSDP root unit's gradients in compute precision (from the head's backward)", e * root, _AFTER_HEAD
                 )
             )
-    elif e == g:
-        terms.append(Term("a new gradient before it is added to the accumulated one", e * largest, "backward"))
     if zero == 3:  # not resharded after backward (see parameter_gathers)
         blocks = e * st.layers * st.layer_params
         terms.append(Term("parameters left unsharded between micro-batches", e * st.params - blocks))
@@ -294,7 +299,7 @@ def accumulated_gradients(ctx: CostContext, s: StageMemory) -> float:
     round of micro-batches (PP 4 x DP 2, v = 2, 4 micro-batches), which holds no accumulation at
     its peak, printed -12.5 MiB "held" beside 12.5 MiB of gradients that do not exist."""
     lay, st, g = ctx.layout, ctx.stage(s.rank), ctx.grad_reduce_bytes
-    whole = whole_embedding_gradient(ctx, st, _embedding_accumulated_at_peak(s, st))[0]
+    whole = whole_embedding_gradient(ctx, st, embedding_accumulated_at_peak(ctx, s))[0]
     # interleaved, one round: the stages not begun, those done
     absent, reduced = interleaved_gradient_params(ctx, s.rank, s.stages_without_grads)
     accumulated = g * (st.params - absent - reduced + reduced / lay.shard_degree) + whole
@@ -303,12 +308,6 @@ def accumulated_gradients(ctx: CostContext, s: StageMemory) -> float:
         kept = moment_gradients(ctx, s.rank, moment)
         accumulated -= kept.absent - kept.resharded
     return accumulated
-
-
-def _embedding_accumulated_at_peak(s: StageMemory, st: StageParams) -> bool:
-    """Whether the whole-vocabulary embedding gradient FSDP accumulates is held at ``s``'s peak: a
-    backward comes before it (not ``first_backward_frees``), and the embedding's stage's among them."""
-    return not s.first_backward_frees and not (st.embedding and s.stages_without_grads)
 
 
 def _resharded_at_the_moment(ctx: CostContext, s: StageMemory) -> tuple[Term, ...]:

@@ -184,7 +184,7 @@ def _replicated_embedding_grad(ctx: CostContext, s: StageMemory) -> StageMemory:
     # The finished micro-batch's activations on this chunk are gone by then, and autocast's weight
     # copies of its blocks with them (none were kept under recomputation).
     copies = block_copy_bytes(ctx) * st.layers / lay.virtual_stages if lay.recompute == "none" else 0.0
-    gone = ctx.chunk_activations(st) + copies
+    gone = ctx.chunk_activations(st) + copies + ctx.freed_before_the_embedding_backward(st, s.act_layers)
     held = ctx.state_bytes.grads * (vocab + vocab // lay.tp) * ctx.model.hidden - gone
     if held <= 0:
         return s
