@@ -138,3 +138,15 @@ def test_two_rounds_hold_every_stages_gradients():
     stages = _stages(dp=2, zero=2, m=4)
     assert stages[1].stages_without_grads == 0
     assert stages[1].accumulated_grads == 4 * (2 * BLOCK + HEAD)
+
+
+def test_zero3_one_round_keeps_the_running_stages_blocks_gathered():
+    """ZeRO-3 under a pipeline keeps a block gathered from its backward to the stage's reduction:
+    with one round, at the peak, the running stage's one block (fp32, 4 bytes a parameter)."""
+    name = "blocks' parameters gathered from their backward on"
+
+    def gathered(m: int) -> list[float]:
+        return [next(t.value for t in s.transient if t.name == name) for s in _stages(dp=2, zero=3, m=m).values()]
+
+    assert gathered(2) == [4 * BLOCK, 4 * BLOCK]
+    assert gathered(4) == [4 * 2 * BLOCK, 4 * 2 * BLOCK]  # two rounds: both stages' blocks

@@ -41,7 +41,7 @@ def through_backward(recompute: str) -> str:
     return BACKWARD if recompute == "none" else PHASES_JOINED.join((RECOMPUTE, BACKWARD))
 
 
-def block_backward_bytes(model: ModelSpec, tokens: int, tp: int, e: int) -> float:
+def block_backward_bytes(model: ModelSpec, tokens: int, tp: int, e: int, split: bool = False) -> float:
     """Bytes a block's backward holds beside the activations it saved, as it starts: its last
     linear (the MLP's output projection) writes the gradient of its input, ``[tokens, ffn / tp]``,
     and of its weight, ``[hidden, ffn / tp]``, both in compute precision, before either is passed
@@ -49,8 +49,10 @@ def block_backward_bytes(model: ModelSpec, tokens: int, tp: int, e: int) -> floa
     later), the input's into the activation function's backward, which frees what the forward
     saved. ``planc verify --simulate`` found a pipeline's first stage (Llama 3 8B, 1F1B) peak
     there, at the MLP's output projection, with these two and the incoming gradient
-    (:func:`incoming_gradient_terms`) as its only temporaries."""
-    return e * model.ffn / tp * (tokens + model.hidden)
+    (:func:`incoming_gradient_terms`) as its only temporaries. Zero-bubble's split backward
+    (``split``) writes the input's gradient in its input pass and the weight's in its weight pass,
+    never both at once: the larger of the two."""
+    return e * model.ffn / tp * (max(tokens, model.hidden) if split else tokens + model.hidden)
 
 
 def incoming_gradient_terms(ctx: CostContext, phase: str, received: bool = False) -> tuple[Term, ...]:
@@ -104,7 +106,8 @@ def block_backward_terms(ctx: CostContext, st: StageParams) -> tuple[Term, ...]:
         terms += (Term("recompute: the MLP's fp32 input, alive at the rerun's end", mlp_input, RECOMPUTE),)
     if fsdp:
         return terms
-    working = block_backward_bytes(ctx.model, ctx.tokens_per_microbatch, lay.tp, ctx.compute_bytes)
+    split = lay.schedule == "zero-bubble" and lay.pp > 1
+    working = block_backward_bytes(ctx.model, ctx.tokens_per_microbatch, lay.tp, ctx.compute_bytes, split)
     return (*terms, Term("block backward: the MLP output projection's gradients", working, BACKWARD))
 
 

@@ -96,3 +96,15 @@ def test_the_recomputed_tp_sp_plan_is_simulated_within_3_percent_at_the_reruns_e
     result = simulate(plan, layout, REGISTRY, [0])
     (peak,) = [r for r in result["rows"] if r["section"] == "peak memory"]
     assert abs(peak["error"]) < 0.03, peak
+
+
+def test_zero_bubbles_split_backward_never_holds_both_output_projection_gradients():
+    """The input pass writes the MLP output projection's input gradient [tokens, ffn], the weight
+    pass its weight gradient [hidden, ffn]: the larger, not their sum (2 bytes, bf16)."""
+    from planc.cost.block_backward import block_backward_bytes
+    from planc.spec import ModelSpec
+
+    model = ModelSpec(name="m", layers=2, hidden=128, heads=4, vocab=256, seq_len=64, ffn=512)
+    assert block_backward_bytes(model, 256, 1, 2) == 2 * 512 * (256 + 128)
+    assert block_backward_bytes(model, 256, 1, 2, split=True) == 2 * 512 * 256
+    assert block_backward_bytes(model, 64, 2, 2, split=True) == 2 * 256 * 128

@@ -8,6 +8,7 @@ from planc.cost.block_backward import BACKWARD, RECOMPUTE
 from planc.cost.comm import all_gather_seconds, all_reduce_seconds, norm_reductions, reduce_scatter_seconds
 from planc.cost.context import CostContext
 from planc.cost.data_parallel import (
+    backwarded_layers,
     by_pp_rank,
     embedding_accumulated_at_peak,
     interleaved_gradient_params,
@@ -77,7 +78,7 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
             pipelined = _pipelined_buffers(st, head, zero, e, g, False)
             pipelined += _weight_pass_moment(ctx, s) + _resharded_at_the_moment(ctx, s)
         else:
-            pipelined = _pipelined_buffers(st, head, zero, e, g)
+            pipelined = _pipelined_buffers(st, head, zero, e, g, backwarded=backwarded_layers(ctx, s))
         pipelined += _blocks_gathered_at_a_later_loss(ctx, st, s)
         return pipelined + _waiting_weight_gradients(ctx, s) + embedding_terms
     held, per_block = fsdp_gather_bytes(st.layer_params, root, head, zero, e, g)
@@ -224,7 +225,7 @@ def whole_embedding_gradient(
 
 
 def _pipelined_buffers(
-    st: StageParams, root: int, zero: int, e: int, g: int, compute_precision: bool = True
+    st: StageParams, root: int, zero: int, e: int, g: int, compute_precision: bool = True, backwarded: int = -1
 ) -> tuple[Term, ...]:
     """FSDP's buffers on a pipeline stage with several micro-batches. torch's ``PipelineStage``
     keeps the parameters unsharded after each backward and defers the gradient reduction to the
@@ -271,6 +272,7 @@ def _pipelined_buffers(
     if zero == 3:  # not resharded after backward (see parameter_gathers)
         blocks = e * st.layers * st.layer_params
         terms.append(Term("parameters left unsharded between micro-batches", e * st.params - blocks))
+        blocks = blocks if backwarded < 0 else e * backwarded * st.layer_params
         # A block still reshards after its forward (reshard_after_forward; the root does not under
         # pipelining): in the forward and the loss only the root is gathered (simulated, TP 2 x
         # PP 2, ZeRO-3: the last stage +2.7% in fp32 with its block counted at the loss).
