@@ -101,7 +101,7 @@ EMBEDDING = 256 * 128 + 64 * 128
 HEAD = 256 * 128 + 256
 
 
-def _stages(dp: int, zero: int, m: int) -> dict:
+def _estimate(dp: int, zero: int, m: int):
     from planc.dsl.load import load_plan_text
     from planc.spec import Layout
     from planc.strategies.registry import load_registry
@@ -113,7 +113,11 @@ def _stages(dp: int, zero: int, m: int) -> dict:
     layout = Layout(
         tp=1, pp=2, dp=dp, zero=zero, recompute="none", schedule="interleaved", virtual_stages=2, micro_batch=2
     )
-    return {s.rank: s for s in estimate_for(plan, layout, registry)[1].stages}
+    return estimate_for(plan, layout, registry)
+
+
+def _stages(dp: int, zero: int, m: int) -> dict:
+    return {s.rank: s for s in _estimate(dp, zero, m)[1].stages}
 
 
 def test_one_round_holds_the_last_stages_fp32_accumulation_alone_under_fsdp():
@@ -150,3 +154,17 @@ def test_zero3_one_round_keeps_the_running_stages_blocks_gathered():
 
     assert gathered(2) == [4 * BLOCK, 4 * BLOCK]
     assert gathered(4) == [4 * 2 * BLOCK, 4 * 2 * BLOCK]  # two rounds: both stages' blocks
+
+
+def test_the_first_ranks_embedding_backward_finds_the_first_stages_accumulation():
+    """One round, FSDP (ZeRO-2, fp32): rank 0's first embedding backward comes after its second
+    stage's backwards and reduction. Beyond the peak's gradients (stage 2's accumulation, 4 BLOCK)
+    it then holds stage 0's (4 (BLOCK + EMBEDDING)) and stage 2's shards (4 BLOCK / 2), stage 2's
+    accumulation gone and its parameters resharded (4 BLOCK)."""
+    from planc.cost.data_parallel import gained_by_the_embedding_backward
+
+    ctx, est = _estimate(dp=2, zero=2, m=2)
+    first, last = sorted(est.stages, key=lambda s: s.rank)
+    gained = 4 * (BLOCK + EMBEDDING) + 4 * BLOCK / 2 - 4 * BLOCK - 4 * BLOCK
+    assert gained_by_the_embedding_backward(ctx, first) == gained
+    assert gained_by_the_embedding_backward(ctx, last) == 0.0  # no embedding

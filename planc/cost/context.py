@@ -162,7 +162,9 @@ class CostContext:
         own finished micro-batch (:func:`~planc.stages.freed_before_the_first_stage_backward`):
         what the embedding's gradient, made there, counts against. An FSDP plan of Llama 3 70B cut
         to 16 layers (TP 8 x PP 4 x DP 2, v = 2, 4 micro-batches) priced its 5 GiB whole-vocabulary
-        gradient beside all 8 stage-micro-batches its first rank holds, where 4 are left."""
+        gradient beside all 8 stage-micro-batches its first rank holds, where 4 are left (with
+        the gradients there, :func:`~planc.cost.data_parallel.gained_by_the_embedding_backward`:
+        +19.4 % before, +0.4 %)."""
         if not stage.embedding or not stage.layers:
             return 0.0
         lay = self.layout

@@ -107,6 +107,22 @@ def interleaved_gradient_bytes(ctx: CostContext, rank: int, without: int) -> flo
     return ctx.state_bytes.grads * (st.params - (absent if lay.dp == 1 else 0))
 
 
+def gained_by_the_embedding_backward(ctx: CostContext, s: StageMemory) -> float:
+    """Gradient bytes FSDP holds at rank 0's first embedding backward beyond those at its peak,
+    where the embedding's stage had not begun (``stages_without_grads``; one round of interleaved
+    micro-batches): the first stage's fp32 accumulation, its embedding's own rows' included, and
+    the later stages' shards, for the running stage's accumulation at the peak -- less, under
+    ZeRO-2, the later stages' parameters their reduction resharded. Simulated (Llama 3 70B cut to
+    16 layers, TP 8 x PP 4 x DP 2, v = 2, 4 micro-batches): rank 0 peaks there, -3.6 % without
+    the embedding's own rows' 0.5 GB."""
+    if not (ctx.stage(s.rank).embedding and s.stages_without_grads):
+        return 0.0
+    reduced = interleaved_gradient_params(ctx, s.rank, 0)[1]
+    resharded = ctx.compute_bytes * reduced if ctx.layout.zero == 2 else 0.0
+    at_peak = interleaved_gradient_bytes(ctx, s.rank, s.stages_without_grads)
+    return interleaved_gradient_bytes(ctx, s.rank, 0) - at_peak - resharded
+
+
 def backwarded_layers(ctx: CostContext, s: StageMemory) -> int:
     """Blocks of ``s``'s rank gathered by a backward and not resharded by a reduction at its peak,
     for FSDP's ZeRO-3 under a pipeline: with one round of interleaved micro-batches the running

@@ -11,6 +11,7 @@ from planc.cost.data_parallel import (
     backwarded_layers,
     by_pp_rank,
     embedding_accumulated_at_peak,
+    gained_by_the_embedding_backward,
     interleaved_gradient_params,
     moment_gradients,
     shard_states,
@@ -69,7 +70,7 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
     # without its own rows).
     own = e * embedding if lay.pp > 1 and deferred else 0.0
     if deferred:
-        freed = ctx.freed_before_the_embedding_backward(st, s.act_layers)
+        freed = ctx.freed_before_the_embedding_backward(st, s.act_layers) - gained_by_the_embedding_backward(ctx, s)
         accumulated, embedding_terms = whole_embedding_gradient(ctx, st, held_at_peak, own, freed)
     else:
         accumulated, embedding_terms = 0.0, reduced_embedding_gradient(ctx, st)
