@@ -57,6 +57,13 @@ CASES = {
         32,
         "tp = 8  pp = 4  dp = 2  zero = 2  schedule = interleaved  virtual_stages = 2  sequence_parallel = true",
     ),
+    # One round of micro-batches (4 < 2 p): a rank's earlier stages hold no gradient at its peak.
+    "70b-64-tp8-pp4-one-round": (
+        "llama3-70b",
+        8,
+        8,
+        "tp = 8  pp = 4  dp = 2  zero = 2  schedule = interleaved  virtual_stages = 2  sequence_parallel = true",
+    ),
     # Zero-bubble, looped (ZB-H1 with two chunks per rank; without recomputation, the only way it runs).
     "70b-64-tp8-pp4-zb": (
         "llama3-70b",
