@@ -168,3 +168,18 @@ def test_the_first_ranks_embedding_backward_finds_the_first_stages_accumulation(
     gained = 4 * (BLOCK + EMBEDDING) + 4 * BLOCK / 2 - 4 * BLOCK - 4 * BLOCK
     assert gained_by_the_embedding_backward(ctx, first) == gained
     assert gained_by_the_embedding_backward(ctx, last) == 0.0  # no embedding
+
+
+def test_explain_says_which_gradients_come_after_the_peak():
+    from planc.dsl.load import load_plan_text
+    from planc.explain.memory_table import memory_table
+    from planc.spec import Layout
+    from planc.strategies.registry import load_registry
+    from planc.verify.predicted import estimate_for
+
+    registry = load_registry()
+    text = PLAN.format(devices=3, batch=8, dp=1, zero=0).replace("layers  = 4", "layers  = 6")
+    plan = load_plan_text(text.replace("pp = 2", "pp = 3"), "p3.plan", strategies=registry)
+    layout = Layout(tp=1, pp=3, dp=1, zero=0, recompute="none", schedule="interleaved", virtual_stages=2, micro_batch=2)
+    table = "\n".join(memory_table(estimate_for(plan, layout, registry)[1], plan))
+    assert "1 of the rank's stages begin theirs after the peak" in table, table

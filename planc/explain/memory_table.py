@@ -140,6 +140,12 @@ def memory_table(est: Estimate, plan: Plan) -> list[str]:
     ]
     if s.grads_at_peak < s.grads_after_backward:
         name = gradients_name(s) + ", from the step's first backward on (set to None between steps)"
+        if s.stages_without_grads:  # an interleaved rank's earlier stages run no backward by the peak
+            n = s.stages_without_grads
+            name = (
+                gradients_name(s) + ", each stage's from its first backward on (set to None between steps; "
+                f"{n} of the rank's stages begin theirs after the peak)"
+            )
         elsewhere.append((name, s.grads_after_backward))
     if elsewhere:  # held in another phase of the step than the peak: shown, not added
         where = f"the {s.peak_phase} phase" if s.peak_phase else "the forward's end"
