@@ -127,6 +127,7 @@ class StageMemory:
     (:func:`planc.stages.interleaved_peaks`). Set by the pipeline pass; ``absent_grads`` are their
     bytes of ``grads``; a wrapper that keeps ``accumulated_grads`` takes them off its own."""
     absent_grads: float = 0.0
+    """Bytes of ``grads`` that no backward has made by the peak (``stages_without_grads``')."""
     weight_grads_waiting: int = 0
     """Zero-bubble: the rank's stages (other than the one running) whose weight-pass gradients
     wait in compute precision for the stage's next input pass at the peak
