@@ -64,14 +64,18 @@ def weight_pass_moment_bytes(ctx: CostContext, rank: int) -> tuple[float, float,
     are its blocks' and the root unit's in compute precision; and ``stage_backward_weight`` takes
     one parameter group's gradients at a time, holding them beside ``.grad`` until it adds them --
     the MLP's, the largest group. ``planc verify --simulate`` (hidden 512, ffn 2048): the MLP's
-    two matrices' 4 MiB beside the stage's earlier 6.5 MiB at the last rank's peak. Zero where
-    FSDP keeps no weight-pass gradients apart."""
-    if not _weight_pass_gradients_wait(ctx):
+    two matrices' 4 MiB beside the stage's earlier 6.5 MiB at the last rank's peak. In fp32 a
+    weight pass writes into the accumulation itself (autograd's ``AccumulateGrad`` into the
+    unsharded ``.grad``): the accumulation alone, nothing apart. Zero without FSDP."""
+    lay = ctx.layout
+    if lay.zero < 2 or lay.dp == 1:
         return 0.0, 0.0, 0.0
-    st, v, e = ctx.stage(rank), ctx.layout.virtual_stages, ctx.compute_bytes
+    st, v, e = ctx.stage(rank), lay.virtual_stages, ctx.compute_bytes
     blocks = st.layers / v * st.layer_params
+    if not _weight_pass_gradients_wait(ctx):
+        return ctx.grad_reduce_bytes * blocks, 0.0, 0.0
     root = st.params - st.layers * st.layer_params
-    return ctx.grad_reduce_bytes * blocks, e * (blocks + root), e * mlp_params_per_shard(ctx.model, ctx.layout.tp)
+    return ctx.grad_reduce_bytes * blocks, e * (blocks + root), e * mlp_params_per_shard(ctx.model, lay.tp)
 
 
 def interleaved_gradient_params(ctx: CostContext, rank: int, without: int) -> tuple[int, int]:
@@ -198,9 +202,9 @@ def moment_gradients(ctx: CostContext, rank: int, moment: ZeroBubbleMoment) -> M
             resharded += e * part
         elif order >= moment.reduced + moment.accumulations:  # no accumulation yet
             absent += g * part
-        if order != running:
+        if order != running and own:
             own -= e * part
-    if st.embedding and running == v - 1:
+    if st.embedding and running == v - 1 and _weight_pass_gradients_wait(ctx):
         # The first stage's weight pass is its whole backward, FSDP's hook included: a block's
         # gradients exist in compute precision until its hook adds them, as in any backward.
         new = e * st.layer_params

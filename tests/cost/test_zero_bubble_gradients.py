@@ -68,3 +68,31 @@ def test_zbv_rank_0_keeps_each_root_with_its_own_stage():
     reduced_stage = 4 * (BLOCK + HEAD) - 2 * (BLOCK + HEAD) + 2 * (BLOCK + HEAD)
     assert kept.absent == 4 * BLOCK + reduced_stage + 4 * EMBEDDING == 27_451_392
     assert (kept.own, kept.new) == (0, 2 * BLOCK)
+
+
+def test_in_fp32_a_weight_pass_writes_into_the_accumulation_itself():
+    # The same plan in fp32: nothing waits in compute precision, so FSDP keeps no gradients apart
+    # (own, new 0) and a stage accumulates from its first weight pass. One round, rank 0 in 0W1 as
+    # above: stage 4 reduced (A - A / 2 absent, its block resharded: 4 b), stage 0 accumulating.
+    registry = load_registry()
+    plan = load_plan_text(PLAN.replace("precision = bf16", "precision = fp32"), "tiny32.plan", strategies=registry)
+    layout = Layout(tp=1, pp=4, dp=2, zero=2, recompute="none", schedule="zero-bubble", virtual_stages=2, micro_batch=1)
+    ctx = build_context(plan, layout)
+    moment = ZeroBubbleMoment(3, 0, 0, running_grads=False, weight_pass=True, accumulations=1, reduced=1)
+    kept = moment_gradients(ctx, 0, moment)
+    assert kept.absent == 4 * BLOCK - 2 * BLOCK + 4 * BLOCK
+    assert (kept.own, kept.new) == (0, 0)
+
+
+def test_in_fp32_every_zero_bubble_moment_accumulates_from_the_weight_pass():
+    from planc.zero_bubble import zero_bubble_moments
+
+    for p, v, m, style in ((4, 2, 4, "looped"), (4, 2, 8, "looped"), (4, 2, 4, "v"), (4, 2, 16, "v")):
+        for rank in range(p):
+            mixed = zero_bubble_moments(p, v, m, rank, style)
+            fp32 = zero_bubble_moments(p, v, m, rank, style, weights_wait=False)
+            for c in fp32:
+                assert c.first_waits == 0 and not c.running_grads
+                assert c.accumulations is None or c.accumulations >= 1 or c.input_pass
+            if style == "looped":  # the same moments, more stages accumulating
+                assert [c.held for c in fp32] == [c.held for c in mixed]

@@ -282,7 +282,10 @@ def _zero_bubble_peak(
     (:func:`~planc.cost.data_parallel.weight_pass_moment_bytes`; the moments that differ in it
     come alone, so the usual running stage's gradients need no price here)."""
     lay = ctx.layout
-    candidates = zero_bubble.zero_bubble_moments(lay.pp, lay.virtual_stages, ctx.micro_batches, s.rank, ctx.stage_style)
+    weights_wait = ctx.compute_bytes != ctx.grad_reduce_bytes  # else a weight pass adds into the accumulation
+    candidates = zero_bubble.zero_bubble_moments(
+        lay.pp, lay.virtual_stages, ctx.micro_batches, s.rank, ctx.stage_style, weights_wait
+    )
 
     def held(c: zero_bubble.ZeroBubbleMoment) -> float:
         kept = moment_gradients(ctx, s.rank, c)
