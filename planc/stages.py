@@ -247,6 +247,13 @@ def chunks_in_flight(schedule: str | None, pp: int, v: int, m: int, rank: int, s
     raise ValueError(f"unknown schedule {schedule!r}")
 
 
+def backwards_stage_by_stage(schedule: str | None, pp: int, m: int) -> bool:
+    """Whether a rank runs its stages' backwards one stage after another, each stage's m before the
+    next stage's first: the interleaved schedule with one round of micro-batches (m < 2 p), whose
+    steady phase ends within the rank's last stage's backwards (:func:`interleaved_peaks`)."""
+    return schedule == "interleaved" and interleaved_rounds(m, pp) == 1
+
+
 def interleaved_peaks(pp: int, v: int, m: int, rank: int) -> tuple[tuple[int, int], ...]:
     """Where an interleaved rank's peak can be: (stage-micro-batches holding activations, of the
     rank's v stages those whose backward has begun), one pair per candidate. A stage's gradients
@@ -266,7 +273,7 @@ def interleaved_peaks(pp: int, v: int, m: int, rank: int) -> tuple[tuple[int, in
     micro-batches (``planc verify --simulate``): the second rank peaked with its last stage's
     fp32 gradients alone, 0.88 of the 1.64 MiB that counting every stage's priced (+9.7 %)."""
     held = chunks_in_flight("interleaved", pp, v, m, rank)
-    if interleaved_rounds(m, pp) > 1:
+    if not backwards_stage_by_stage("interleaved", pp, m):
         return ((held, v),)
     return ((held, 1), *(((v - j) * m, j + 1) for j in range(1, v)))
 
@@ -277,9 +284,7 @@ def freed_before_the_first_stage_backward(schedule: str | None, pp: int, m: int,
     micro-batches the rank's later stages run all theirs first, leaving the first stage's m
     (:func:`interleaved_peaks`): held - m; elsewhere none (that backward starts in the steady
     phase, or the first stage is the rank's only one, its peak's own backward)."""
-    if schedule != "interleaved" or interleaved_rounds(m, pp) > 1:
-        return 0.0
-    return max(0.0, held - m)
+    return max(0.0, held - m) if backwards_stage_by_stage(schedule, pp, m) else 0.0
 
 
 def flush_bubble_slots(pp: int, v: int, m: int) -> float:

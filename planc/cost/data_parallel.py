@@ -21,7 +21,7 @@ from planc.cost.optimizer_step import step_seconds
 from planc.cost.params import embedding_params_per_shard, first_chunks_params, mlp_params_per_shard
 from planc.cost.wrappers import tensors_per_rank
 from planc.cost.zero_partition import partitioned_by_tensor, zero1_busiest_share
-from planc.stages import interleaved_rounds
+from planc.stages import backwards_stage_by_stage
 from planc.zero_bubble import ZeroBubbleMoment
 
 
@@ -89,7 +89,7 @@ def interleaved_gradient_params(ctx: CostContext, rank: int, without: int) -> tu
     of the unsharded accumulation -- of the rank's last stages, the head's among them. With two
     rounds and more the peak finds every stage accumulating: (0, 0)."""
     lay, st = ctx.layout, ctx.stage(rank)
-    if lay.schedule != "interleaved" or interleaved_rounds(ctx.micro_batches, lay.pp) > 1:
+    if not backwards_stage_by_stage(lay.schedule, lay.pp, ctx.micro_batches):
         return 0, 0
     absent = first_chunks_params(ctx.model, lay.tp, st, without)
     return absent, st.params - first_chunks_params(ctx.model, lay.tp, st, without + 1)
@@ -131,10 +131,11 @@ def backwarded_layers(ctx: CostContext, s: StageMemory) -> int:
     """Blocks of ``s``'s rank gathered by a backward and not resharded by a reduction at its peak,
     for FSDP's ZeRO-3 under a pipeline: with one round of interleaved micro-batches the running
     stage's alone (:func:`interleaved_gradient_params`; simulated, PP 2 x ZeRO-3 x DP 2, v = 2, 2
-    micro-batches: +9.3 / +6.5 % with every stage's, +0.6 / -2.4 % since); else every block (-1)."""
-    if any(interleaved_gradient_params(ctx, s.rank, s.stages_without_grads)):
-        return ctx.stage(s.rank).chunk_layers[s.stages_without_grads]
-    return -1
+    micro-batches: +9.3 / +6.5 % with every stage's, +0.6 / -2.4 % since); else every block."""
+    st = ctx.stage(s.rank)
+    if backwards_stage_by_stage(ctx.layout.schedule, ctx.layout.pp, ctx.micro_batches):
+        return st.chunk_layers[s.stages_without_grads]
+    return st.layers
 
 
 def embedding_accumulated_at_peak(ctx: CostContext, s: StageMemory) -> bool:

@@ -75,11 +75,9 @@ def _buffers(ctx: CostContext, deferred: bool, s: StageMemory) -> tuple[Term, ..
     else:
         accumulated, embedding_terms = 0.0, reduced_embedding_gradient(ctx, st)
     if lay.pp > 1 and deferred:
+        pipelined = _pipelined_buffers(st, head, zero, e, g, backwarded_layers(ctx, s), not _priced_moment(s))
         if _priced_moment(s):
-            pipelined = _pipelined_buffers(st, head, zero, e, g, False)
             pipelined += _weight_pass_moment(ctx, s) + _resharded_at_the_moment(ctx, s)
-        else:
-            pipelined = _pipelined_buffers(st, head, zero, e, g, backwarded=backwarded_layers(ctx, s))
         pipelined += _blocks_gathered_at_a_later_loss(ctx, st, s)
         return pipelined + _waiting_weight_gradients(ctx, s) + embedding_terms
     held, per_block = fsdp_gather_bytes(st.layer_params, root, head, zero, e, g)
@@ -209,8 +207,9 @@ def whole_embedding_gradient(
     the embedding's backward, and there less the finished activations, the peak read -4.7%.
 
     ``own``: bytes of the embedding's gradient over its own rows that exist only in its backward
-    (:func:`_pipelined_buffers`), priced at the same moment; ``freed``: activation bytes gone by
-    then beyond the finished ones (:meth:`~planc.cost.context.CostContext.freed_before_the_embedding_backward`).
+    (:func:`_pipelined_buffers`), priced at the same moment; ``freed``: bytes gone by then beyond
+    the finished activations, net of the gradients made since
+    (:meth:`~planc.cost.context.CostContext.freed_before_the_embedding_backward`).
     """
     rows = whole_embedding_gradient_rows(ctx.model, ctx.layout.tp) if st.embedding else 0
     if not rows and not own:
@@ -226,7 +225,7 @@ def whole_embedding_gradient(
 
 
 def _pipelined_buffers(
-    st: StageParams, root: int, zero: int, e: int, g: int, compute_precision: bool = True, backwarded: int = -1
+    st: StageParams, root: int, zero: int, e: int, g: int, backwarded: int, compute_precision: bool = True
 ) -> tuple[Term, ...]:
     """FSDP's buffers on a pipeline stage with several micro-batches. torch's ``PipelineStage``
     keeps the parameters unsharded after each backward and defers the gradient reduction to the
@@ -256,7 +255,8 @@ def _pipelined_buffers(
       every block's backward, PP 2 x ZeRO-2 x DP 2's first rank, fp32, read -2.5 %: it peaked at
       the MLP output projection's two gradients, a block's backward's first op.)
     - ``compute_precision``: whether the gradients in compute precision are the usual ones above
-      (a zero-bubble weight pass prices its own, :func:`_weight_pass_moment`).
+      (a zero-bubble weight pass prices its own, :func:`_weight_pass_moment`);
+    - ``backwarded``: ZeRO-3's blocks gathered at the peak (:func:`~planc.cost.data_parallel.backwarded_layers`).
 
     ``planc verify --simulate`` found the unpipelined terms kept these twice (tiny ZeRO-3 pipeline:
     predicted +31% and +26% over the simulated peak of the first and last stage) and no sharded
@@ -271,13 +271,13 @@ def _pipelined_buffers(
                 )
             )
     if zero == 3:  # not resharded after backward (see parameter_gathers)
-        blocks = e * st.layers * st.layer_params
-        terms.append(Term("parameters left unsharded between micro-batches", e * st.params - blocks))
-        blocks = blocks if backwarded < 0 else e * backwarded * st.layer_params
+        root_units = e * (st.params - st.layers * st.layer_params)
+        terms.append(Term("parameters left unsharded between micro-batches", root_units))
         # A block still reshards after its forward (reshard_after_forward; the root does not under
         # pipelining): in the forward and the loss only the root is gathered (simulated, TP 2 x
         # PP 2, ZeRO-3: the last stage +2.7% in fp32 with its block counted at the loss).
-        terms.append(Term("blocks' parameters gathered from their backward on", blocks, _AFTER_HEAD))
+        gathered = e * backwarded * st.layer_params
+        terms.append(Term("blocks' parameters gathered from their backward on", gathered, _AFTER_HEAD))
     return tuple(terms)
 
 

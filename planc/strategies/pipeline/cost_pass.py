@@ -95,7 +95,7 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
     moment = None
     if lay.schedule == "interleaved":
         chunks, without_grads = _interleaved_peak(ctx, s.rank)
-    if lay.schedule == "zero-bubble":
+    elif lay.schedule == "zero-bubble":
         moment, split = _zero_bubble_terms(ctx, s)
         chunks, weights_waiting = moment.held, moment.weights
         terms += split
