@@ -62,6 +62,9 @@ PHASES_JOINED = ", "
 FROM_FIRST_BACKWARD = "from the step's first backward on"
 #: :attr:`Term.held`: bytes that exist until a later micro-batch's loss.
 UNTIL_LATER_LOSS = "until a later micro-batch's loss"
+#: Every :attr:`Term.held`, in the order :meth:`StageMemory._peak` sums them.
+_HELD_KINDS = ("", FROM_FIRST_BACKWARD, UNTIL_LATER_LOSS)
+_NOTHING_HELD = (0.0, 0.0, 0.0)
 
 
 class _Moment(NamedTuple):
@@ -160,16 +163,24 @@ class StageMemory:
 
         With ``first_backward_frees`` the gradients depend on the moment too (:meth:`_moments`).
         """
-        sums: dict[tuple[str, str], float] = {}
+        # Per phase ("" for the untagged terms), bytes by how long they are held: throughout the
+        # phase, from the first backward on, until a later loss (_Moment.keeps).
+        sums: dict[str, list[float]] = {"": [0.0, 0.0, 0.0]}
         for t in (*self.act_extra, *self.transient):
+            kind = _HELD_KINDS.index(t.held)
             for phase in t.phases or ("",):
-                sums[phase, t.held] = sums.get((phase, t.held), 0.0) + t.value
+                sums.setdefault(phase, [0.0, 0.0, 0.0])[kind] += t.value
 
         def held(m: _Moment) -> float:
-            return sum(v for (p, q), v in sums.items() if (not p or p == m.phase) and m.keeps(q))
+            total = 0.0
+            for part in (sums[""], sums.get(m.phase, _NOTHING_HELD)) if m.phase else (sums[""],):
+                throughout, after_backward, until_later_loss = part
+                total += throughout + (after_backward if m.after_backward else 0.0)
+                total += 0.0 if m.later_loss else until_later_loss
+            return total
 
         # max keeps the first of equal moments: a tagged phase before the bare ones.
-        peak = max(self._moments(dict.fromkeys(p for p, _ in sums if p)), key=lambda m: m.grads + m.blocks + held(m))
+        peak = max(self._moments([p for p in sums if p]), key=lambda m: m.grads + m.blocks + held(m))
         return peak, held(peak)
 
     def _moments(self, phases: Iterable[str]) -> Iterator[_Moment]:

@@ -23,6 +23,11 @@ Pruning, each rule sound under the cost model:
    more recomputation costs time and buys nothing: it is not scored (the rung is marked
    "dominated").
 5. **GPipe** only when asked for (see :mod:`planc.legality.space`).
+6. **The most recomputation first where the family is tight.** Where a recomputation's loop
+   starts, the layout with the most recomputation at that micro-batch (the floor) is scored
+   first; if it misses, the loop's layouts cannot fit, and the first is skipped when it cannot
+   be its rung's closest miss either. Only in families whose least hungry member fills
+   :data:`FLOORS_FROM` of the device or more (elsewhere the floors mostly fit and are wasted).
 
 Every scored layout is a :class:`Candidate`. One :class:`~planc.cost.ContextCache` serves the
 whole search, so group links, stage splits and block times are computed once each.
@@ -33,7 +38,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from planc import stages
 from planc.cost.context import ContextCache
@@ -43,7 +48,7 @@ from planc.cost.memory import DEVICE_RUNTIME_OVERHEAD, ddp_replicates, model_sta
 from planc.cost.profile import PLANC_RUNTIME, RuntimeProfile
 from planc.legality import space
 from planc.legality.rules import RECOMPUTE_ORDER
-from planc.planner.ladder import Rung, complexity, rung_of
+from planc.planner.ladder import LayoutKeys, Rung, complexity, rung_of
 from planc.spec.layout import Layout, Recompute, Schedule, ZeroStage
 from planc.spec.plan import Plan
 
@@ -54,6 +59,13 @@ if TYPE_CHECKING:
 #: configuration. Not at the first dip: wave quantization makes throughput ripple with the
 #: micro-batch (a heuristic, stated; see the module docstring).
 PAST_THE_BEST = 0.9
+
+#: Rule 6 runs in families whose least memory-hungry member fills at least this fraction of the
+#: device. It changes which layouts are scored, never the result: below it the floors mostly fit
+#: and their scores are thrown away (the judgment scenarios, bench/judgment_table.py: where the
+#: member fills under 60%, each floor that misses came with four to eighty that fit and were
+#: dominated; from 60% on, two to three hundred misses per fifty wasted).
+FLOORS_FROM = 0.6
 
 #: (schedule, virtual stages)
 ScheduleChoice = tuple["Schedule | None", int]
@@ -150,22 +162,41 @@ class Family:
         """The member of ``rung`` that needs the least memory at ``micro_batch`` (None: the family
         has no member there): the most recomputation, sequence parallel and the leanest schedule
         the rung allows, so a row of ``explain`` shows a layout of its own rung."""
-        members = [
-            self.layout(r, s, sp, micro_batch) for r in self.recomputes for s in self.schedules for sp in self.sps
-        ]
-        on_rung = [m for m in members if rung_of(m) == rung]
-        return min(on_rung, key=hunger, default=None)
+        on_rung = [m for m in self._members() if rung_of(m) == rung]
+        if not on_rung:
+            return None
+        m = min(on_rung, key=hunger)
+        return self.layout(m.recompute, (m.schedule, m.virtual_stages), m.sequence_parallel, micro_batch)
 
     def rungs(self) -> set[Rung]:
-        return {
-            rung_of(self.layout(r, s, sp, self.micro_batches[0]))
+        return {rung_of(m) for m in self._members()}
+
+    def _members(self) -> list[_MemberKeys]:
+        """Every member's keys but the micro-batch, cheap to build (a rung and a memory order
+        need no :class:`Layout`)."""
+        return [
+            _MemberKeys(self.tp, self.pp, self.dp, self.zero, r, s[0], sp, s[1], self.shard_group)
             for r in self.recomputes
             for s in self.schedules
             for sp in self.sps
-        }
+        ]
 
 
-def hunger(layout: Layout) -> tuple[int, bool, bool, int]:
+class _MemberKeys(NamedTuple):
+    """The keys the ladder and :func:`hunger` read (:class:`~planc.planner.ladder.LayoutKeys`)."""
+
+    tp: int
+    pp: int
+    dp: int
+    zero: int
+    recompute: Recompute
+    schedule: Schedule | None
+    sequence_parallel: bool
+    virtual_stages: int
+    shard_group: int | None
+
+
+def hunger(layout: LayoutKeys) -> tuple[int, bool, bool, int]:
     """Orders a family's members from the least memory-hungry (see :meth:`Family.leanest`)."""
     lean_schedule = layout.schedule in (None, "1f1b", "zero-bubble")
     return (
@@ -203,13 +234,20 @@ class Scorer:
     def runs(self, layout: Layout) -> bool:
         """Whether the schedule takes the layout's micro-batch count and no ``use`` block refuses it
         (a refusal is recorded for explain)."""
-        m = stages.micro_batches(self.plan.train.global_batch, layout.dp, layout.micro_batch)
-        if not space.micro_batch_accepted(layout.schedule, layout.pp, m):
+        if not self._schedule_takes(layout):
             return False
         reason = self.refuse(layout) if self.refuse is not None else None
         if reason is not None:
             self.result.refused.setdefault(rung_of(layout), reason)
         return reason is None
+
+    def allows(self, layout: Layout) -> bool:
+        """:meth:`runs` without recording a refusal (for a layout scored ahead of its turn)."""
+        return self._schedule_takes(layout) and (self.refuse is None or self.refuse(layout) is None)
+
+    def _schedule_takes(self, layout: Layout) -> bool:
+        m = stages.micro_batches(self.plan.train.global_batch, layout.dp, layout.micro_batch)
+        return space.micro_batch_accepted(layout.schedule, layout.pp, m)
 
     def score(self, layout: Layout) -> Candidate:
         estimate = evaluate_layout(self.plan, layout, self.registry, self.cache)
@@ -253,12 +291,13 @@ def search(
         if states + runtime_overhead(plan) > plan.hardware.memory:
             _note_states_bound(result, family, states, runtime_overhead(plan))
             continue
-        if not _family_can_fit(scorer, family):
+        fullness = _family_fullness(scorer, family)
+        if fullness is None:
             continue
         for sp in family.sps:
             for schedule in family.schedules:
                 if space.schedule_composes(schedule[0], family.dp, family.zero):
-                    _scan(scorer, family, schedule, sp)
+                    _scan(scorer, family, schedule, sp, floors=fullness >= FLOORS_FROM)
     result.seconds = time.perf_counter() - start
     return result
 
@@ -288,15 +327,19 @@ def states_bound(plan: Plan, cache: ContextCache, family: Family) -> float:
     return model_states_bound(plan, cache, family) + runtime_overhead(plan)
 
 
-def _scan(scorer: Scorer, family: Family, schedule: ScheduleChoice, sp: bool) -> None:
-    """Recomputation from none to full, each over the micro-batches ascending (rules 3 and 4)."""
+def _scan(scorer: Scorer, family: Family, schedule: ScheduleChoice, sp: bool, floors: bool) -> None:
+    """Recomputation from none to full, each over the micro-batches ascending (rules 3 and 4;
+    with ``floors``, rule 6)."""
+    recomputes = [r for r in family.recomputes if space.recompute_composes(schedule[0], r)]
+    if not recomputes:
+        return
+    floor = _Floors(scorer, family, schedule, sp, recomputes[-1]) if floors else None
     fits_up_to = 0  # largest micro-batch that fit with less recomputation
     alone: list[Layout] = []  # FSDP's single micro-batch per step, to try on its own
-    for recompute in family.recomputes:
-        if not space.recompute_composes(schedule[0], recompute):
-            continue
+    for recompute in recomputes:
         fit_here = 0
         best_speed = 0.0
+        first = True
         for mb in family.micro_batches:
             layout = family.layout(recompute, schedule, sp, mb)
             if mb <= fits_up_to:
@@ -304,9 +347,11 @@ def _scan(scorer: Scorer, family: Family, schedule: ScheduleChoice, sp: bool) ->
                 continue
             if not scorer.runs(layout):
                 continue
-            cand = scorer.score(layout)
-            if not cand.fits:
-                scorer.result.note_misfit(cand)
+            cand = floor.score(layout, first) if floor else scorer.score(layout)
+            first = False
+            if cand is None or not cand.fits:
+                if cand is not None:
+                    scorer.result.note_misfit(cand)
                 if family.zero >= 2 and mb != family.micro_batches[-1]:
                     # FSDP keeps unsharded gradients while it accumulates: the one micro-batch
                     # that needs no accumulation may still fit.
@@ -319,6 +364,46 @@ def _scan(scorer: Scorer, family: Family, schedule: ScheduleChoice, sp: bool) ->
             best_speed = max(best_speed, cand.tokens_per_s)
         fits_up_to = max(fits_up_to, fit_here)
     _score_alone(scorer, alone)
+
+
+class _Floors:
+    """Rule 6: a scan's layouts with its most recomputation (the floor of memory at their
+    micro-batch), scored once each, so that where less recomputation starts its micro-batches
+    a floor that misses spares scoring layouts that cannot fit.
+
+    Memory does not fall with less recomputation or a larger micro-batch (rules 2 and 3), so
+    when the floor misses at the micro-batch where a recomputation's loop starts, that loop
+    has no fitting layout; its first layout is not scored when it also cannot be its rung's
+    closest miss (:func:`_cannot_matter`). Only the loop's first micro-batch asks: past it the
+    floor mostly fits and its score would be thrown away (a fitting floor below a fitting
+    layout with less recomputation is dominated, rule 4). GPT 1T on 3072 GPUs scored 1,538
+    misses in 2,192 layouts before this rule, 1,395 layouts with it.
+    """
+
+    def __init__(self, scorer: Scorer, family: Family, schedule: ScheduleChoice, sp: bool, most: Recompute):
+        self.scorer, self.family, self.schedule, self.sp, self.most = scorer, family, schedule, sp, most
+        self.scored: dict[int, Candidate | None] = {}
+
+    def score(self, layout: Layout, first: bool) -> Candidate | None:
+        """``layout``'s score, or None where it can neither fit nor be its rung's closest miss."""
+        if layout.recompute == self.most:
+            return self._floor(layout.micro_batch) or self.scorer.score(layout)
+        if first:
+            floor = self._floor(layout.micro_batch)
+            if floor is not None and _cannot_matter(self.scorer.result, floor, layout):
+                return None
+        return self.scorer.score(layout)
+
+    def _floor(self, micro_batch: int) -> Candidate | None:
+        """The floor at ``micro_batch`` (None when a ``use`` block refuses it), scored once; a miss
+        is recorded at once (the loop with the most recomputation starts at or below it)."""
+        if micro_batch not in self.scored:
+            layout = self.family.layout(self.most, self.schedule, self.sp, micro_batch)
+            floor = self.scorer.score(layout) if self.scorer.allows(layout) else None
+            if floor is not None and not floor.fits:
+                self.scorer.result.note_misfit(floor)
+            self.scored[micro_batch] = floor
+        return self.scored[micro_batch]
 
 
 def _score_alone(scorer: Scorer, layouts: list[Layout]) -> None:
@@ -345,15 +430,18 @@ def _score_alone(scorer: Scorer, layouts: list[Layout]) -> None:
 
 def _cannot_matter(result: SearchResult, floor: Candidate, layout: Layout) -> bool:
     """Whether ``layout``, needing at least ``floor``'s memory, can neither fit nor be its rung's
-    closest miss."""
-    if floor.fits or floor.rung != rung_of(layout):
+    closest miss: the floor misses, and the layout's rung (the floor's, or another: without tensor
+    or pipeline parallelism recomputation is the rung) already has a miss needing no more."""
+    if floor.fits:
         return False
-    closest = result.tightest_misfit.get(floor.rung)
+    closest = result.tightest_misfit.get(rung_of(layout))
     return closest is not None and closest.estimate.memory_bytes <= floor.estimate.memory_bytes
 
 
-def _family_can_fit(scorer: Scorer, family: Family) -> bool:
-    """Score the family's least memory-hungry member first; if it does not fit, none does.
+def _family_fullness(scorer: Scorer, family: Family) -> float | None:
+    """Score the family's least memory-hungry member first; if it does not fit, none does (None).
+    Otherwise how full that member at the smallest micro-batch leaves the device (its memory over
+    the capacity; above 1 where only FSDP's single micro-batch fits; inf when unknown).
 
     Memory falls with more recomputation (full <= selective <= none), with sequence
     parallelism, with a smaller micro-batch, and is least for 1F1B / zero-bubble with v = 1.
@@ -363,13 +451,16 @@ def _family_can_fit(scorer: Scorer, family: Family) -> bool:
     # micro-batch per step also drops the unsharded gradients kept for accumulation.
     tries = [mbs[0]] + ([mbs[-1]] if family.zero >= 2 and len(mbs) > 1 else [])
     witness: Candidate | None = None
+    fullness = float("inf")
     for mb in tries:
         layout = family.leanest(mb)
         if not scorer.runs(layout):
-            return True  # no cheap witness; let the full loop decide
+            return fullness  # no cheap witness; let the full loop decide
         cand = scorer.score(layout)
+        if mb == mbs[0]:
+            fullness = cand.estimate.memory_bytes / cand.estimate.capacity
         if cand.fits:
-            return True
+            return fullness
         if witness is None or cand.estimate.memory_bytes < witness.estimate.memory_bytes:
             witness = cand
     assert witness is not None  # tries is never empty
@@ -382,10 +473,10 @@ def _family_can_fit(scorer: Scorer, family: Family) -> bool:
         if own is None:
             continue
         if own.fits:  # the cost model is not monotone here after all: let the full loop decide
-            return True
+            return fullness
         if best is None or own.estimate.memory_bytes < best.estimate.memory_bytes:
             scorer.result.family_bound[rung] = own
-    return False
+    return None
 
 
 def _own_member(scorer: Scorer, family: Family, rung: Rung, witness: Candidate) -> Candidate | None:
