@@ -377,7 +377,7 @@ class _Floors:
     closest miss (:func:`_cannot_matter`). Only the loop's first micro-batch asks: past it the
     floor mostly fits and its score would be thrown away (a fitting floor below a fitting
     layout with less recomputation is dominated, rule 4). GPT 1T on 3072 GPUs scored 1,538
-    misses in 2,192 layouts before this rule, 1,395 layouts with it.
+    misses in 2,192 layouts before this rule, 1,413 layouts with it (668 misses).
     """
 
     def __init__(self, scorer: Scorer, family: Family, schedule: ScheduleChoice, sp: bool, most: Recompute):
