@@ -21,14 +21,18 @@ def _torch_order(p: int, v: int, m: int) -> dict[int, list]:
     return {r: [a for a in schedule._calculate_single_rank_operations(r) if a is not None] for r in range(p)}
 
 
-def _replayed(actions: list) -> list[tuple[int, int]]:
-    """(stage-micro-batches alive, stages whose backward has begun) as each backward of ``actions``
-    starts: the forwards' activations live until their backward; a stage's gradients exist from
-    its first backward on (the running one's included: it makes them as it goes)."""
+def _replayed(actions: list, last_stage: int) -> list[tuple[int, int, int]]:
+    """(stage-micro-batches alive, stages whose backward has begun, boundary tensors held by sends)
+    as each backward of ``actions`` starts: the forwards' activations live until their backward; a
+    stage's gradients exist from its first backward on (the running one's included: it makes
+    them as it goes); a finished backward leaves its stage's output held by its forward's send
+    (not the model's last stage's, whose output is the loss) and its input gradient by its own send
+    (not the first stage's), both until the step's end."""
     from torch.distributed.pipelining.schedules import _ComputationType as Kind
 
     alive: set[tuple[int, int]] = set()
     begun: set[int] = set()
+    sends = 0
     moments = []
     for action in actions:
         key = (action.stage_index, action.microbatch_index)
@@ -36,8 +40,9 @@ def _replayed(actions: list) -> list[tuple[int, int]]:
             alive.add(key)
             continue
         begun.add(action.stage_index)
-        moments.append((len(alive), len(begun)))
+        moments.append((len(alive), len(begun), sends))
         alive.discard(key)
+        sends += (action.stage_index != last_stage) + (action.stage_index != 0)
     return moments
 
 
@@ -50,25 +55,32 @@ def _legal():
 
 
 def test_interleaved_peaks_are_torchs():
-    """For activations a and gradients g per stage, the largest a x held + g x stages begun over
-    the candidates is the largest over torch's order replayed, for several ratios of the two."""
+    """For activations a, gradients g per stage and a boundary tensor c, the largest
+    a x held + g x stages begun + c x sends over the candidates is the largest over torch's order
+    replayed, for several ratios of the three (c = 0: a program whose sends free their tensors)."""
     checked = 0
+    weights = itertools.product((1.0,), (0.0, 0.5, 1.5, 6.0), (0.0, 0.05, 0.5, 1.0, 3.0))
     for p, v, m in _legal():
         order = _torch_order(p, v, m)
-        for rank, (a, g) in itertools.product(range(p), ((1.0, 0.0), (1.0, 0.5), (1.0, 1.5), (1.0, 6.0))):
-            replay = max(a * held + g * begun for held, begun in _replayed(order[rank]))
-            model = max(a * held + g * begun for held, begun in interleaved_peaks(p, v, m, rank))
-            assert model == pytest.approx(replay), (p, v, m, rank, a, g)
+        for rank, (a, g, c) in itertools.product(range(p), list(weights)):
+            replay = max(a * held + g * begun + c * sends for held, begun, sends in _replayed(order[rank], p * v - 1))
+            model = max(a * held + g * begun + c * sends for held, begun, sends in interleaved_peaks(p, v, m, rank))
+            assert model == pytest.approx(replay), (p, v, m, rank, a, g, c)
         checked += 1
     assert checked > 100
 
 
 def test_interleaved_peaks_by_hand():
     # torch's order, p 2, v 2, m 2, rank 1 (stages 1 and 3): 1F0 1F1 3F0 3B0 3F1 3B1 1B0 1B1.
-    # At 3B0 and 3B1 three stage-micro-batches are alive, stage 3 alone has begun; at 1B0 two.
-    assert interleaved_peaks(2, 2, 2, 1) == ((3, 1), (2, 2))
-    # With two rounds (m 4) stage 1's first backward (the third) comes in the steady phase.
-    assert interleaved_peaks(2, 2, 4, 1) == ((3, 2),)
+    # At 3B0 and 3B1 three stage-micro-batches are alive, stage 3 alone has begun; at 1B0 two, and
+    # 3B0 and 3B1 have each left an input gradient held by its send (stage 3, the model's last,
+    # sends no output); at 1B1 one, 1B0 having left its output and its input gradient too.
+    assert interleaved_peaks(2, 2, 2, 1) == ((3, 1, 1), (2, 2, 2), (1, 2, 4))
+    # With two rounds (m 4): 1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3. Stage
+    # 1's first backward comes in the steady phase, which ends at 3B3: 3 alive, and of the 5
+    # backwards run 3 were stage 3's (one send each) and 2 stage 1's (two): 7 sends. At 1B3, the
+    # last, one alive and 7 backwards run, 4 of them stage 3's: 10.
+    assert interleaved_peaks(2, 2, 4, 1) == ((3, 2, 7), (1, 2, 10))
 
 
 PLAN = """model "tiny" {{

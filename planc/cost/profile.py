@@ -120,6 +120,11 @@ class RuntimeProfile:
     """torch's pipeline stage keeps each micro-batch's output, data included, from its forward to
     its backward (``fwd_cache``); Megatron frees an output's data once it is sent and runs the
     backward from its ``grad_fn`` alone (``deallocate_output_tensor``)."""
+    pp_sends_kept: bool = True
+    """torch's multi-stage schedules (``_PipelineScheduleRuntime``: interleaved 1F1B, zero-bubble)
+    wait on their sends only at the step's end, and each send's work holds the tensor it sends
+    until then (:func:`planc.stages.sends_held`); Megatron frees a sent output's data at once and
+    waits on its sends as it goes."""
     pp_p2p_blocking: bool = False
     """Megatron 2021 waits on every pipeline send/receive; torch's schedules post them
     asynchronously, so only the warm-up/cool-down hops sit on the critical path."""
@@ -207,6 +212,7 @@ MEGATRON_LM_2021 = RuntimeProfile(
     attention_output_copies=1,
     pp_recv_buffers="in_flight",
     pp_outputs_kept=False,
+    pp_sends_kept=False,
     pp_p2p_blocking=True,
     p2p_scatter_gather=True,
     dp_overlap=False,
@@ -233,6 +239,7 @@ MEGATRON_CORE_2024 = RuntimeProfile(
     sp_saves_gathered_input=False,
     pp_recv_buffers="in_flight",
     pp_outputs_kept=False,
+    pp_sends_kept=False,
     pp_p2p_blocking=False,
     p2p_scatter_gather=False,
     dp_overlap=True,

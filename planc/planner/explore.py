@@ -60,11 +60,10 @@ if TYPE_CHECKING:
 #: micro-batch (a heuristic, stated; see the module docstring).
 PAST_THE_BEST = 0.9
 
-#: Rule 6 runs in families whose least memory-hungry member fills at least this fraction of the
-#: device. It changes which layouts are scored, never the result: below it the floors mostly fit
-#: and their scores are thrown away (the judgment scenarios, bench/judgment_table.py: where the
-#: member fills under 60%, each floor that misses came with four to eighty that fit and were
-#: dominated; from 60% on, two to three hundred misses per fifty wasted).
+#: Rule 6 runs in families whose least hungry member fills at least this fraction of the device.
+#: It changes which layouts are scored, never the result: below it the floors mostly fit and are
+#: thrown away (judgment scenarios: under 60%, 4 to 80 dominated floors per floor that missed;
+#: from 60% on, 200 to 300 misses per 50 wasted).
 FLOORS_FROM = 0.6
 
 #: (schedule, virtual stages)

@@ -122,6 +122,7 @@ def simulate_rank(plan: Plan, layout: Layout, registry, rank: int) -> dict:
     and return what it held: ``{"rank", "coordinates", "model_states", "peak", "seconds"}``."""
     from planc.runtime.compose import compose_on_meta
     from planc.verify.cuda_kernels import cuda_optimizers
+    from planc.verify.fake_pipeline import sends_hold_their_tensors
     from planc.verify.fake_world import completing_comm_hooks, ddp_on_fake_tensors, fake_process_group, fake_tensors
     from planc.verify.model_states import model_state_bytes
 
@@ -129,7 +130,7 @@ def simulate_rank(plan: Plan, layout: Layout, registry, rank: int) -> dict:
     plan = simulation_plan(plan)
     with fake_process_group(rank, layout.dims.world_size):
         job = compose_on_meta(plan, layout, registry, device="cpu")  # mesh and meta model: outside fake mode
-        with fake_tensors():
+        with fake_tensors(), sends_hold_their_tensors():
             with ddp_on_fake_tensors():
                 job.init_weights()
             completing_comm_hooks(job.model_parts)

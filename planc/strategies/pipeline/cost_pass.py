@@ -94,7 +94,9 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
     weights_waiting = without_grads = 0
     moment = None
     if lay.schedule == "interleaved":
-        chunks, without_grads = _interleaved_peak(ctx, s.rank)
+        peak = _interleaved_peak(ctx, s.rank)
+        chunks, without_grads = peak.held, v - peak.begun
+        terms += _sends_held(ctx, peak.sends)
     elif lay.schedule == "zero-bubble":
         moment, split = _zero_bubble_terms(ctx, s)
         chunks, weights_waiting = moment.held, moment.weights
@@ -134,21 +136,29 @@ def _stage_memory(ctx: CostContext, s: StageMemory) -> StageMemory:
     )
 
 
-def _interleaved_peak(ctx: CostContext, rank: int) -> tuple[int, int]:
-    """(stage-micro-batches held, of the rank's stages those with no gradient yet) at an
-    interleaved rank's peak: the largest of :func:`~planc.stages.interleaved_peaks`' moments, a
-    stage-micro-batch's blocks' activations (as the plan recomputes them) against the gradients
-    data parallelism holds there (:func:`~planc.cost.data_parallel.interleaved_gradient_bytes`)."""
+def _interleaved_peak(ctx: CostContext, rank: int) -> stages.InterleavedMoment:
+    """The moment of an interleaved rank's peak: the largest of
+    :func:`~planc.stages.interleaved_peaks`' moments, a stage-micro-batch's blocks' activations (as
+    the plan recomputes them) against the gradients data parallelism holds there
+    (:func:`~planc.cost.data_parallel.interleaved_gradient_bytes`) and the boundary tensors held by
+    finished sends (where the program keeps them: torch's schedule; none counted elsewhere)."""
     lay = ctx.layout
     v = lay.virtual_stages
     chunk = ctx.chunk_activations(ctx.stage(rank))
+    sent = ctx.boundary_bytes if ctx.profile.pp_sends_kept else 0.0
 
-    def held(moment: tuple[int, int]) -> float:
-        chunks, begun = moment
-        return chunks * chunk + interleaved_gradient_bytes(ctx, rank, v - begun)
+    def held(moment: stages.InterleavedMoment) -> float:
+        grads = interleaved_gradient_bytes(ctx, rank, v - moment.begun)
+        return moment.held * chunk + grads + moment.sends * sent
 
-    chunks, begun = max(stages.interleaved_peaks(lay.pp, v, ctx.micro_batches, rank), key=held)
-    return chunks, v - begun
+    peak = max(stages.interleaved_peaks(lay.pp, v, ctx.micro_batches, rank), key=held)
+    return peak if ctx.profile.pp_sends_kept else peak._replace(sends=0)
+
+
+def _sends_held(ctx: CostContext, sends: int) -> tuple[Term, ...]:
+    """The boundary tensors finished sends hold at the peak (:func:`~planc.stages.sends_held`)."""
+    name = f"tensors held by finished sends until the step's end ({sends})"
+    return (Term(name, sends * ctx.boundary_bytes),) if sends else ()
 
 
 def _receive_buffers_text(activations: int, gradients: int) -> str:
