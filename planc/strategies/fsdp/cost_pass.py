@@ -12,7 +12,7 @@ from planc.cost.data_parallel import (
     by_pp_rank,
     embedding_accumulated_at_peak,
     gained_by_the_embedding_backward,
-    interleaved_gradient_params,
+    interleaved_gradient_bytes,
     moment_gradients,
     shard_states,
     weight_pass_gradient_bytes,
@@ -301,11 +301,10 @@ def accumulated_gradients(ctx: CostContext, s: StageMemory) -> float:
     micro-batch. Priced as a buffer "less the sharded ones", the last zero-bubble rank with one
     round of micro-batches (PP 4 x DP 2, v = 2, 4 micro-batches), which holds no accumulation at
     its peak, printed -12.5 MiB "held" beside 12.5 MiB of gradients that do not exist."""
-    lay, st, g = ctx.layout, ctx.stage(s.rank), ctx.grad_reduce_bytes
+    lay, st = ctx.layout, ctx.stage(s.rank)
     whole = whole_embedding_gradient(ctx, st, embedding_accumulated_at_peak(ctx, s))[0]
-    # interleaved, one round: the stages not begun, those done
-    absent, reduced = interleaved_gradient_params(ctx, s.rank, s.stages_without_grads)
-    accumulated = g * (st.params - absent - reduced + reduced / lay.shard_degree) + whole
+    # interleaved, one round: none for the stages not begun, the shards of those done
+    accumulated = interleaved_gradient_bytes(ctx, s.rank, s.stages_without_grads) + whole
     moment = _priced_moment(s)
     if lay.pp > 1 and moment is not None:
         kept = moment_gradients(ctx, s.rank, moment)
