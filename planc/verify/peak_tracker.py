@@ -41,10 +41,37 @@ def tracking_the_step(job) -> Iterator[StepPeakTracker]:
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(new_micro_batch)
     try:
-        with no_module_backward_hooks(job.layout.schedule == "zero-bubble"), tracker:
+        with no_module_backward_hooks(job.layout.schedule == "zero-bubble"), callbacks_inline(), tracker:
             yield tracker
     finally:
         handle.remove()
+
+
+@contextlib.contextmanager
+def callbacks_inline() -> Iterator[None]:
+    """Inside the block a future's callback runs on the thread that attaches it, once the future
+    is done, instead of on the thread that completes it (gloo's).
+
+    The tracker is a dispatch mode, which is the thread's own: what a callback allocates on another
+    thread it never sees. DDP communication hooks chain their work that way -- PowerSGD makes its
+    new error-feedback residual (``input_tensor_cp - input_tensor``) in the last callback, beside
+    the bucket's copy and the old residual -- and the step's peak then depended on which thread
+    won: 2 CPU processes, the CPU matrix's ``ddp-powersgd``, 1 run in 6 measured that moment
+    (13.4 MB), the others 12.2 MB. The comm counter follows callbacks onto their thread instead
+    (:mod:`planc.verify.comm_counter`); the tracker, whose state one thread updates at a time,
+    runs them here. The values are the same; only the hook's overlap with the backward is lost,
+    in the one tracked step."""
+    original = torch._C.Future.then
+
+    def then(future, callback):
+        future.wait()
+        return original(future, callback)  # done: torch runs the callback here, now
+
+    setattr(torch._C.Future, "then", then)  # noqa: B010 (a method of a C++ class, for this block only)
+    try:
+        yield
+    finally:
+        setattr(torch._C.Future, "then", original)  # noqa: B010
 
 
 def peak_by_category(tracker: MemTracker, device: torch.device) -> dict:
